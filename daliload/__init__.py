@@ -1,0 +1,1 @@
+"""daliload: Kinetics-style video loading for PyTorch DDP with NVIDIA DALI."""

@@ -1,0 +1,1 @@
+"""PyAV fallback loader for files DALI cannot decode. Never imports DALI."""
