@@ -1,0 +1,64 @@
+"""Shared fixtures: tiny generated clips with a frame-index code in every frame."""
+
+from __future__ import annotations
+
+import os
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from daliload.synth import default_spec, render_clip, write_video
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip ``cuda`` tests without a GPU, unless DALILOAD_FAIL_WITHOUT_CUDA=1 asks them to fail."""
+    if _has_cuda() or os.environ.get("DALILOAD_FAIL_WITHOUT_CUDA") == "1":
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU (set DALILOAD_FAIL_WITHOUT_CUDA=1 to fail instead)")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def make_clip(tmp_path_factory):
+    """Factory: ``make_clip(codec="h264", num_frames=60, ...) -> Path``, cached per session.
+
+    Keyword arguments: codec, num_frames, width, height, fps (number or Fraction),
+    class_id, seed, and any EncodeSpec field (gop, bframes, pix_fmt, quality).
+    Frame ``i`` carries frame code ``i``.
+    """
+    cache: dict[tuple, Path] = {}
+    root = tmp_path_factory.mktemp("clips")
+
+    def make(codec="h264", num_frames=60, width=128, height=96, fps=30, class_id=1, seed=0, **spec_kw):
+        key = (codec, num_frames, width, height, fps, class_id, seed, tuple(sorted(spec_kw.items())))
+        if key not in cache:
+            spec = default_spec(codec, fps=Fraction(fps), **spec_kw)
+            path = root / f"clip{len(cache):03d}_{codec}.{spec.extension}"
+            frames = render_clip(class_id, num_frames, width=width, height=height, fps=float(fps), seed=seed)
+            write_video(path, frames, spec)
+            cache[key] = path
+        return cache[key]
+
+    return make
+
+
+REALCLIPS = Path(__file__).resolve().parents[2] / "shared" / "realclips"
+
+
+@pytest.fixture(scope="session")
+def realclips() -> Path:
+    """``../shared/realclips`` (skips when this checkout has no shared/ beside it)."""
+    if not (REALCLIPS / "MANIFEST.tsv").exists():
+        pytest.skip(f"real clips not found at {REALCLIPS}")
+    return REALCLIPS
