@@ -104,6 +104,7 @@ def write_video(
     *,
     pts: Sequence[int] | None = None,
     time_base: Fraction | None = None,
+    container_options: dict[str, str] | None = None,
 ) -> int:
     """Encode RGB frames ``(H, W, 3)`` uint8 into ``path``.
 
@@ -113,7 +114,9 @@ def write_video(
         spec: codec and rate control.
         pts: optional explicit presentation timestamps (in ``time_base``) for a
             variable-frame-rate file; default is one tick of ``1/fps`` per frame.
-        time_base: the stream time base that ``pts`` is counted in.
+        time_base: the stream time base that ``pts`` is counted in (default 1/1000 s).
+        container_options: muxer options, e.g. ``{"movflags": "faststart"}`` to put
+            an MP4's index before its media data.
 
     Returns:
         Number of frames written.
@@ -121,7 +124,10 @@ def write_video(
     encoder, _ = CODEC_PRESETS[spec.codec]
     path = Path(path)
     count = 0
-    with av.open(str(path), mode="w") as container:
+    # Fixed up front: the muxer rewrites stream.time_base once it starts (an MP4
+    # picks its own timescale), and the frames' pts stay counted in this one.
+    pts_time_base = time_base or Fraction(1, 1000)
+    with av.open(str(path), mode="w", options=dict(container_options or {})) as container:
         stream = None
         for frame_rgb in frames:
             if stream is None:
@@ -137,12 +143,12 @@ def write_video(
                 if spec.codec == "hevc":
                     stream.codec_tag = "hvc1"
                 if pts is not None:
-                    stream.time_base = time_base or Fraction(1, 1000)
-                    stream.codec_context.time_base = stream.time_base
+                    stream.time_base = pts_time_base
+                    stream.codec_context.time_base = pts_time_base
             frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame_rgb), format="rgb24")
             if pts is not None:
                 frame.pts = int(pts[count])
-                frame.time_base = stream.time_base
+                frame.time_base = pts_time_base
             for packet in stream.encode(frame):
                 container.mux(packet)
             count += 1
