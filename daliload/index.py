@@ -1,0 +1,428 @@
+"""The dataset index: which video files a split holds, and their labels.
+
+Three layouts are understood; a Kinetics download usually has the first two,
+and ``daliload synth`` writes all three::
+
+    ROOT/
+      train/                                   "folders": ROOT/<split>/<class name>/<file>
+        abseiling/
+          --07WQ2iBlw_000001_000011.mp4        <youtube_id>_<start:06d>_<end:06d>.<ext>
+          ...                                  (other names are fine; the id and
+        air drumming/                           times are then None)
+          ...
+      val/
+        ...
+      annotations/                             "csv": one CSV per split
+        train.csv                              label,youtube_id,time_start,time_end[,split]
+        val.csv                                abseiling,--07WQ2iBlw,1,11,train
+        test.csv                               (label is the class NAME)
+      trainlist.txt                            "list": "<path> <label index>" per line;
+      vallist.txt                              path relative to ROOT (may hold spaces)
+
+A CSV row points at ``ROOT/<split>/<label>/<youtube_id>_<start:06d>_<end:06d>.*``
+(or the same name directly in ``ROOT/<split>/``). Rows whose file is missing
+are kept in :attr:`DatasetIndex.missing` and counted in a warning, never
+dropped silently. If a CSV has a ``split`` column, only rows of the requested
+split are used, so one combined CSV works too.
+
+Class indices are positions in the sorted class names of *all* splits of the
+layout (``train``, ``val`` and ``test``, whichever exist), so train and val
+always agree. To pin the map across machines or dataset versions, store it
+once and pass it back::
+
+    index = load_index(root, "train")
+    save_classes(index.classes, "runs/exp1/classes.txt")   # anywhere writable
+    val = load_index(root, "val", classes=load_classes("runs/exp1/classes.txt"))
+
+Nothing is ever written under ``ROOT``, which may be read-only.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import os
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Literal, Sequence
+
+logger = logging.getLogger(__name__)
+
+Layout = Literal["auto", "folders", "csv", "list"]
+#: Split names a dataset may have (Kinetics' three).
+SPLITS: tuple[str, ...] = ("train", "val", "test")
+#: Columns a CSV must have; ``split`` is optional.
+CSV_REQUIRED = ("label", "youtube_id", "time_start", "time_end")
+#: File extensions counted as videos in the folders layout (lower case).
+VIDEO_EXTENSIONS = frozenset({
+    ".mp4", ".webm", ".mkv", ".avi", ".mov", ".m4v", ".flv", ".mpg", ".mpeg", ".ts", ".3gp",
+    ".ogv", ".wmv", ".ivf",
+})
+#: Older Kinetics releases call the val split "validate".
+_SPLIT_ALIASES = {"validate": "val", "validation": "val"}
+_KINETICS_NAME = re.compile(r"^(?P<id>.{11})_(?P<start>\d{6})_(?P<end>\d{6})$")
+_LAYOUTS = ("auto", "folders", "csv", "list")
+
+
+@dataclass(frozen=True)
+class VideoRecord:
+    """One video of a split.
+
+    Attributes:
+        path: absolute path of the file.
+        label: class index (position of ``class_name`` in :attr:`DatasetIndex.classes`).
+        class_name: class name, e.g. ``"air drumming"``.
+        split: ``"train"``, ``"val"`` or ``"test"``.
+        youtube_id: YouTube id when the CSV or the file name gives it, else None.
+        time_start, time_end: span in the source video, in seconds, where known.
+    """
+
+    path: str
+    label: int
+    class_name: str
+    split: str
+    youtube_id: str | None = None
+    time_start: float | None = None
+    time_end: float | None = None
+
+
+@dataclass(frozen=True)
+class DatasetIndex:
+    """The videos of one split.
+
+    Attributes:
+        root: dataset root (absolute).
+        split: the split these records are from.
+        layout: the layout that was parsed (``"folders"``, ``"csv"`` or ``"list"``).
+        classes: class names; position = label index.
+        records: the videos, sorted by path.
+        missing: absolute paths named by CSV rows (or list lines) whose file
+            does not exist, sorted; empty for the folders layout.
+    """
+
+    root: str
+    split: str
+    layout: str
+    classes: tuple[str, ...]
+    records: tuple[VideoRecord, ...]
+    missing: tuple[str, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    @property
+    def class_to_idx(self) -> dict[str, int]:
+        return {name: i for i, name in enumerate(self.classes)}
+
+
+def save_classes(classes: Sequence[str], path: str | os.PathLike) -> None:
+    """Write the class map, one name per line in label order (UTF-8).
+
+    Raises:
+        ValueError: a name is empty, has a line break or is listed twice.
+    """
+    for name in classes:
+        if not name or "\n" in name or "\r" in name or name != name.strip():
+            raise ValueError(f"class name {name!r} cannot be stored one per line "
+                             f"(empty, line break or surrounding spaces)")
+    if len(set(classes)) != len(classes):
+        raise ValueError(f"class names repeat: {sorted(n for n in set(classes) if list(classes).count(n) > 1)}")
+    Path(path).write_text("".join(f"{name}\n" for name in classes), encoding="utf-8")
+
+
+def load_classes(path: str | os.PathLike) -> tuple[str, ...]:
+    """Read a class map written by :func:`save_classes`.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: the file is empty or lists a class twice.
+    """
+    names = tuple(line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines()
+                  if line.strip())
+    if not names:
+        raise ValueError(f"class map {path} lists no classes")
+    if len(set(names)) != len(names):
+        raise ValueError(f"class map {path} lists a class twice")
+    return names
+
+
+def load_index(
+    root: str | os.PathLike,
+    split: str = "train",
+    *,
+    layout: Layout = "auto",
+    annotations: str | os.PathLike | None = None,
+    list_file: str | os.PathLike | None = None,
+    classes: Sequence[str] | None = None,
+) -> DatasetIndex:
+    """Index one split of a Kinetics-style dataset (layouts in the module docstring).
+
+    Args:
+        root: dataset root.
+        split: ``"train"``, ``"val"`` or ``"test"`` (``"validate"`` means ``"val"``).
+        layout: ``"auto"`` (default) uses, in this order, ``annotations`` or
+            ``list_file`` if given, else ``ROOT/annotations/<split>.csv``, else
+            ``ROOT/<split>/``, else ``ROOT/<split>list.txt``.
+        annotations: the split's CSV, if not ``ROOT/annotations/<split>.csv``.
+            Its directory is where the other splits' CSVs are looked for.
+        list_file: the split's list file, if not ``ROOT/<split>list.txt``.
+        classes: a stored class map (see :func:`load_classes`) to use instead of
+            computing one from all splits.
+
+    Returns:
+        :class:`DatasetIndex` with records sorted by path.
+
+    Raises:
+        FileNotFoundError: ``root``, or the file or folder the layout needs, is missing.
+        ValueError: unknown split or layout; the split has no videos; a CSV lacks
+            columns; a list line is malformed; a class is not in ``classes``.
+    """
+    root_path = Path(os.path.abspath(root))
+    if not root_path.is_dir():
+        raise FileNotFoundError(f"dataset root {root_path} does not exist or is not a directory")
+    split = _check_split(split)
+    if layout not in _LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}; choose from {', '.join(_LAYOUTS)}")
+    if classes is not None:
+        classes = tuple(classes)
+        if not classes:
+            raise ValueError("classes= is empty; pass the stored class map or None")
+
+    csv_path = Path(annotations) if annotations is not None else _default_csv(root_path, split)
+    list_path = Path(list_file) if list_file is not None else root_path / f"{split}list.txt"
+    if layout == "auto":
+        layout = _pick_layout(root_path, split, csv_path, list_path,
+                              annotations is not None, list_file is not None)
+
+    if layout == "folders":
+        index = _load_folders(root_path, split, classes)
+    elif layout == "csv":
+        index = _load_csv(root_path, split, csv_path, classes)
+    else:
+        index = _load_list(root_path, split, list_path, classes)
+    if index.missing:
+        shown = ", ".join(index.missing[:3]) + (", ..." if len(index.missing) > 3 else "")
+        warnings.warn(f"{len(index.missing)} file(s) of split {split!r} listed in the "
+                      f"{index.layout} index are missing from {root_path}: {shown} "
+                      f"(see DatasetIndex.missing)", stacklevel=2)
+    return index
+
+
+def _check_split(split: str) -> str:
+    split = _SPLIT_ALIASES.get(split, split)
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; allowed: {', '.join(SPLITS)}")
+    return split
+
+
+def _default_csv(root: Path, split: str) -> Path:
+    path = root / "annotations" / f"{split}.csv"
+    if not path.exists():
+        for alias, name in _SPLIT_ALIASES.items():
+            if name == split and (root / "annotations" / f"{alias}.csv").exists():
+                return root / "annotations" / f"{alias}.csv"
+    return path
+
+
+def _pick_layout(root: Path, split: str, csv_path: Path, list_path: Path,
+                 csv_given: bool, list_given: bool) -> str:
+    if csv_given:
+        return "csv"
+    if list_given:
+        return "list"
+    if csv_path.is_file():
+        return "csv"
+    if (root / split).is_dir():
+        return "folders"
+    if list_path.is_file():
+        return "list"
+    raise FileNotFoundError(
+        f"no {split!r} split under {root}: looked for {csv_path}, {root / split}/ and {list_path}")
+
+
+def _class_map(names: Iterable[str], classes: tuple[str, ...] | None) -> tuple[str, ...]:
+    return classes if classes is not None else tuple(sorted(set(names)))
+
+
+def _label_of(name: str, classes: tuple[str, ...], lookup: dict[str, int], where: str) -> int:
+    try:
+        return lookup[name]
+    except KeyError:
+        raise ValueError(f"class {name!r} ({where}) is not in the class map of {len(classes)} "
+                         f"classes; the stored map is stale or from another dataset") from None
+
+
+def _split_dirs(root: Path) -> list[Path]:
+    return [root / s for s in SPLITS if (root / s).is_dir()]
+
+
+def _parse_name(path: Path) -> tuple[str | None, float | None, float | None]:
+    """YouTube id and times from a Kinetics file name, or Nones."""
+    match = _KINETICS_NAME.match(path.stem)
+    if match is None:
+        return None, None, None
+    return match["id"], float(match["start"]), float(match["end"])
+
+
+def _empty_split(root: Path, split: str, layout: str, source: Path, missing: int = 0) -> ValueError:
+    extra = f" ({missing} listed file(s) are missing)" if missing else ""
+    return ValueError(f"split {split!r} is empty: no videos found in {root / split} "
+                      f"via the {layout} layout ({source}){extra}")
+
+
+def _load_folders(root: Path, split: str, classes: tuple[str, ...] | None) -> DatasetIndex:
+    split_dir = root / split
+    if not split_dir.is_dir():
+        raise FileNotFoundError(f"split folder {split_dir} does not exist")
+    names = (d.name for s in _split_dirs(root) for d in s.iterdir() if d.is_dir())
+    classes = _class_map(names, classes)
+    lookup = {name: i for i, name in enumerate(classes)}
+    records = []
+    for class_dir in sorted(d for d in split_dir.iterdir() if d.is_dir()):
+        for path in sorted(class_dir.iterdir()):
+            if path.name.startswith(".") or path.suffix.lower() not in VIDEO_EXTENSIONS:
+                logger.debug("not a video, skipped: %s", path)
+                continue
+            label = _label_of(class_dir.name, classes, lookup, f"folder {class_dir}")
+            records.append(VideoRecord(str(path), label, class_dir.name, split, *_parse_name(path)))
+    if not records:
+        raise _empty_split(root, split, "folders", split_dir)
+    records.sort(key=lambda r: r.path)
+    return DatasetIndex(str(root), split, "folders", classes, tuple(records))
+
+
+def _read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    with open(path, encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f)
+        columns = [c.strip() for c in (reader.fieldnames or [])]
+        rows = [{k.strip(): (v or "").strip() for k, v in row.items() if k is not None}
+                for row in reader]
+    missing = [c for c in CSV_REQUIRED if c not in columns]
+    if missing:
+        raise ValueError(f"annotation CSV {path} lacks column(s) {', '.join(missing)}: it has "
+                         f"{', '.join(columns) or 'no header'}; expected "
+                         f"{','.join(CSV_REQUIRED)}[,split]")
+    return columns, rows
+
+
+def _load_csv(root: Path, split: str, csv_path: Path, classes: tuple[str, ...] | None) -> DatasetIndex:
+    if not csv_path.is_file():
+        raise FileNotFoundError(f"annotation CSV {csv_path} does not exist")
+    columns, rows = _read_csv(csv_path)
+    if "split" in columns:
+        rows = [r for r in rows if _SPLIT_ALIASES.get(r["split"], r["split"]) == split]
+    if classes is None:
+        names = {r["label"] for r in rows}
+        for other in SPLITS:  # the other splits' CSVs beside this one
+            other_path = csv_path.parent / f"{other}.csv"
+            if other != split and other_path.is_file():
+                names |= {r["label"] for r in _read_csv(other_path)[1] if r["label"]}
+        classes = _class_map(names, None)
+    lookup = {name: i for i, name in enumerate(classes)}
+
+    records, missing = [], []
+    folders: dict[Path, dict[str, str]] = {}
+    for line, row in enumerate(rows, start=2):
+        where = f"{csv_path} line {line}"
+        try:
+            start, end = float(row["time_start"]), float(row["time_end"])
+        except ValueError as err:
+            raise ValueError(f"{where}: time_start/time_end must be numbers, got "
+                             f"{row['time_start']!r}, {row['time_end']!r}") from err
+        label = _label_of(row["label"], classes, lookup, where)
+        stem = f"{row['youtube_id']}_{int(start):06d}_{int(end):06d}"
+        candidates = (root / split / row["label"], root / split)
+        found = None
+        for folder in candidates:
+            if folder not in folders:
+                folders[folder] = _stems(folder)
+            found = folders[folder].get(stem)
+            if found is not None:
+                break
+        if found is None:
+            missing.append(str(candidates[0] / f"{stem}.*"))
+            continue
+        records.append(VideoRecord(found, label, row["label"], split, row["youtube_id"], start, end))
+    if not records:
+        raise _empty_split(root, split, "csv", csv_path, len(missing))
+    records.sort(key=lambda r: r.path)
+    return DatasetIndex(str(root), split, "csv", classes, tuple(records), tuple(sorted(missing)))
+
+
+def _stems(folder: Path) -> dict[str, str]:
+    """Video files in ``folder`` by stem (first in name order wins)."""
+    if not folder.is_dir():
+        return {}
+    stems: dict[str, str] = {}
+    for path in sorted(folder.iterdir()):
+        if path.suffix.lower() in VIDEO_EXTENSIONS and path.is_file():
+            stems.setdefault(path.stem, str(path))
+    return stems
+
+
+def _read_list(path: Path) -> list[tuple[str, int, int]]:
+    """``(relative path, label, line number)`` per non-empty line."""
+    entries = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            line = line.rstrip("\r\n")
+            if not line.strip():
+                continue
+            rel, _, label = line.rstrip().rpartition(" ")
+            if not rel or not label.lstrip("-").isdigit():
+                raise ValueError(f"{path} line {number}: expected '<path> <label index>', got {line!r}")
+            if int(label) < 0:
+                raise ValueError(f"{path} line {number}: label index must be >= 0, got {label}")
+            entries.append((rel, int(label), number))
+    return entries
+
+
+def _load_list(root: Path, split: str, list_path: Path, classes: tuple[str, ...] | None) -> DatasetIndex:
+    if not list_path.is_file():
+        raise FileNotFoundError(f"list file {list_path} does not exist")
+    entries = _read_list(list_path)
+    if classes is None:
+        # Lists carry indices only; names come from the parent folders
+        # (<split>/<class>/<file>) of this and the other splits' lists.
+        seen: dict[int, tuple[str, str]] = {}
+        for other in SPLITS:
+            other_path = list_path if other == split else list_path.parent / f"{other}list.txt"
+            if other != split and not other_path.is_file():
+                continue
+            for rel, label, number in (entries if other == split else _read_list(other_path)):
+                name = Path(rel).parent.name
+                where = f"{other_path} line {number}"
+                if label in seen and seen[label][0] != name:
+                    raise ValueError(
+                        f"{where}: label {label} is folder {name!r} here but {seen[label][0]!r} at "
+                        f"{seen[label][1]}; pass classes= (see load_classes) to name the labels")
+                seen.setdefault(label, (name, where))
+        gaps = sorted(set(range(max(seen) + 1)) - set(seen)) if seen else []
+        if gaps:
+            raise ValueError(f"{list_path}: no file names the class of label(s) {gaps[:10]}; "
+                             f"pass classes= (see load_classes) to name every label")
+        classes = tuple(seen[i][0] for i in range(len(seen)))
+    records, missing = [], []
+    for rel, label, number in entries:
+        if label >= len(classes):
+            raise ValueError(f"{list_path} line {number}: label {label} is outside the class map "
+                             f"of {len(classes)} classes")
+        path = root / rel
+        if not path.is_file():
+            missing.append(str(path))
+            continue
+        records.append(VideoRecord(str(path), label, classes[label], split, *_parse_name(path)))
+    if not records:
+        raise _empty_split(root, split, "list", list_path, len(missing))
+    records.sort(key=lambda r: r.path)
+    return DatasetIndex(str(root), split, "list", classes, tuple(records), tuple(sorted(missing)))
+
+
+__all__ = ["VideoRecord", "DatasetIndex", "load_index", "save_classes", "load_classes", "SPLITS",
+           "CSV_REQUIRED", "VIDEO_EXTENSIONS", "Layout"]
