@@ -10,7 +10,7 @@ kind             what the file is
 ===============  ==========================================================
 ``zero_bytes``   an empty ``.mp4`` (an interrupted download)
 ``truncated``    an H.264 MP4 with its index in front (``faststart``), cut in
-                 the middle of its media data: it opens, reports all its
+                 the middle of its middle packet: it opens, reports all its
                  frames, and decoding stops with an error part way
 ``garbage``      random bytes with an ``.mp4`` extension
 ``header_only``  ``ftyp`` + ``moov`` + an empty ``mdat``: a valid header that
@@ -59,7 +59,9 @@ KIND_CONTENT: dict[str, tuple[str | None, bool]] = {
     "vfr": ("h264", True),
     "no_video": ("aac", False),
 }
-#: Where in the media data a ``truncated`` file is cut (fraction of its bytes).
+#: Which packet a ``truncated`` file is cut in the middle of (fraction of its
+#: packets in file order; a byte fraction would often cut the first keyframe,
+#: which can hold most of a short clip's bytes).
 TRUNCATE_AT = 0.5
 #: Size of a ``garbage`` file, in bytes.
 GARBAGE_BYTES = 64 * 1024
@@ -121,10 +123,7 @@ def write_broken(path: str | Path, kind: BrokenKind, content: ClipContent) -> No
     elif kind in ("truncated", "header_only"):
         write_video(path, content.frames(), default_spec("h264", fps=content.fps),
                     container_options={"movflags": "faststart"})
-        payload_start, payload_end = _mdat_payload(path)
-        keep = payload_start if kind == "header_only" else (
-            payload_start + int((payload_end - payload_start) * TRUNCATE_AT))
-        os.truncate(path, keep)
+        os.truncate(path, _mdat_payload(path)[0] if kind == "header_only" else _mid_packet(path))
     elif kind == "yuv444":
         write_video(path, content.frames(), default_spec("h264", fps=content.fps, pix_fmt="yuv444p"))
     elif kind == "ten_bit":
@@ -172,6 +171,16 @@ def _mdat_payload(path: Path) -> tuple[int, int]:
                 break
             offset += size
     raise ValueError(f"{path}: no top-level mdat box found; is it an MP4?")
+
+
+def _mid_packet(path: Path) -> int:
+    """Byte offset in the middle of packet ``TRUNCATE_AT * num_packets`` (file order)."""
+    with av.open(str(path)) as container:
+        packets = sorted((p.pos, p.size) for p in container.demux(video=0) if p.size and p.pos >= 0)
+    if not packets:
+        raise ValueError(f"{path}: no video packets to cut")
+    pos, size = packets[min(len(packets) - 1, int(len(packets) * TRUNCATE_AT))]
+    return pos + max(1, size // 2)
 
 
 def _write_audio_only(path: Path, duration_s: float, seed: int) -> None:
