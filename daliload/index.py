@@ -132,7 +132,8 @@ def save_classes(classes: Sequence[str], path: str | os.PathLike) -> None:
             raise ValueError(f"class name {name!r} cannot be stored one per line "
                              f"(empty, line break or surrounding spaces)")
     if len(set(classes)) != len(classes):
-        raise ValueError(f"class names repeat: {sorted(n for n in set(classes) if list(classes).count(n) > 1)}")
+        repeated = sorted(n for n in set(classes) if list(classes).count(n) > 1)
+        raise ValueError(f"class names repeat: {repeated}")
     Path(path).write_text("".join(f"{name}\n" for name in classes), encoding="utf-8")
 
 
@@ -311,7 +312,8 @@ def _read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
     return columns, rows
 
 
-def _load_csv(root: Path, split: str, csv_path: Path, classes: tuple[str, ...] | None) -> DatasetIndex:
+def _load_csv(root: Path, split: str, csv_path: Path,
+              classes: tuple[str, ...] | None) -> DatasetIndex:
     if not csv_path.is_file():
         raise FileNotFoundError(f"annotation CSV {csv_path} does not exist")
     columns, rows = _read_csv(csv_path)
@@ -348,7 +350,8 @@ def _load_csv(root: Path, split: str, csv_path: Path, classes: tuple[str, ...] |
         if found is None:
             missing.append(str(candidates[0] / f"{stem}.*"))
             continue
-        records.append(VideoRecord(found, label, row["label"], split, row["youtube_id"], start, end))
+        records.append(
+            VideoRecord(found, label, row["label"], split, row["youtube_id"], start, end))
     if not records:
         raise _empty_split(root, split, "csv", csv_path, len(missing))
     records.sort(key=lambda r: r.path)
@@ -376,14 +379,16 @@ def _read_list(path: Path) -> list[tuple[str, int, int]]:
                 continue
             rel, _, label = line.rstrip().rpartition(" ")
             if not rel or not label.lstrip("-").isdigit():
-                raise ValueError(f"{path} line {number}: expected '<path> <label index>', got {line!r}")
+                raise ValueError(
+                    f"{path} line {number}: expected '<path> <label index>', got {line!r}")
             if int(label) < 0:
                 raise ValueError(f"{path} line {number}: label index must be >= 0, got {label}")
             entries.append((rel, int(label), number))
     return entries
 
 
-def _load_list(root: Path, split: str, list_path: Path, classes: tuple[str, ...] | None) -> DatasetIndex:
+def _load_list(root: Path, split: str, list_path: Path,
+               classes: tuple[str, ...] | None) -> DatasetIndex:
     if not list_path.is_file():
         raise FileNotFoundError(f"list file {list_path} does not exist")
     entries = _read_list(list_path)

@@ -36,7 +36,8 @@ def _files(root: Path) -> dict[str, int]:
 def test_three_layouts_give_identical_records(generated, split):
     root = Path(generated.root)
     before = _files(root)
-    indexes = {layout: load_index(root, split, layout=layout) for layout in ("folders", "csv", "list")}
+    indexes = {layout: load_index(root, split, layout=layout)
+               for layout in ("folders", "csv", "list")}
     assert _files(root) == before  # nothing written under ROOT
     folders = indexes["folders"]
     for layout, index in indexes.items():
@@ -61,9 +62,9 @@ def test_auto_prefers_csv_then_folders_then_list(copy):
     (copy / "vallist.txt").rename(moved / "vallist.txt")
     assert load_index(copy, "val", list_file=moved / "vallist.txt").layout == "list"
     shutil.rmtree(copy / "val")
-    with pytest.raises(FileNotFoundError, match=re.escape(
-            f"no 'val' split under {copy}: looked for {copy / 'annotations' / 'val.csv'}, {copy / 'val'}/ "
-            f"and {copy / 'vallist.txt'}")):
+    looked = f"{copy / 'annotations' / 'val.csv'}, {copy / 'val'}/ and {copy / 'vallist.txt'}"
+    with pytest.raises(FileNotFoundError,
+                       match=re.escape(f"no 'val' split under {copy}: looked for {looked}")):
         load_index(copy, "val")
 
 
@@ -72,10 +73,12 @@ def test_class_map_comes_from_all_splits(copy):
     shutil.rmtree(copy / "val" / "still")
     (copy / "val" / "zigzag").mkdir()
     (copy / "val" / "zigzag" / "ABCDEFGHIJK_000001_000002.mp4").write_bytes(b"")
-    train, val = load_index(copy, "train", layout="folders"), load_index(copy, "val", layout="folders")
+    train = load_index(copy, "train", layout="folders")
+    val = load_index(copy, "val", layout="folders")
     assert train.classes == val.classes == ("bounce vertical", "still", "sway horizontal", "zigzag")
     assert {r.class_name: r.label for r in val.records}["zigzag"] == 3
-    assert train.class_to_idx == {"bounce vertical": 0, "still": 1, "sway horizontal": 2, "zigzag": 3}
+    assert train.class_to_idx == {"bounce vertical": 0, "still": 1, "sway horizontal": 2,
+                                  "zigzag": 3}
 
 
 def test_stored_class_map_is_reused(generated, tmp_path):
@@ -90,7 +93,8 @@ def test_stored_class_map_is_reused(generated, tmp_path):
     assert val.classes == bigger
     assert {r.class_name: r.label for r in val.records} == {"bounce vertical": 1, "still": 2,
                                                             "sway horizontal": 3}
-    assert load_index(generated.root, "val", layout="folders", classes=bigger).records == val.records
+    by_folders = load_index(generated.root, "val", layout="folders", classes=bigger)
+    assert by_folders.records == val.records
     # A list file's labels are indices: classes= names them, it cannot renumber them.
     assert load_index(generated.root, "val", layout="list", classes=stored).records == \
         load_index(generated.root, "val", layout="folders").records
@@ -98,10 +102,11 @@ def test_stored_class_map_is_reused(generated, tmp_path):
 
 def test_stale_class_map_is_rejected(generated):
     for layout, where in (("folders", "folder"), ("csv", r"val.csv line \d")):
-        with pytest.raises(ValueError, match=rf"class '[a-z ]+' \(.*{where}.*is not in the class map "
-                                             r"of 2 classes; the stored map is stale"):
+        with pytest.raises(ValueError, match=rf"class '[a-z ]+' \(.*{where}.*is not in the class "
+                                             r"map of 2 classes; the stored map is stale"):
             load_index(generated.root, "val", layout=layout, classes=("archery", "still"))
-    with pytest.raises(ValueError, match=r"vallist.txt line \d: label 2 is outside the class map of 2"):
+    with pytest.raises(ValueError,
+                       match=r"vallist.txt line \d: label 2 is outside the class map of 2"):
         load_index(generated.root, "val", layout="list", classes=("a", "b"))
 
 
@@ -119,8 +124,8 @@ def test_missing_csv_files_are_reported_not_dropped(copy, generated):
     gone = [c for c in generated.split("train")][:2]
     for c in gone:
         (copy / c.path).unlink()
-    with pytest.warns(UserWarning, match=r"2 file\(s\) of split 'train' listed in the csv index are "
-                                         r"missing from .*see DatasetIndex.missing"):
+    with pytest.warns(UserWarning, match=r"2 file\(s\) of split 'train' listed in the csv index "
+                                         r"are missing from .*see DatasetIndex.missing"):
         index = load_index(copy, "train")
     assert index.missing == tuple(sorted(
         str(copy / "train" / c.class_name / f"{c.youtube_id}_{c.time_start:06d}_{c.time_end:06d}.*")
@@ -136,9 +141,10 @@ def test_missing_csv_files_are_reported_not_dropped(copy, generated):
 def test_all_files_missing_is_an_empty_split(copy, generated):
     for c in generated.split("val"):
         (copy / c.path).unlink()
-    with pytest.raises(
-            ValueError, match=rf"split 'val' is empty: no videos found in {re.escape(str(copy / 'val'))} "
-                              r"via the csv layout .*\(3 listed file\(s\) are missing\)"):
+    val_dir = re.escape(str(copy / "val"))
+    with pytest.raises(ValueError, match=rf"split 'val' is empty: no videos found in {val_dir} "
+                                         r"via the csv layout .*"
+                                         r"\(3 listed file\(s\) are missing\)"):
         load_index(copy, "val")
 
 
@@ -171,8 +177,8 @@ def test_folders_layout_takes_any_video_name_and_skips_other_files(tmp_path):
 # ---------------------------------------------------------------- bad input
 
 def test_missing_root(tmp_path):
-    with pytest.raises(FileNotFoundError, match=rf"dataset root {re.escape(str(tmp_path / 'nope'))} "
-                                                r"does not exist"):
+    nope = re.escape(str(tmp_path / "nope"))
+    with pytest.raises(FileNotFoundError, match=rf"dataset root {nope} does not exist"):
         load_index(tmp_path / "nope")
 
 
@@ -182,22 +188,24 @@ def test_unknown_split_lists_allowed(generated):
 
 
 def test_unknown_layout(generated):
-    with pytest.raises(ValueError, match=r"unknown layout 'json'; choose from auto, folders, csv, list"):
+    with pytest.raises(ValueError,
+                       match=r"unknown layout 'json'; choose from auto, folders, csv, list"):
         load_index(generated.root, layout="json")
 
 
 def test_empty_split_names_the_folder(tmp_path):
     (tmp_path / "train" / "abseiling").mkdir(parents=True)
     (tmp_path / "train" / "abseiling" / "readme.txt").write_text("no videos here")
+    train_dir = re.escape(str(tmp_path / "train"))
     with pytest.raises(ValueError, match=rf"split 'train' is empty: no videos found in "
-                                         rf"{re.escape(str(tmp_path / 'train'))} via the folders layout"):
+                                         rf"{train_dir} via the folders layout"):
         load_index(tmp_path, "train")
 
 
 def test_explicit_layout_with_missing_source(generated, tmp_path):
     (tmp_path / "train").mkdir()
-    with pytest.raises(FileNotFoundError, match=rf"annotation CSV {re.escape(str(tmp_path))}.*train.csv "
-                                                r"does not exist"):
+    csv_path = re.escape(str(tmp_path / "annotations" / "train.csv"))
+    with pytest.raises(FileNotFoundError, match=rf"annotation CSV {csv_path} does not exist"):
         load_index(tmp_path, layout="csv")
     with pytest.raises(FileNotFoundError, match=r"list file .*trainlist.txt does not exist"):
         load_index(tmp_path, layout="list")
@@ -209,19 +217,21 @@ def test_csv_without_needed_columns(copy):
     path = copy / "annotations" / "train.csv"
     with open(path, "w", newline="") as f:
         csv.writer(f).writerows([["label", "youtube_id", "start", "end"], ["still", "x", "1", "2"]])
-    with pytest.raises(ValueError, match=rf"annotation CSV {re.escape(str(path))} lacks column\(s\) "
-                                         r"time_start, time_end: it has label, youtube_id, start, end; "
-                                         r"expected label,youtube_id,time_start,time_end\[,split\]"):
+    with pytest.raises(ValueError, match=(
+            rf"annotation CSV {re.escape(str(path))} lacks column\(s\) time_start, time_end: "
+            r"it has label, youtube_id, start, end; "
+            r"expected label,youtube_id,time_start,time_end\[,split\]")):
         load_index(copy, "train")
     path.write_text("")
-    with pytest.raises(ValueError, match=r"lacks column\(s\) label, youtube_id, time_start, time_end: "
-                                         r"it has no header"):
+    with pytest.raises(ValueError, match=r"lacks column\(s\) label, youtube_id, time_start, "
+                                         r"time_end: it has no header"):
         load_index(copy, "train")
 
 
 def test_csv_with_bad_times(copy):
     path = copy / "annotations" / "val.csv"
-    path.write_text("label,youtube_id,time_start,time_end,split\nstill,abcdefghijk,soon,later,val\n")
+    path.write_text("label,youtube_id,time_start,time_end,split\n"
+                    "still,abcdefghijk,soon,later,val\n")
     with pytest.raises(ValueError, match=r"val.csv line 2: time_start/time_end must be numbers, "
                                          r"got 'soon', 'later'"):
         load_index(copy, "val")
@@ -234,8 +244,8 @@ def test_malformed_list_lines(copy):
                                          r"got 'train/still/b.mp4'"):
         load_index(copy, "train", layout="list")
     path.write_text("train/still/a.mp4 1\ntrain/blink/b.mp4 1\n")
-    with pytest.raises(ValueError, match=r"line 2: label 1 is folder 'blink' here but 'still' at .* "
-                                         r"pass classes="):
+    with pytest.raises(ValueError, match=r"line 2: label 1 is folder 'blink' here but 'still' "
+                                         r"at .* pass classes="):
         load_index(copy, "train", layout="list")
     path.write_text("train/still/a.mp4 4\n")
     (copy / "vallist.txt").unlink()

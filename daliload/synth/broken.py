@@ -125,7 +125,8 @@ def write_broken(path: str | Path, kind: BrokenKind, content: ClipContent) -> No
                     container_options={"movflags": "faststart"})
         os.truncate(path, _mdat_payload(path)[0] if kind == "header_only" else _mid_packet(path))
     elif kind == "yuv444":
-        write_video(path, content.frames(), default_spec("h264", fps=content.fps, pix_fmt="yuv444p"))
+        write_video(path, content.frames(),
+                    default_spec("h264", fps=content.fps, pix_fmt="yuv444p"))
     elif kind == "ten_bit":
         write_video(path, content.frames(),
                     default_spec("h264", fps=content.fps, pix_fmt="yuv420p10le"))

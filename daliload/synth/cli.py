@@ -19,12 +19,15 @@ def _size(text: str) -> tuple[int, int]:
     try:
         width, height = (int(v) for v in text.lower().split("x"))
     except ValueError as err:
-        raise argparse.ArgumentTypeError(f"size must be WIDTHxHEIGHT, e.g. 340x256, got {text!r}") from err
+        raise argparse.ArgumentTypeError(
+            f"size must be WIDTHxHEIGHT, e.g. 340x256, got {text!r}") from err
     return width, height
 
 
 def _mix(kind: str, parse_key):
     """argparse type for ``a=0.7,b=0.3`` (a bare ``a`` means share 1)."""
+
+    example = "h264=0.7,vp9=0.3" if kind == "codec" else "30=0.8,25=0.1,29.97=0.1"
 
     def parse(text: str) -> dict:
         mix = {}
@@ -34,8 +37,8 @@ def _mix(kind: str, parse_key):
                 mix[parse_key(key.strip())] = float(share) if share else 1.0
             except ValueError as err:
                 raise argparse.ArgumentTypeError(
-                    f"bad {kind} mix item {item!r} in {text!r}: {err}; write e.g. "
-                    f"{'h264=0.7,vp9=0.3' if kind == 'codec' else '30=0.8,25=0.1,29.97=0.1'}") from err
+                    f"bad {kind} mix item {item!r} in {text!r}: {err}; write e.g. {example}"
+                ) from err
         return mix
 
     return parse
@@ -59,7 +62,8 @@ def _kinds(text: str) -> tuple[str, ...]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = SynthSpec()
     parser.add_argument("root", help="dataset directory to write (created if missing)")
-    parser.add_argument("--classes", type=int, default=d.num_classes, help="number of classes (%(default)s)")
+    parser.add_argument("--classes", type=int, default=d.num_classes,
+                        help="number of classes (%(default)s)")
     parser.add_argument("--clips-per-class", type=int, default=d.clips_per_class,
                         help="files per class over both splits (%(default)s)")
     parser.add_argument("--val-fraction", type=float, default=d.val_fraction,
@@ -70,9 +74,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="clip length in seconds (%(default)s)")
     parser.add_argument("--fps", type=_mix("fps", parse_fps), default=None, metavar="FPS=SHARE,...",
                         help="frame-rate mix (default 30=0.8,25=0.1,29.97=0.1)")
-    parser.add_argument("--codecs", type=_mix("codec", _codec), default=None, metavar="CODEC=SHARE,...",
-                        help=f"codec mix of the normal files, from {', '.join(sorted(CODEC_PRESETS))} "
-                             "(default h264)")
+    parser.add_argument("--codecs", type=_mix("codec", _codec), default=None,
+                        metavar="CODEC=SHARE,...",
+                        help="codec mix of the normal files, from "
+                             f"{', '.join(sorted(CODEC_PRESETS))} (default h264)")
     parser.add_argument("--broken-fraction", type=float, default=d.broken_fraction,
                         help="share of files that are broken or odd (%(default)s)")
     parser.add_argument("--broken-kinds", type=_kinds, default=BROKEN_KINDS, metavar="KIND,...",

@@ -22,9 +22,12 @@ Label indices are positions in the class names sorted alphabetically (as
 torchvision and mmaction number Kinetics classes), so they match what
 :func:`daliload.index.load_index` computes from any of the three layouts.
 
-Everything is a pure function of :class:`SynthSpec` (including its seed):
+Everything is a function of :class:`SynthSpec` (including its seed):
 :func:`plan_dataset` decides every file without encoding anything, and the
-same spec gives the same files, names and listings.
+same spec gives the same names, listings and rendered frames. Encoded bytes
+may still differ between runs (libvpx's realtime mode adapts to the time it
+has, and libx264's output was seen to vary when CPUs were contended), so
+compare decoded frame codes, not file hashes.
 """
 
 from __future__ import annotations
@@ -128,8 +131,8 @@ class SynthSpec:
 
     def __post_init__(self) -> None:
         if self.num_classes < 1 or self.clips_per_class < 1:
-            raise ValueError(f"need at least one class and one clip per class, got "
-                             f"num_classes={self.num_classes}, clips_per_class={self.clips_per_class}")
+            raise ValueError(f"need at least one class and one clip per class, got num_classes="
+                             f"{self.num_classes}, clips_per_class={self.clips_per_class}")
         if not 0.0 <= self.val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
         if self.width < 32 or self.height < 32 or self.width % 2 or self.height % 2:
@@ -420,8 +423,10 @@ def generate_dataset(
                 _write_clip(str(root_path), spec, clip)
                 bar.update()
         else:
+            # Not fork: the caller may hold threads (torch, tqdm) that a fork would copy mid-lock.
             methods = multiprocessing.get_all_start_methods()
-            context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+            context = multiprocessing.get_context(
+                "forkserver" if "forkserver" in methods else "spawn")
             with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
                 futures = [pool.submit(_write_clip, str(root_path), spec, c) for c in clips]
                 try:
