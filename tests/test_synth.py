@@ -72,6 +72,8 @@ def test_plan_apportions_codecs_fps_and_broken_kinds_exactly():
     assert Counter(c.fps for c in clips) == {Fraction(30): 80, Fraction(25): 10,
                                              Fraction(30000, 1001): 10}
     assert Counter(c.split for c in clips) == {"train": 80, "val": 20}
+    one_each = SynthSpec(num_classes=2, clips_per_class=1, val_fraction=0.9)
+    assert [c.split for c in plan_dataset(one_each)] == ["train", "train"]
     assert all(c.num_frames == round(10 * c.fps) for c in clips if c.broken is None)
     # Label = position in the sorted class names; names have spaces, as Kinetics' do.
     assert spec.class_names == tuple(sorted(spec.class_names))

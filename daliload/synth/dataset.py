@@ -101,7 +101,8 @@ class SynthSpec:
             ``1 + c // 9`` (see :mod:`daliload.synth.content`).
         clips_per_class: files per class, over both splits.
         val_fraction: share of each class's files that go to ``val``
-            (rounded per class; 0 writes no val split).
+            (rounded per class, leaving at least one train file; 0 writes no
+            val split).
         width, height: frame size in pixels, even (default 340x256, Kinetics' size).
         duration_s: clip length in seconds; a clip has ``round(duration_s * fps)`` frames.
         fps_mix: frame rate -> share of files (weights are normalized; the counts
@@ -330,7 +331,8 @@ def plan_dataset(spec: SynthSpec) -> tuple[SynthClip, ...]:
     kinds: dict[int, BrokenKind] = {
         i: spec.broken_kinds[n % len(spec.broken_kinds)] for n, i in enumerate(broken_at)}
     codecs = iter(_spread(total - num_broken, spec.codec_mix, rng))
-    num_val = int(round(spec.clips_per_class * spec.val_fraction))
+    # Every class keeps at least one train file.
+    num_val = min(spec.clips_per_class - 1, int(round(spec.clips_per_class * spec.val_fraction)))
     span = math.ceil(spec.duration_s)
 
     clips = []
