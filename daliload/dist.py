@@ -1,0 +1,81 @@
+"""Where this process sits in a distributed job, and how to wait for the others.
+
+Reads ``torch.distributed`` when a process group is initialized, else the
+variables ``torchrun`` sets (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``), else
+defaults to a single process (rank 0 of 1). ``torch`` is imported only if it
+is already loaded or installed; nothing here initializes a process group.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def _dist() -> Any | None:
+    """``torch.distributed`` if it is available and initialized, else ``None``."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return None
+    if dist.is_available() and dist.is_initialized():
+        return dist
+    return None
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return int(value)
+    except ValueError as err:
+        raise ValueError(f"environment variable {name}={value!r} is not an integer") from err
+
+
+def is_distributed() -> bool:
+    """Whether a ``torch.distributed`` process group is initialized."""
+    return _dist() is not None
+
+
+def rank() -> int:
+    """Global rank of this process (0 when not distributed)."""
+    dist = _dist()
+    return dist.get_rank() if dist is not None else _env_int("RANK", 0)
+
+
+def world_size() -> int:
+    """Number of processes in the job (1 when not distributed)."""
+    dist = _dist()
+    return dist.get_world_size() if dist is not None else _env_int("WORLD_SIZE", 1)
+
+
+def local_rank() -> int:
+    """Rank of this process on its node: its GPU index (``LOCAL_RANK``, default 0)."""
+    return _env_int("LOCAL_RANK", 0)
+
+
+def barrier() -> None:
+    """Wait until every rank gets here; a no-op without a process group.
+
+    The wait is bounded by the ``timeout`` given to ``init_process_group``.
+    """
+    dist = _dist()
+    if dist is not None:
+        dist.barrier()
+
+
+def broadcast_object(obj: T, *, src: int = 0) -> T:
+    """Send a picklable object from rank ``src`` to every rank; returns it on all.
+
+    Also a barrier: every rank waits until ``src`` has sent. Without a process
+    group it returns ``obj`` unchanged.
+    """
+    dist = _dist()
+    if dist is None:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]

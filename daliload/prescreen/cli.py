@@ -1,0 +1,85 @@
+"""``daliload scan ROOT``: probe a dataset, update its manifest, print what goes where."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from daliload.prescreen.manifest import Manifest
+from daliload.prescreen.scan import default_manifest_path, scan
+
+HELP = "probe every video, route it to DALI, the PyAV fallback or out (bad), and cache that in a manifest"
+
+#: Fields of each ``--json`` object.
+JSON_FIELDS = ("path", "route", "reason", "num_frames", "fps", "width", "height", "codec", "pix_fmt")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("root", type=Path, help="dataset root (ROOT/<split>/<class>/<file>, or CSV/list layouts)")
+    parser.add_argument("--split", action="append", metavar="SPLIT",
+                        help="split to scan; repeat or comma-separate (default: train,val)")
+    parser.add_argument("--device", choices=("auto", "gpu", "cpu"), default="auto",
+                        help="device training decodes on; 'auto' = gpu if CUDA is available (default)")
+    parser.add_argument("--deep", action="store_true",
+                        help="also decode a window at each end of every file with its routed decoder")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="probe processes (default: one per CPU core; 0 = in this process)")
+    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                        help="per-file limit before a file is marked bad 'timeout' (default 30, 120 with --deep)")
+    parser.add_argument("--manifest", type=Path, default=None, metavar="PATH",
+                        help="manifest file (default: ROOT/.daliload/manifest.sqlite, or a per-user cache "
+                             "file when ROOT is not writable)")
+    parser.add_argument("--json", type=Path, default=None, metavar="PATH",
+                        help=f"also write a JSON array, one object per file: {', '.join(JSON_FIELDS)}")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _splits(values: list[str] | None) -> tuple[str, ...]:
+    if not values:
+        return ("train", "val")
+    return tuple(s.strip() for value in values for s in value.split(",") if s.strip())
+
+
+def _device(choice: str) -> str:
+    if choice != "auto":
+        return choice
+    import torch
+
+    return "gpu" if torch.cuda.is_available() else "cpu"
+
+
+def write_json(manifest_path: Path, json_path: Path, *, device: str, splits: tuple[str, ...]) -> int:
+    """Write the ``--json`` listing; returns the number of files written."""
+    count = 0
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    with Manifest(manifest_path) as manifest, open(json_path, "w", encoding="utf-8") as out:
+        out.write("[")
+        for split in splits:
+            for entry in manifest.entries(split, device=device):
+                item = {name: getattr(entry, name) for name in JSON_FIELDS}
+                out.write(("\n" if count == 0 else ",\n") + json.dumps(item))
+                count += 1
+        out.write("\n]\n")
+    return count
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    device = _device(args.device)
+    manifest_path = args.manifest or default_manifest_path(args.root)
+    try:
+        summary = scan(args.root, manifest_path=manifest_path, device=device, deep=args.deep,
+                       workers=args.workers, splits=_splits(args.split), progress=not args.quiet,
+                       timeout_s=args.timeout)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: everything probed so far is saved in {manifest_path}; "
+              "run the same command again to resume", file=sys.stderr)
+        return 130
+    print(summary.format())
+    if args.json is not None:
+        count = write_json(summary.manifest_path, args.json, device=device, splits=summary.splits)
+        print(f"\nwrote {count} files to {args.json}")
+    return 0

@@ -1,0 +1,172 @@
+"""The ``--deep`` check: decode a window at each end of a file with its routed decoder.
+
+The probe decodes only the first frame, so a file damaged mid-stream (a
+truncated download, overwritten packets) passes it. The deep check decodes
+:data:`WINDOW_FRAMES` frames at the start and the last :data:`WINDOW_FRAMES`
+frames with the decoder the file was routed to, and reroutes on failure::
+
+    dali  --(DALI fails)-->  fallback  --(PyAV fails)-->  bad
+
+- DALI: a tiny pipeline (one per worker process, built once) runs
+  ``fn.decoders.video`` on the file's bytes, ``device="mixed"`` for the GPU
+  route and ``"cpu"`` for the CPU route, with ``pad_mode="none"`` so a window
+  past DALI's own idea of the frame count is an error, not silent padding.
+  Without ``nvidia-dali`` installed the DALI part is skipped and the file keeps
+  its ``dali`` route with reason :data:`DALI_MISSING` (not counted as checked).
+- fallback: :func:`fallback.decode.decode_window`, the decoder the loader's
+  fallback path uses; it must also find at least as many frames as the probe
+  counted.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from daliload.prescreen.probe import ProbeResult
+from daliload.prescreen.rules import Device, Route
+
+logger = logging.getLogger(__name__)
+
+#: Frames decoded at each end of the file.
+WINDOW_FRAMES = 8
+#: Reason kept on a ``dali`` route whose DALI check could not run.
+DALI_MISSING = "deep check skipped: nvidia-dali is not installed"
+
+_pipelines: dict[tuple[str, int | None], Any] = {}  # per worker process: (backend, device_id) -> pipeline
+
+
+@dataclass(frozen=True)
+class DeepResult:
+    """Outcome of the deep check for one file on one device.
+
+    Attributes:
+        route: the route after the check.
+        reason: why it was rerouted (or why a check was skipped), else ``""``.
+        checked: whether the routed decoder actually decoded both windows.
+    """
+
+    route: Route
+    reason: str
+    checked: bool
+
+
+def windows(num_frames: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """``((start, length), (start, length))`` of the head and tail windows.
+
+    >>> windows(300)
+    ((0, 8), (292, 8))
+    >>> windows(3)
+    ((0, 3), (0, 3))
+    """
+    length = min(WINDOW_FRAMES, num_frames)
+    return (0, length), (num_frames - length, length)
+
+
+def _dali_error_text(err: BaseException) -> str:
+    """The line of a DALI error that says what failed (its text starts with the pipeline traceback)."""
+    text = str(err)
+    if "encountered:" in text:
+        text = text.split("encountered:", 1)[1]
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith(("Critical error", "Current pipeline", "C++ context")):
+            return line
+    return type(err).__name__
+
+
+def _dali_pipeline(device: Device, device_id: int) -> Any:
+    key = ("mixed" if device == "gpu" else "cpu", device_id if device == "gpu" else None)
+    if key not in _pipelines:
+        from nvidia.dali import fn, pipeline_def, types  # lazy: only deep checks need DALI
+
+        @pipeline_def(batch_size=2, num_threads=1, device_id=key[1], prefetch_queue_depth=1)
+        def window_pipeline():
+            encoded = fn.external_source(name="encoded", dtype=types.UINT8, ndim=1)
+            start = fn.external_source(name="start", dtype=types.INT32, ndim=0)
+            length = fn.external_source(name="length", dtype=types.INT32, ndim=0)
+            return fn.decoders.video(encoded, device=key[0], start_frame=start, sequence_length=length,
+                                     pad_mode="none")
+
+        pipe = window_pipeline()
+        pipe.build()
+        _pipelines[key] = pipe
+    return _pipelines[key]
+
+
+def dali_check(facts: ProbeResult, device: Device, *, device_id: int = 0) -> str:
+    """Decode both windows with DALI. Returns ``""`` on success, else what failed.
+
+    Raises:
+        ImportError: ``nvidia-dali`` is not installed.
+    """
+    pipe = _dali_pipeline(device, device_id)
+    encoded = np.fromfile(facts.path, dtype=np.uint8)
+    (head, head_len), (tail, tail_len) = windows(facts.num_frames)
+    pipe.feed_input("encoded", [encoded, encoded])
+    pipe.feed_input("start", [np.int32(head), np.int32(tail)])
+    pipe.feed_input("length", [np.int32(head_len), np.int32(tail_len)])
+    try:
+        (frames,) = pipe.run()
+    except RuntimeError as err:
+        return f"DALI ({device}) failed: {_dali_error_text(err)}"
+    got = [shape[0] for shape in frames.shape()]
+    if got != [head_len, tail_len]:
+        return f"DALI ({device}) returned {got} frames for windows of {[head_len, tail_len]}"
+    return ""
+
+
+def fallback_check(facts: ProbeResult) -> str:
+    """Decode both windows with the PyAV fallback. Returns ``""`` on success, else what failed."""
+    from fallback.decode import DecodeError, decode_window
+
+    for start, length in windows(facts.num_frames):
+        try:
+            clip = decode_window(facts.path, range(start, start + length))
+        except DecodeError as err:
+            return f"fallback failed: {err.reason}"
+        if clip.video_num_frames is not None and clip.video_num_frames < facts.num_frames:
+            return f"fallback decodes {clip.video_num_frames} of {facts.num_frames} frames"
+    return ""
+
+
+def deep_check(facts: ProbeResult, route: Route, reason: str, device: Device, *, allow_dali: bool = True,
+               device_id: int = 0) -> DeepResult:
+    """Check a routed file by decoding its head and tail windows; reroute on failure.
+
+    Args:
+        facts: the probe's result.
+        route, reason: what the rules (:func:`.rules.route_for`) gave on ``device``.
+        device: ``"gpu"`` or ``"cpu"``.
+        allow_dali: ``False`` after DALI crashed or hung on this file in an
+            earlier attempt: the file goes straight to the fallback check.
+        device_id: GPU index for the ``gpu`` DALI check.
+
+    Returns:
+        :class:`DeepResult`; a rerouted file's reason starts with ``"deep: "``
+        and says what failed, e.g. ``"deep: DALI (cpu) failed: ...; fallback
+        failed: ..."``. A file that passes keeps the rules' reason.
+    """
+    if route == "bad":
+        return DeepResult("bad", reason, True)
+    failures = []
+    if route == "dali":
+        if not allow_dali:
+            failures.append(f"DALI ({device}) crashed or hung")
+        else:
+            try:
+                failure = dali_check(facts, device, device_id=device_id)
+            except ImportError as err:
+                logger.debug("DALI deep check skipped for %s: %s", facts.path, err)
+                return DeepResult("dali", DALI_MISSING, False)
+            if not failure:
+                return DeepResult("dali", reason, True)
+            failures.append(failure)
+    failure = fallback_check(facts)
+    if not failure:
+        return DeepResult("fallback", "deep: " + failures[0] if failures else reason, True)
+    failures.append(failure)
+    return DeepResult("bad", "deep: " + "; ".join(failures), True)

@@ -1,0 +1,310 @@
+"""The cheap probe: what a video file is, from demuxing it and decoding one frame.
+
+:func:`probe_file` opens a file with PyAV, reads every packet of its video
+stream *without decoding them* (a 10-second 256p clip is ~300 small reads),
+and decodes exactly one frame (the first) to prove the stream decodes at all.
+From that it reports the facts the capability rules (:mod:`.rules`) and the
+loaders need:
+
+===============  ==========================================================
+container        demuxer name (``mov,mp4,m4a,3gp,3g2,mj2``, ``matroska,webm``, ``avi``)
+codec, profile   FFmpeg decoder name (``h264``, ``vp9``) and profile (``High``)
+pix_fmt          decoder pixel format, with ``bit_depth`` (luma bits) and
+                 ``chroma`` subsampling (``420``, ``422``, ``444``, ``400``, ``rgb``)
+width, height    coded size in pixels, before any ``rotation``
+rotation         degrees from the display matrix (FFmpeg's sign: ``-90``
+                 means "rotate 90 degrees clockwise to display")
+fps, base_fps    average frame rate and the container's base rate (``r_frame_rate``)
+num_frames       frames counted from packets (WebM headers say 0, AVI index
+                 entries may count dropped frames)
+keyframes        frame indices, in presentation order, whose packet is a keyframe
+vfr              variable-frame-rate hint: base and average rate disagree, or
+                 the presentation timestamps do not step evenly (gaps count)
+duration_s       from the packet timestamps when known
+===============  ==========================================================
+
+Frame counting follows what a decoder actually outputs, so counts match a full
+decode:
+
+- empty packets, packets FFmpeg marks *discard* (MP4 edit lists) do not count;
+- MPEG-4 Part 2 (Xvid/DivX in AVI): a tiny packet without a VOP start code is
+  padding, not a frame (packed B-frame streams carry 1-byte fillers);
+- VP8: a packet whose frame header says ``show_frame = 0`` (a hidden
+  alt-ref frame) is decoded but never shown.
+
+A file is *bad* (``ProbeResult.reason`` is set) when it cannot be opened, has
+no video stream, has no frames, fails to demux, its first frame fails to
+decode, or it is cut short: a packet the demuxer flags corrupt (read past the
+end of the file), or an MP4 whose sample table lists more packets than the
+file holds. Files damaged after the first frame pass the probe; the ``--deep``
+check (:mod:`.deep`) catches those.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from pathlib import Path
+
+import av
+from av.stream import Discard
+
+logger = logging.getLogger(__name__)
+
+#: VOP start code of MPEG-4 Part 2; a packet without one yields no frame.
+_MPEG4_VOP_START = b"\x00\x00\x01\xb6"
+#: Packets at least this large surely carry a picture; only smaller ones are inspected.
+_MPEG4_FILLER_MAX_BYTES = 16
+#: Demuxer options. ``avformat_find_stream_info`` (which PyAV always runs) would
+#: otherwise decode the first frame(s) itself to learn the pixel format, and the
+#: probe decodes the first frame anyway: an empty decoder whitelist stops that
+#: decode and halves the cost of probing a VP9 or H.264 file.
+_OPEN_OPTIONS = {"codec_whitelist": "null"}
+#: AVFieldOrder values above PROGRESSIVE (1) mean interlaced (TT, BB, TB, BT).
+_FIELD_ORDER_PROGRESSIVE = 1
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """Facts about one file. ``reason`` is empty when the file decodes.
+
+    Attributes:
+        path: the probed file.
+        reason: why the file is unusable (``""`` if it is usable), e.g.
+            ``"cannot open: InvalidDataError: Invalid data found when processing input"``.
+        has_video: whether the container has a video stream.
+        container: demuxer name.
+        codec: FFmpeg codec name of the video stream.
+        profile: codec profile name, ``None`` when FFmpeg reports none.
+        pix_fmt: decoder pixel format (``yuv420p``).
+        bit_depth: bits per luma sample.
+        chroma: chroma subsampling: ``420``, ``422``, ``444``, ``440``, ``411``,
+            ``400`` (grey) or ``rgb``.
+        width, height: coded frame size in pixels.
+        rotation: display rotation in degrees (FFmpeg's sign convention).
+        interlaced: the stream or its first frame is interlaced.
+        fps: average frame rate in frames per second.
+        base_fps: the container's base frame rate (``r_frame_rate``).
+        num_frames: frames counted from packets.
+        duration_s: duration in seconds.
+        keyframes: presentation-order indices of keyframes (ascending).
+        vfr: variable-frame-rate hint.
+    """
+
+    path: str
+    reason: str = ""
+    has_video: bool = False
+    container: str | None = None
+    codec: str | None = None
+    profile: str | None = None
+    pix_fmt: str | None = None
+    bit_depth: int | None = None
+    chroma: str | None = None
+    width: int | None = None
+    height: int | None = None
+    rotation: int = 0
+    interlaced: bool = False
+    fps: float | None = None
+    base_fps: float | None = None
+    num_frames: int = 0
+    duration_s: float | None = None
+    keyframes: tuple[int, ...] = ()
+    vfr: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """Whether the file passed the probe (it may still go to the fallback)."""
+        return not self.reason
+
+
+def describe_error(err: BaseException) -> str:
+    """``"ExcType: message"`` without the file name, so equal failures group together."""
+    message = getattr(err, "strerror", None) or str(err)
+    return f"{type(err).__name__}: {message}"
+
+
+def pixel_layout(pix_fmt: str | None) -> tuple[int | None, str | None]:
+    """``(bit_depth, chroma)`` of an FFmpeg pixel format name.
+
+    >>> pixel_layout("yuv420p10le")
+    (10, '420')
+    >>> pixel_layout("yuvj422p")
+    (8, '422')
+    """
+    if not pix_fmt:
+        return None, None
+    try:
+        fmt = av.VideoFormat(pix_fmt, 16, 16)
+    except (ValueError, av.FFmpegError):
+        return None, None
+    components = fmt.components
+    if not components:
+        return None, None
+    bit_depth = int(components[0].bits)
+    if fmt.is_rgb:
+        return bit_depth, "rgb"
+    # Not ``Component.is_chroma``: PyAV derives it from the subsampling, so 4:4:4 chroma reads as luma.
+    chroma_planes = [c for c in components[1:] if not c.is_alpha]
+    if not chroma_planes:
+        return bit_depth, "400"
+    sub_w = components[0].width // max(1, chroma_planes[0].width)
+    sub_h = components[0].height // max(1, chroma_planes[0].height)
+    chroma = {(1, 1): "444", (2, 1): "422", (2, 2): "420", (1, 2): "440", (4, 1): "411"}.get(
+        (sub_w, sub_h), f"{sub_w}x{sub_h}"
+    )
+    return bit_depth, chroma
+
+
+def _rate(value: Fraction | None) -> float | None:
+    if value is None or value <= 0:
+        return None
+    return float(value)
+
+
+def _counts_as_frame(codec: str, packet: av.Packet) -> bool:
+    """Whether decoding this (non-empty) packet shows a frame."""
+    if packet.is_discard:
+        return False
+    if codec == "mpeg4" and packet.size < _MPEG4_FILLER_MAX_BYTES:
+        return _MPEG4_VOP_START in bytes(packet)
+    if codec == "vp8":
+        # VP8 frame tag, byte 0: bit 4 is show_frame (RFC 6386, section 9.1).
+        return bool(memoryview(packet)[0] & 0x10)
+    return True
+
+
+def _is_vfr(sorted_pts: list[int], base_fps: float | None, fps: float | None) -> bool:
+    if base_fps and fps and abs(base_fps - fps) > 0.01 * base_fps:
+        return True
+    if len(sorted_pts) < 3:
+        return False
+    steps = [b - a for a, b in zip(sorted_pts, sorted_pts[1:])]
+    typical = sorted(steps)[len(steps) // 2]
+    # One tick of slack: millisecond time bases round 33.37 ms to 33 or 34.
+    slack = max(1, typical // 10)
+    return any(abs(step - typical) > slack for step in steps)
+
+
+def probe_file(path: str | Path) -> ProbeResult:
+    """Probe one file: demux every video packet, decode only the first frame.
+
+    Args:
+        path: the video file.
+
+    Returns:
+        The facts; ``reason`` says why the file is unusable, if it is.
+        Never raises for a broken file: failures become the ``reason``.
+    """
+    path_str = str(path)
+    try:
+        container = av.open(path_str, metadata_errors="ignore", container_options=_OPEN_OPTIONS)
+    except av.FFmpegError as err:
+        return ProbeResult(path_str, reason=f"cannot open: {describe_error(err)}")
+    with container:
+        videos = [s for s in container.streams.video if not s.disposition & av.stream.Disposition.attached_pic]
+        if not videos:
+            return ProbeResult(path_str, reason="no video stream", container=container.format.name)
+        stream = videos[0]
+        for other in container.streams:
+            if other.index != stream.index:
+                other.discard = Discard.all
+        ctx = stream.codec_context
+        # One thread: frame threading would delay the first frame by a frame per thread.
+        ctx.thread_count = 1
+        codec = ctx.codec.canonical_name  # the format ("av1"), not the decoder ("libdav1d")
+        facts = ProbeResult(
+            path_str,
+            has_video=True,
+            container=container.format.name,
+            codec=codec,
+            profile=ctx.profile or None,
+            pix_fmt=ctx.pix_fmt,
+            width=ctx.width or None,
+            height=ctx.height or None,
+            interlaced=ctx.field_order > _FIELD_ORDER_PROGRESSIVE,
+            fps=_rate(stream.average_rate) or _rate(stream.guessed_rate) or _rate(stream.base_rate),
+            base_fps=_rate(stream.base_rate),
+        )
+
+        keys: list[int | None] = []
+        keyflags: list[bool] = []
+        durations: list[int] = []
+        first_frame = None
+        decode_error: BaseException | None = None
+        packets = 0  # non-empty packets, shown or not
+        corrupt_at: int | None = None
+        try:
+            for packet in container.demux(stream):
+                if first_frame is None and decode_error is None:
+                    # The final empty packet flushes the decoder, so short streams still yield a frame.
+                    try:
+                        frames = ctx.decode(packet)
+                    except av.FFmpegError as err:
+                        decode_error = err
+                    else:
+                        if frames:
+                            first_frame = frames[0]
+                if packet.size == 0:
+                    continue
+                packets += 1
+                if packet.is_corrupt and corrupt_at is None:
+                    corrupt_at = packets - 1
+                if not _counts_as_frame(codec, packet):
+                    continue
+                keys.append(packet.pts if packet.pts is not None else packet.dts)
+                keyflags.append(packet.is_keyframe)
+                durations.append(packet.duration or 0)
+        except av.FFmpegError as err:
+            return replace(facts, reason=f"demux error after {len(keys)} packets: {describe_error(err)}")
+
+        if not keys:
+            return replace(facts, reason="zero frames")
+        if decode_error is not None:
+            return replace(facts, num_frames=len(keys),
+                           reason=f"first frame fails to decode: {describe_error(decode_error)}")
+        if first_frame is None:
+            return replace(facts, num_frames=len(keys), reason="first frame fails to decode: decoder gave no frame")
+        if corrupt_at is not None:
+            # The demuxer flags a packet it could not read whole: a cut download.
+            return replace(facts, num_frames=len(keys),
+                           reason=f"corrupt packet (truncated file?): packet {corrupt_at} of {packets}")
+        if container.format.name.startswith("mov,") and stream.frames > packets:
+            # An MP4 sample table lists every packet; fewer on disk means the file was cut.
+            return replace(facts, num_frames=len(keys),
+                           reason=f"truncated: {packets} of the {stream.frames} packets the header lists")
+
+        if any(k is None for k in keys):
+            # No timestamps (raw elementary streams): trust packet order.
+            order = list(range(len(keys)))
+            pts_sorted: list[int] = []
+        else:
+            order = sorted(range(len(keys)), key=keys.__getitem__)
+            pts_sorted = [keys[i] for i in order]
+        keyframes = tuple(rank for rank, i in enumerate(order) if keyflags[i])
+
+        duration_s = None
+        if pts_sorted and stream.time_base:
+            last_step = durations[order[-1]] or (pts_sorted[-1] - pts_sorted[-2] if len(pts_sorted) > 1 else 0)
+            duration_s = float((pts_sorted[-1] - pts_sorted[0] + last_step) * stream.time_base)
+        elif container.duration:
+            duration_s = container.duration / av.time_base
+
+        # The decoder fills in what the headers did not (the profile of HEVC or MJPEG).
+        pix_fmt = first_frame.format.name or facts.pix_fmt
+        bit_depth, chroma = pixel_layout(pix_fmt)
+        return replace(
+            facts,
+            profile=facts.profile or ctx.profile or None,
+            pix_fmt=pix_fmt,
+            bit_depth=bit_depth,
+            chroma=chroma,
+            width=facts.width or first_frame.width,
+            height=facts.height or first_frame.height,
+            rotation=int(round(getattr(first_frame, "rotation", 0) or 0)),
+            interlaced=facts.interlaced or bool(first_frame.interlaced_frame),
+            num_frames=len(keys),
+            duration_s=duration_s,
+            keyframes=keyframes,
+            vfr=_is_vfr(pts_sorted, facts.base_fps, facts.fps),
+        )

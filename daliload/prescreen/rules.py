@@ -1,0 +1,129 @@
+"""Which decoder handles a probed file, per device: the one capability table.
+
+:data:`DALI_CAPABILITIES` says, for each device a training job can run on, which
+codecs DALI's ``fn.decoders.video`` decodes there and within which limits. To
+support a new codec (a new GPU generation, a new DALI release), add a row here;
+nothing else in the package lists codecs.
+
+===========  ==========================  ==================================================
+device       backend                     codecs (FFmpeg names) and limits
+===========  ==========================  ==================================================
+``gpu``      ``device="mixed"`` (NVDEC)  h264, hevc, vp8, vp9, av1, mpeg4; 8-bit 4:2:0,
+                                         progressive, within NVDEC's min/max frame size
+``cpu``      ``device="cpu"`` (FFmpeg)   vp8, vp9, mjpeg (DALI's CPU build has H.264, HEVC,
+                                         MPEG-4 and AV1 compiled out); 8-bit 4:2:0/4:2:2/4:4:4
+===========  ==========================  ==================================================
+
+The NVDEC sizes are those of the NVDEC capability table (Video Codec SDK
+"NVDEC Application Note", Turing and later): minimum 48x16 (144x144 for HEVC,
+128x128 for VP9 and AV1), maximum 4096x4096 for H.264 and VP8, 2032x2032 for
+MPEG-4, 8192x8192 for HEVC, VP9 and AV1. The CPU rows were checked with DALI 2.4
+on 8-bit 4:2:0, 4:2:2 and 4:4:4 MJPEG and VP9.
+
+:func:`route_for` applies the table: a file the probe found unusable is
+``bad``; a file DALI decodes on the device is ``dali``; anything else that
+PyAV decodes goes to the ``fallback``. The reason says which rule failed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Mapping
+
+from daliload.prescreen.probe import ProbeResult
+
+Device = Literal["gpu", "cpu"]
+Route = Literal["dali", "fallback", "bad"]
+
+DEVICES: tuple[Device, ...] = ("gpu", "cpu")
+ROUTES: tuple[Route, ...] = ("dali", "fallback", "bad")
+
+#: Bump when the table or :func:`route_for` changes: manifests re-route their
+#: stored probe facts (no re-probing) when their rules version differs.
+RULES_VERSION = 1
+
+
+@dataclass(frozen=True)
+class CodecSupport:
+    """What DALI decodes of one codec on one device.
+
+    Attributes:
+        min_size: smallest ``(width, height)`` in pixels.
+        max_size: largest ``(width, height)`` in pixels.
+        bit_depths: accepted bits per luma sample.
+        chroma: accepted chroma subsamplings (``"420"``, ``"422"``, ``"444"``).
+        progressive_only: interlaced streams go to the fallback.
+    """
+
+    min_size: tuple[int, int] = (1, 1)
+    max_size: tuple[int, int] = (65536, 65536)
+    bit_depths: frozenset[int] = frozenset({8})
+    chroma: frozenset[str] = frozenset({"420"})
+    progressive_only: bool = True
+
+
+def _nvdec(min_size: tuple[int, int], max_size: tuple[int, int]) -> CodecSupport:
+    return CodecSupport(min_size=min_size, max_size=max_size)
+
+
+_DALI_CPU = CodecSupport(chroma=frozenset({"420", "422", "444"}), progressive_only=False)
+
+#: THE capability table: device -> FFmpeg codec name -> what DALI handles there.
+DALI_CAPABILITIES: Mapping[Device, Mapping[str, CodecSupport]] = {
+    "gpu": {
+        "h264": _nvdec((48, 16), (4096, 4096)),
+        "hevc": _nvdec((144, 144), (8192, 8192)),
+        "vp8": _nvdec((48, 16), (4096, 4096)),
+        "vp9": _nvdec((128, 128), (8192, 8192)),
+        "av1": _nvdec((128, 128), (8192, 8192)),
+        "mpeg4": _nvdec((48, 16), (2032, 2032)),
+    },
+    "cpu": {
+        "vp8": _DALI_CPU,
+        "vp9": _DALI_CPU,
+        "mjpeg": _DALI_CPU,
+    },
+}
+
+
+def check_device(device: str) -> Device:
+    """Validate a device name.
+
+    Raises:
+        ValueError: ``device`` is not ``"gpu"`` or ``"cpu"``.
+    """
+    if device not in DEVICES:
+        raise ValueError(f"device must be 'gpu' or 'cpu', got {device!r}")
+    return device  # type: ignore[return-value]
+
+
+def route_for(facts: ProbeResult, device: Device) -> tuple[Route, str]:
+    """Route one probed file on one device.
+
+    Args:
+        facts: the probe's result.
+        device: where training decodes: ``"gpu"`` (NVDEC) or ``"cpu"``.
+
+    Returns:
+        ``(route, reason)``: ``("bad", probe reason)``, ``("dali", "")`` or
+        ``("fallback", which rule failed)``, e.g.
+        ``("fallback", "DALI on cpu has no h264 decoder")``.
+    """
+    check_device(device)
+    if not facts.ok:
+        return "bad", facts.reason
+    support = DALI_CAPABILITIES[device].get(facts.codec or "")
+    if support is None:
+        return "fallback", f"DALI on {device} has no {facts.codec} decoder"
+    if facts.bit_depth not in support.bit_depths or facts.chroma not in support.chroma:
+        return "fallback", (f"DALI on {device} decodes {facts.codec} only as "
+                            f"{'/'.join(sorted(str(b) for b in support.bit_depths))}-bit "
+                            f"{'/'.join(sorted(support.chroma))} (got {facts.pix_fmt})")
+    if support.progressive_only and facts.interlaced:
+        return "fallback", f"DALI on {device} decodes {facts.codec} only progressive (got interlaced)"
+    width, height = facts.width or 0, facts.height or 0
+    (min_w, min_h), (max_w, max_h) = support.min_size, support.max_size
+    if not (min_w <= width <= max_w and min_h <= height <= max_h):
+        return "fallback", (f"{facts.codec} frame size outside DALI on {device} limits "
+                            f"{min_w}x{min_h}..{max_w}x{max_h}")
+    return "dali", ""

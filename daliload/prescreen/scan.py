@@ -1,0 +1,438 @@
+"""The scan: probe every file of a dataset in parallel and keep the manifest up to date.
+
+:func:`scan` lists the dataset (through :func:`daliload.index.load_index`, or
+an explicit list of records), ``stat``s every file, and probes only files that
+are new or whose size or modification time changed (plus, for ``deep=True``,
+files not yet deep-checked on the device). Probing runs in a
+:class:`daliload.workerpool.WorkerPool`: a file that hangs the probe past
+``timeout_s`` is stored as ``bad`` with reason ``"timeout"``, one that kills
+its worker as ``bad`` with reason ``"crash"``; the scan goes on. Results are
+committed every ``chunk_size`` files (or every couple of seconds), so a scan
+stopped at any point resumes where it stopped.
+
+Where the manifest goes by default (:func:`default_manifest_path`)::
+
+    ROOT/.daliload/manifest.sqlite                     if ROOT is writable
+    $XDG_CACHE_HOME/daliload/manifests/<name>-<hash>.sqlite   otherwise
+      (~/.cache when XDG_CACHE_HOME is unset; <hash> is derived from ROOT's
+       absolute path, so each dataset gets its own file)
+
+Under ``torch.distributed``, :func:`ensure_manifest` scans on global rank 0
+only; the other ranks wait and then read. In a multi-node job whose ROOT is
+not writable, pass a ``manifest_path`` on a shared file system.
+
+Test-only hook: the environment variable ``DALILOAD_TEST_PROBE_FAULT``
+(read when :func:`scan` starts) makes worker processes misbehave on chosen
+files, to exercise the timeout and crash handling. Its value is a
+``;``-separated list of ``hang:<glob>`` or ``crash:<glob>``, the glob matched
+against file names (e.g. ``hang:*stuck*;crash:*boom*``): ``hang`` sleeps
+forever, ``crash`` kills the worker with SIGKILL. It never applies in-process
+(``workers=0``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import logging
+import multiprocessing as mp
+import os
+import signal
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+from daliload import dist
+from daliload.prescreen.deep import deep_check
+from daliload.prescreen.manifest import DeepRoute, FileRecord, Manifest, Probed
+from daliload.prescreen.probe import ProbeResult, probe_file
+from daliload.prescreen.rules import ROUTES, Device, check_device, route_for
+from daliload.workerpool import WorkerPool
+
+logger = logging.getLogger(__name__)
+
+FAULT_ENV = "DALILOAD_TEST_PROBE_FAULT"
+#: Per-file time limits (seconds) when ``timeout_s`` is not given.
+PROBE_TIMEOUT_S = 30.0
+DEEP_TIMEOUT_S = 120.0
+#: Seconds between commits even when a chunk is not full (a slow scan still saves progress).
+COMMIT_EVERY_S = 2.0
+
+
+@dataclass(frozen=True)
+class ScanSummary:
+    """What a scan found.
+
+    Attributes:
+        manifest_path: the manifest written.
+        device: the device routes are summarized for.
+        deep: whether the deep check ran.
+        splits: the splits scanned.
+        total: files in those splits.
+        probed: files probed this time (new, changed, or not yet deep-checked).
+        reused: files taken unchanged from the manifest.
+        removed: manifest rows dropped because their file left the dataset.
+        missing: files the dataset index lists that do not exist (never stored).
+        files: files per route (``dali``, ``fallback``, ``bad``).
+        hours: hours of video per route.
+        reasons: files per ``(route, reason)``, for non-empty reasons.
+        elapsed_s: wall time of the scan in seconds.
+    """
+
+    manifest_path: Path
+    device: Device
+    deep: bool
+    splits: tuple[str, ...]
+    total: int
+    probed: int
+    reused: int
+    removed: int
+    missing: int
+    files: Mapping[str, int] = field(default_factory=dict)
+    hours: Mapping[str, float] = field(default_factory=dict)
+    reasons: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+    def format(self) -> str:
+        """A short human-readable report (what ``daliload scan`` prints)."""
+        lines = [
+            f"manifest: {self.manifest_path}",
+            f"device: {self.device}{' (deep check)' if self.deep else ''}   splits: {', '.join(self.splits)}",
+            f"files: {self.total} ({self.probed} probed, {self.reused} unchanged, {self.removed} removed, "
+            f"{self.missing} listed but missing) in {self.elapsed_s:.1f} s",
+            "",
+            "| route | files | hours |",
+            "|---|---:|---:|",
+        ]
+        for route in ROUTES:
+            lines.append(f"| {route} | {self.files.get(route, 0)} | {self.hours.get(route, 0.0):.2f} |")
+        if self.reasons:
+            lines += ["", "| route | reason | files |", "|---|---|---:|"]
+            for (route, reason), count in sorted(self.reasons.items(), key=lambda kv: (-kv[1], kv[0])):
+                lines.append(f"| {route} | {reason} | {count} |")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class ProbeTask:
+    """One file for a worker: probe it and, if ``deep_device`` is set, deep-check it there."""
+
+    record: FileRecord
+    deep_device: Device | None = None
+    allow_dali: bool = True
+    device_id: int = 0
+    fault: str = ""
+
+
+def run_probe_task(task: ProbeTask) -> Probed:
+    """Worker entry point: probe one file (and deep-check it if asked)."""
+    _apply_test_fault(task)
+    facts = probe_file(task.record.path)
+    deep_routes: tuple[DeepRoute, ...] = ()
+    if task.deep_device is not None:
+        route, reason = route_for(facts, task.deep_device)
+        result = deep_check(facts, route, reason, task.deep_device, allow_dali=task.allow_dali,
+                            device_id=task.device_id)
+        deep_routes = (DeepRoute(task.deep_device, result.route, result.reason, result.checked),)
+    return Probed(task.record, facts, deep_routes)
+
+
+def _apply_test_fault(task: ProbeTask) -> None:
+    """The documented test-only hook (module docstring); only inside worker processes."""
+    if not task.fault or mp.parent_process() is None:
+        return
+    name = os.path.basename(task.record.path)
+    for rule in task.fault.split(";"):
+        kind, _, pattern = rule.partition(":")
+        if pattern and fnmatch.fnmatch(name, pattern):
+            if kind == "hang":
+                while True:
+                    time.sleep(3600)
+            if kind == "crash":
+                os.kill(os.getpid(), signal.SIGKILL)
+
+
+def default_manifest_path(root: str | os.PathLike) -> Path:
+    """Where the manifest of ``root`` lives by default (see the module docstring)."""
+    root_path = Path(os.path.abspath(root))
+    local = root_path / ".daliload"
+    if os.access(local if local.is_dir() else root_path, os.W_OK):
+        return local / "manifest.sqlite"
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    key = hashlib.sha256(str(root_path).encode()).hexdigest()[:16]
+    return cache / "daliload" / "manifests" / f"{root_path.name or 'root'}-{key}.sqlite"
+
+
+def default_workers() -> int:
+    """Worker processes for a scan: the CPU cores this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _records_from_root(root: Path, splits: Sequence[str]) -> tuple[list[Any], tuple[str, ...], list[str], int]:
+    """``(records, classes, splits found, missing count)`` through the dataset index."""
+    from daliload.index import load_index
+
+    records: list[Any] = []
+    classes: tuple[str, ...] | None = None
+    found: list[str] = []
+    missing = 0
+    first_error: FileNotFoundError | None = None
+    for split in splits:
+        try:
+            index = load_index(root, split)
+        except FileNotFoundError as err:
+            first_error = first_error or err
+            logger.info("split %r skipped: %s", split, err)
+            continue
+        if classes is not None and index.classes != classes:
+            raise ValueError(f"split {split!r} of {root} has a different class map than the other splits")
+        classes = index.classes
+        records.extend(index.records)
+        found.append(index.split)
+        missing += len(index.missing)
+    if not found:
+        assert first_error is not None
+        raise FileNotFoundError(f"none of the splits {list(splits)} found under {root}: {first_error}") \
+            from first_error
+    return records, classes or (), found, missing
+
+
+def _classes_from_records(records: Sequence[Any]) -> tuple[str, ...]:
+    names: dict[int, str] = {}
+    for rec in records:
+        previous = names.setdefault(int(rec.label), rec.class_name)
+        if previous != rec.class_name:
+            raise ValueError(f"label {rec.label} names two classes: {previous!r} and {rec.class_name!r} "
+                             f"({rec.path})")
+    return tuple(names.get(i, "") for i in range(max(names) + 1)) if names else ()
+
+
+def _file_record(rec: Any) -> FileRecord:
+    path = os.path.abspath(rec.path)
+    try:
+        st = os.stat(path)
+        size, mtime = st.st_size, st.st_mtime_ns
+    except OSError:
+        size, mtime = -1, -1  # the probe will say why it cannot be opened
+    return FileRecord(path, size, mtime, rec.split, int(rec.label), rec.class_name,
+                      getattr(rec, "youtube_id", None), getattr(rec, "time_start", None),
+                      getattr(rec, "time_end", None))
+
+
+def _failed(task: ProbeTask, reason: str) -> Probed:
+    return Probed(task.record, ProbeResult(task.record.path, reason=reason))
+
+
+def _execute(tasks: list[ProbeTask], workers: int, timeout_s: float) -> Iterator[Probed]:
+    """Run the tasks; failures become ``bad`` files, a deep check that crashed or hung is retried without DALI."""
+    if workers == 0:
+        for task in tasks:
+            yield run_probe_task(task)
+        return
+    retry: list[ProbeTask] = []
+    errors = 0
+    with WorkerPool(run_probe_task, workers=min(workers, max(1, len(tasks))), timeout_s=timeout_s,
+                    preload=["daliload.prescreen.scan"]) as pool:
+        for attempt in (tasks, retry):
+            if not attempt:
+                continue
+            for outcome in pool.imap_unordered(attempt):
+                task: ProbeTask = outcome.item
+                if outcome.ok:
+                    yield outcome.value
+                elif outcome.status in ("timeout", "crash") and task.deep_device and task.allow_dali:
+                    logger.info("%s during the deep check of %s; retrying without DALI", outcome.status,
+                                task.record.path)
+                    retry.append(replace(task, allow_dali=False))
+                elif outcome.status in ("timeout", "crash"):
+                    logger.info("%s: %s (%s)", outcome.status, task.record.path, outcome.error)
+                    yield _failed(task, outcome.status)
+                else:
+                    errors += 1
+                    logger.warning("probe of %s raised %s", task.record.path, outcome.error)
+                    yield _failed(task, f"probe error: {outcome.error}")
+    if errors:
+        logger.warning("%d file(s) made the probe raise; they are stored as bad with reason 'probe error'",
+                       errors)
+
+
+def scan(
+    source: str | os.PathLike | Iterable[Any],
+    *,
+    manifest_path: str | os.PathLike | None = None,
+    device: Device,
+    deep: bool = False,
+    workers: int | None = None,
+    splits: Sequence[str] = ("train", "val"),
+    progress: bool = True,
+    timeout_s: float | None = None,
+    chunk_size: int = 256,
+) -> ScanSummary:
+    """Probe a dataset's files and write or update its manifest.
+
+    Args:
+        source: the dataset root (listed with :func:`daliload.index.load_index`),
+            or records with ``path``, ``label``, ``class_name`` and ``split``
+            attributes (``youtube_id``, ``time_start``, ``time_end`` optional),
+            such as :class:`daliload.index.VideoRecord`.
+        manifest_path: the SQLite file; default :func:`default_manifest_path`
+            of the root (required when ``source`` is a list of records).
+        device: route for ``"gpu"`` (DALI with NVDEC) or ``"cpu"``. Routes for
+            both devices are stored; this one is summarized and deep-checked.
+        deep: also decode a window at each end of each file with its routed
+            decoder and reroute on failure (see :mod:`daliload.prescreen.deep`).
+        workers: probe processes; default one per usable CPU core; ``0`` probes
+            in this process (no timeout protection; for debugging).
+        splits: the splits to scan; splits a root does not have are skipped
+            (at least one must exist). Records of other splits are ignored.
+        progress: show a progress bar (rate, ETA) on stderr.
+        timeout_s: per-file limit in seconds; default 30 (120 with ``deep``).
+        chunk_size: files per committed transaction.
+
+    Returns:
+        :class:`ScanSummary`.
+
+    Raises:
+        ValueError: bad ``device``, ``workers``, ``chunk_size``; records given
+            without ``manifest_path``; no record in ``splits``.
+        FileNotFoundError: the root has none of ``splits``.
+    """
+    device = check_device(device)
+    if workers is None:
+        workers = default_workers()
+    if not isinstance(workers, int) or workers < 0:
+        raise ValueError(f"workers must be an int >= 0, got {workers!r}")
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    if isinstance(splits, str):
+        splits = (splits,)
+    timeout_s = timeout_s if timeout_s is not None else (DEEP_TIMEOUT_S if deep else PROBE_TIMEOUT_S)
+    started = time.monotonic()
+
+    if isinstance(source, (str, os.PathLike)):
+        root = Path(os.path.abspath(source))
+        records, classes, scanned, missing = _records_from_root(root, splits)
+        if manifest_path is None:
+            manifest_path = default_manifest_path(root)
+    else:
+        all_records = list(source)
+        records = [r for r in all_records if r.split in splits]
+        if all_records and not records:
+            raise ValueError(f"none of the {len(all_records)} records is in splits {tuple(splits)}; "
+                             f"pass splits= with their split names")
+        if manifest_path is None:
+            raise ValueError("manifest_path is required when scanning a list of records (there is no root "
+                             "to put the manifest under)")
+        classes = _classes_from_records(records)
+        scanned = sorted({r.split for r in records})
+        missing = 0
+
+    fault = os.environ.get(FAULT_ENV, "")
+    device_id = dist.local_rank()
+    with Manifest(manifest_path, writable=True) as manifest:
+        known = manifest.known_files()
+        tasks: list[ProbeTask] = []
+        relabelled: list[FileRecord] = []
+        listed: set[str] = set()
+        for rec in records:
+            file_rec = _file_record(rec)
+            listed.add(file_rec.path)
+            old = known.get(file_rec.path)
+            if old is not None and (old.size_bytes, old.mtime_ns) == (file_rec.size_bytes, file_rec.mtime_ns) \
+                    and (not deep or device in old.deep_devices):
+                if old.meta != file_rec.meta():
+                    relabelled.append(file_rec)
+                continue
+            tasks.append(ProbeTask(file_rec, device if deep else None, device_id=device_id, fault=fault))
+        del known
+        manifest.update_meta(relabelled)
+        _probe_into(manifest, tasks, workers=workers, timeout_s=timeout_s, progress=progress,
+                    chunk_size=chunk_size, desc=f"scan {device}{' deep' if deep else ''}")
+        removed = manifest.remove_missing(listed, scanned)
+        manifest.set_classes(classes)
+        files, hours, reasons = manifest.route_totals(device, scanned)
+        summary = ScanSummary(
+            manifest_path=manifest.path, device=device, deep=deep, splits=tuple(scanned), total=len(listed),
+            probed=len(tasks), reused=len(listed) - len(tasks), removed=removed, missing=missing,
+            files=files, hours=hours, reasons=reasons, elapsed_s=time.monotonic() - started)
+        manifest.finish_scan({"device": device, "deep": deep, "splits": list(scanned), "total": len(listed),
+                              "probed": len(tasks), "finished_at": time.time()})
+    return summary
+
+
+def _probe_into(manifest: Manifest, tasks: list[ProbeTask], *, workers: int, timeout_s: float,
+                progress: bool, chunk_size: int, desc: str) -> None:
+    """Probe ``tasks`` and commit the results in chunks (also when interrupted)."""
+    if not tasks:
+        return
+    from tqdm.auto import tqdm
+
+    buffer: list[Probed] = []
+    last_commit = time.monotonic()
+    with tqdm(total=len(tasks), unit="file", desc=desc, disable=not progress, smoothing=0.1) as bar:
+        try:
+            for probed in _execute(tasks, workers, timeout_s):
+                buffer.append(probed)
+                bar.update()
+                if len(buffer) >= chunk_size or time.monotonic() - last_commit > COMMIT_EVERY_S:
+                    manifest.write_probed(buffer)
+                    buffer.clear()
+                    last_commit = time.monotonic()
+        finally:
+            # Also on Ctrl-C: what was probed is kept, and a re-run resumes after it.
+            if buffer:
+                manifest.write_probed(buffer)
+
+
+def ensure_manifest(
+    root: str | os.PathLike,
+    *,
+    device: Device,
+    manifest_path: str | os.PathLike | None = None,
+    deep: bool = False,
+    workers: int | None = None,
+    splits: Sequence[str] = ("train", "val"),
+    progress: bool | None = None,
+) -> Path:
+    """Bring the manifest of ``root`` up to date, once per job, and return its path.
+
+    Under an initialized ``torch.distributed`` process group, global rank 0
+    scans (probing only new or changed files) while the other ranks wait for it
+    (bounded by the process group's timeout) and then get its manifest path; if
+    rank 0 fails, every rank raises. Without a process group this process scans.
+
+    Args:
+        root: dataset root.
+        device: ``"gpu"`` or ``"cpu"``, as in :func:`scan`.
+        manifest_path: default :func:`default_manifest_path` on rank 0.
+        deep, workers, splits: as in :func:`scan`.
+        progress: progress bar; default on rank 0 only.
+
+    Returns:
+        The manifest's path (rank 0's, on every rank).
+
+    Raises:
+        RuntimeError: on ranks other than 0, when rank 0's scan failed.
+    """
+    check_device(device)
+    path = Path(manifest_path) if manifest_path is not None else default_manifest_path(root)
+    if not dist.is_distributed():
+        scan(root, manifest_path=path, device=device, deep=deep, workers=workers, splits=splits,
+             progress=True if progress is None else progress)
+        return path
+    status: tuple[str, str] = ("ok", str(path))
+    if dist.rank() == 0:
+        try:
+            scan(root, manifest_path=path, device=device, deep=deep, workers=workers, splits=splits,
+                 progress=True if progress is None else progress)
+        except BaseException as err:
+            dist.broadcast_object(("error", f"{type(err).__name__}: {err}"))  # release the waiting ranks
+            raise
+    status = dist.broadcast_object(status)
+    if status[0] != "ok":
+        raise RuntimeError(f"rank 0 failed to scan {root}: {status[1]}")
+    return Path(status[1])
