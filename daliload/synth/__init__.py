@@ -1,7 +1,9 @@
 """Generated Kinetics-like data: clips with learnable motion and a frame-index code."""
 
 from daliload.synth.content import MOTIONS, motion_of, render_clip
+from daliload.synth.dataset import SynthReport, SynthSpec, generate_dataset
 from daliload.synth.encode import CODEC_PRESETS, EncodeSpec, default_spec, write_video
 
 __all__ = ["MOTIONS", "motion_of", "render_clip", "CODEC_PRESETS", "EncodeSpec", "default_spec",
-           "write_video"]
+           "write_video",
+           "SynthReport", "SynthSpec", "generate_dataset"]

@@ -6,9 +6,10 @@ tells the classes apart. Every motion is its own mirror image (vertical moves,
 symmetric oscillations, spins and orbits whose direction is drawn per clip),
 so horizontal flips and crops keep the class signal.
 
-Class ``c`` uses motion ``MOTIONS[c % len(MOTIONS)]`` at speed
-``1 + c // len(MOTIONS)`` (so classes beyond the ninth are faster versions of
-the first nine). Motion is a function of time in seconds, not of the frame
+Classes 0-8 are the nine motions of ``MOTIONS`` at speed 1; classes from 9 on
+are faster versions of the eight *moving* ones (a faster "still" would look
+like "still"): class 9 is "bounce_vertical" at speed 2, class 17 "bounce_vertical"
+at speed 3, and so on. Motion is a function of time in seconds, not of the frame
 number, so 25, 29.97 and 30 fps clips of a class move alike.
 """
 
@@ -43,7 +44,11 @@ def motion_of(class_id: int) -> tuple[str, int]:
     """``(motion name, speed factor)`` of a class index."""
     if class_id < 0:
         raise ValueError(f"class index must be >= 0, got {class_id}")
-    return MOTIONS[class_id % len(MOTIONS)], 1 + class_id // len(MOTIONS)
+    if class_id < len(MOTIONS):
+        return MOTIONS[class_id], 1
+    moving = MOTIONS[1:]
+    k = class_id - len(MOTIONS)
+    return moving[k % len(moving)], 2 + k // len(moving)
 
 
 @dataclass(frozen=True)

@@ -84,8 +84,8 @@ def _default_codec_mix() -> dict[str, float]:
 def class_name(content_class: int) -> str:
     """Readable class name of a content class: its motion, plus a speed word.
 
-    ``0 -> "still"``, ``1 -> "bounce vertical"``, ``10 -> "bounce vertical fast"``,
-    ``19 -> "bounce vertical faster"``, ``28 -> "bounce vertical speed 4"``.
+    ``0 -> "still"``, ``1 -> "bounce vertical"``, ``9 -> "bounce vertical fast"``,
+    ``17 -> "bounce vertical faster"``, ``25 -> "bounce vertical speed 4"``.
     """
     motion, speed = motion_of(content_class)
     suffix = _SPEED_WORDS.get(speed, f" speed {speed}")
