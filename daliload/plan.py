@@ -239,10 +239,12 @@ class ClipSpec:
             raise ValueError(f"clip_len must be an integer >= 1, got {self.clip_len!r}")
         if not _is_int(self.frame_stride) or self.frame_stride < 1:
             raise ValueError(f"frame_stride must be an integer >= 1, got {self.frame_stride!r}")
-        if self.target_fps is not None and not (
-            isinstance(self.target_fps, (int, float)) and math.isfinite(self.target_fps) and self.target_fps > 0
-        ):
-            raise ValueError(f"target_fps must be None or a finite number > 0 (frames/s), got {self.target_fps!r}")
+        fps = self.target_fps
+        usable = isinstance(fps, (int, float)) and math.isfinite(fps) and fps > 0
+        if fps is not None and not usable:
+            raise ValueError(
+                f"target_fps must be None or a finite number > 0 (frames/s), got {fps!r}"
+            )
 
     def stride_for(self, fps: float) -> int:
         """Frame stride for a video at ``fps`` frames/s (see ``target_fps``)."""
@@ -251,7 +253,7 @@ class ClipSpec:
         return max(1, math.floor(self.frame_stride * fps / self.target_fps + 0.5))
 
     def span(self, frame_stride: int) -> int:
-        """Source frames covered by one clip at ``frame_stride``: ``(clip_len - 1) * stride + 1``."""
+        """Source frames one clip covers at ``frame_stride``: ``(clip_len - 1) * stride + 1``."""
         return (self.clip_len - 1) * frame_stride + 1
 
 
@@ -301,17 +303,23 @@ class AugmentSpec:
         if _is_int(size):
             ok = size >= 1
         else:
-            ok = isinstance(size, tuple) and len(size) == 2 and all(_is_int(v) and v >= 1 for v in size)
+            ok = (isinstance(size, tuple) and len(size) == 2
+                  and all(_is_int(v) and v >= 1 for v in size))
         if not ok:
-            raise ValueError(f"crop_size must be an int >= 1 or (height, width) of ints >= 1, got {size!r}")
+            raise ValueError(
+                f"crop_size must be an int >= 1 or (height, width) of ints >= 1, got {size!r}"
+            )
         if self.crop_mode not in _CROP_MODES:
             raise ValueError(f"crop_mode must be one of {_CROP_MODES}, got {self.crop_mode!r}")
         lo, hi = self.short_side_range
         if not (_is_int(lo) and _is_int(hi) and 1 <= lo <= hi):
-            raise ValueError(f"short_side_range must be (min, max) pixels with 1 <= min <= max, got {self.short_side_range!r}")
+            raise ValueError("short_side_range must be (min, max) pixels with 1 <= min <= max, "
+                             f"got {self.short_side_range!r}")
         lo, hi = self.area_range
         if not 0 < lo <= hi <= 1:
-            raise ValueError(f"area_range must satisfy 0 < min <= max <= 1, got {self.area_range!r}")
+            raise ValueError(
+                f"area_range must satisfy 0 < min <= max <= 1, got {self.area_range!r}"
+            )
         lo, hi = self.aspect_range
         if not 0 < lo <= hi:
             raise ValueError(f"aspect_range must satisfy 0 < min <= max, got {self.aspect_range!r}")
@@ -547,20 +555,23 @@ def make_train_plan(
     index_arr = np.array([v for _, v in slots], dtype=np.int64)
     repeat_arr = np.array([slot // num_videos for slot, _ in slots], dtype=np.int64)
     start_draws = _keyed_uniforms(key, index_arr, repeat_arr, _START, 1)
-    crop_draws = _keyed_uniforms(key, index_arr, repeat_arr, _CROP, _DRAWS_PER_CROP[augment.crop_mode])
+    crop_draws = _keyed_uniforms(key, index_arr, repeat_arr, _CROP,
+                                 _DRAWS_PER_CROP[augment.crop_mode])
     flip_draws = _keyed_uniforms(key, index_arr, repeat_arr, _FLIP, 1)
     samples = []
     for position, (slot, video_index) in enumerate(slots):
         repeat = slot // num_videos  # 0 for a video's own slot, >= 1 for padding repeats
         video = videos[video_index]
         stride = strides[video_index]
-        start = sample_start_frame(int(video.num_frames), clip.span(stride), _Draws(start_draws[position]))
-        crop = sample_crop_box(int(video.width), int(video.height), augment, _Draws(crop_draws[position]))
+        start = sample_start_frame(int(video.num_frames), clip.span(stride),
+                                   _Draws(start_draws[position]))
+        crop = sample_crop_box(int(video.width), int(video.height), augment,
+                               _Draws(crop_draws[position]))
         flip = flip_draws[position][0] < augment.flip_prob
         samples.append(Sample(
-            position=position, video_index=video_index, path=os.fspath(video.path), label=int(video.label),
-            start_frame=start, frame_stride=stride, clip_len=clip.clip_len, crop=crop, flip=flip,
-            is_padding=repeat > 0,
+            position=position, video_index=video_index, path=os.fspath(video.path),
+            label=int(video.label), start_frame=start, frame_stride=stride,
+            clip_len=clip.clip_len, crop=crop, flip=flip, is_padding=repeat > 0,
         ))
     return samples
 
@@ -607,20 +618,26 @@ def make_val_plan(
     num_videos = len(videos)
     strides = _strides(videos, clip)
     samples = []
-    for position, (slot, video_index) in enumerate(_rank_slots(np.arange(num_videos), rank, world_size)):
+    slots = _rank_slots(np.arange(num_videos), rank, world_size)
+    for position, (slot, video_index) in enumerate(slots):
         video = videos[video_index]
         stride = strides[video_index]
+        start = center_start_frame(int(video.num_frames), clip.span(stride))
+        crop = center_crop_box(int(video.width), int(video.height), augment.output_size)
         samples.append(Sample(
-            position=position, video_index=video_index, path=os.fspath(video.path), label=int(video.label),
-            start_frame=center_start_frame(int(video.num_frames), clip.span(stride)), frame_stride=stride,
-            clip_len=clip.clip_len, crop=center_crop_box(int(video.width), int(video.height), augment.output_size),
-            flip=False, is_padding=slot >= num_videos,
+            position=position, video_index=video_index, path=os.fspath(video.path),
+            label=int(video.label), start_frame=start, frame_stride=stride,
+            clip_len=clip.clip_len, crop=crop, flip=False, is_padding=slot >= num_videos,
         ))
     return samples
 
 
 def _rank_slots(order: np.ndarray, rank: int, world_size: int) -> list[tuple[int, int]]:
-    """``(slot, video_index)`` of this rank's share of ``order`` padded cyclically to a multiple of world_size."""
+    """``(slot, video_index)`` of this rank's share of ``order``, padded cyclically.
+
+    The padded list has a multiple of ``world_size`` slots; slot ``k`` holds
+    ``order[k % len(order)]``, so slots ``>= len(order)`` are the repeats.
+    """
     num_videos = len(order)
     total = samples_per_rank(num_videos, world_size) * world_size
     return [(slot, int(order[slot % num_videos])) for slot in range(rank, total, world_size)]
@@ -678,8 +695,10 @@ def _check_videos(videos: Sequence[VideoLike]) -> None:
         raise ValueError("cannot plan an epoch over an empty video list")
     for video in videos:
         nf, width, height = video.num_frames, video.width, video.height
-        if type(nf) is int and type(width) is int and type(height) is int and min(nf, width, height) >= 1:
-            continue  # the common case, checked fast: this loop runs over every video of the dataset
+        # The common case, checked fast: this loop runs over every video of the dataset.
+        if type(nf) is int and type(width) is int and type(height) is int \
+                and min(nf, width, height) >= 1:
+            continue
         for name in ("num_frames", "width", "height"):
             value = getattr(video, name)
             if not _is_int(value) or value < 1:

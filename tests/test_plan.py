@@ -37,13 +37,20 @@ def videos(n: int, *, seed: int = 0) -> list[VideoInfo]:
     out = []
     for i in range(n):
         width, height = sizes[i % len(sizes)]
-        out.append(VideoInfo(f"/data/k/{i:04d}.mp4", label=i % 7, num_frames=int(rng.integers(20, 400)),
-                             fps=(25.0, 30.0, 60.0)[i % 3], width=width, height=height))
+        out.append(VideoInfo(f"/data/k/{i:04d}.mp4", label=i % 7,
+                             num_frames=int(rng.integers(20, 400)), fps=(25.0, 30.0, 60.0)[i % 3],
+                             width=width, height=height))
     return out
 
 
 def train(vs, *, seed=0, epoch=0, rank=0, world_size=1, clip=CLIP, augment=AUG) -> list[Sample]:
-    return make_train_plan(vs, seed=seed, epoch=epoch, rank=rank, world_size=world_size, clip=clip, augment=augment)
+    return make_train_plan(vs, seed=seed, epoch=epoch, rank=rank, world_size=world_size,
+                           clip=clip, augment=augment)
+
+
+def video(path: str, num_frames: int = 300, fps: float = 30.0) -> VideoInfo:
+    """A 320x240 video with label 0."""
+    return VideoInfo(path, 0, num_frames, fps, 320, 240)
 
 
 def box_pixels(box: CropBox, width: int, height: int) -> tuple[float, float, float, float]:
@@ -55,7 +62,8 @@ def box_pixels(box: CropBox, width: int, height: int) -> tuple[float, float, flo
 
 def test_same_inputs_give_the_same_plan():
     vs = videos(37)
-    assert train(vs, seed=3, epoch=2, rank=1, world_size=3) == train(vs, seed=3, epoch=2, rank=1, world_size=3)
+    kwargs = dict(seed=3, epoch=2, rank=1, world_size=3)
+    assert train(vs, **kwargs) == train(vs, **kwargs)
 
 
 def test_epochs_and_seeds_reshuffle():
@@ -75,7 +83,8 @@ def test_ranks_are_disjoint_cover_everything_and_have_equal_lengths(num_videos, 
     vs = videos(num_videos)
     plans = [train(vs, seed=7, epoch=1, rank=r, world_size=world_size) for r in range(world_size)]
     expected_len = -(-num_videos // world_size)
-    assert [len(p) for p in plans] == [expected_len] * world_size == [samples_per_rank(num_videos, world_size)] * world_size
+    assert expected_len == samples_per_rank(num_videos, world_size)
+    assert [len(p) for p in plans] == [expected_len] * world_size
     real = [s.video_index for p in plans for s in p if not s.is_padding]
     padding = [s for p in plans for s in p if s.is_padding]
     assert sorted(real) == list(range(num_videos))  # every video exactly once
@@ -113,7 +122,8 @@ def test_a_videos_sample_does_not_depend_on_rank_or_world_size(world_size):
             if s.is_padding:
                 continue
             ref = reference[s.video_index]
-            assert (s.start_frame, s.frame_stride, s.crop, s.flip) == (ref.start_frame, ref.frame_stride, ref.crop, ref.flip)
+            fields = lambda x: (x.start_frame, x.frame_stride, x.crop, x.flip)  # noqa: E731
+            assert fields(s) == fields(ref)
 
 
 def test_sample_fields_come_from_the_video():
@@ -158,7 +168,7 @@ def test_start_frames_stay_inside_the_valid_range_and_cover_it():
 
 
 def test_videos_shorter_than_the_window_start_at_zero():
-    vs = [VideoInfo("/v/short.mp4", 0, 40, 30.0, 320, 240), VideoInfo("/v/one.mp4", 0, 1, 30.0, 320, 240)]
+    vs = [video("/v/short.mp4", 40), video("/v/one.mp4", 1)]
     for s in train(vs) + make_val_plan(vs, rank=0, world_size=1, clip=CLIP, augment=AUG):
         assert s.start_frame == 0
     # The docstring example: the clip runs past the end and repeats the last frame.
@@ -178,37 +188,41 @@ def test_sample_start_frame_is_uniform():
     assert all(abs(c / 4000 - 0.25) < 0.03 for c in counts.values())
 
 
-@pytest.mark.parametrize(("fps", "expected_stride"), [(30.0, 4), (60.0, 8), (25.0, 3), (29.97, 4), (15.0, 2), (5.0, 1)])
+@pytest.mark.parametrize(("fps", "expected_stride"),
+                         [(30.0, 4), (60.0, 8), (25.0, 3), (29.97, 4), (15.0, 2), (5.0, 1)])
 def test_target_fps_makes_the_stride_follow_each_videos_rate(fps, expected_stride):
     clip = ClipSpec(clip_len=8, frame_stride=4, target_fps=30.0)
     assert clip.stride_for(fps) == expected_stride
-    s = train([VideoInfo("/v/a.mp4", 0, 500, fps, 320, 240)], clip=clip)[0]
+    s = train([video("/v/a.mp4", 500, fps)], clip=clip)[0]
     assert s.frame_stride == expected_stride
 
 
 def test_target_fps_spans_the_same_time_at_different_rates():
     clip = ClipSpec(clip_len=16, frame_stride=2, target_fps=15.0)
-    vs = [VideoInfo("/v/30.mp4", 0, 300, 30.0, 320, 240), VideoInfo("/v/60.mp4", 0, 600, 60.0, 320, 240)]
+    vs = [video("/v/30.mp4", 300, 30.0), video("/v/60.mp4", 600, 60.0)]
     by_path = {s.path: s for s in train(vs, clip=clip)}
-    seconds = {p: clip.span(s.frame_stride) / fps for (p, s), fps in zip(sorted(by_path.items()), (30.0, 60.0))}
     assert by_path["/v/30.mp4"].frame_stride == 4 and by_path["/v/60.mp4"].frame_stride == 8
-    assert seconds["/v/30.mp4"] == pytest.approx(seconds["/v/60.mp4"], rel=0.01)
+    seconds_30 = clip.span(by_path["/v/30.mp4"].frame_stride) / 30.0
+    seconds_60 = clip.span(by_path["/v/60.mp4"].frame_stride) / 60.0
+    assert seconds_30 == pytest.approx(seconds_60, rel=0.01)
 
 
 def test_missing_fps_with_target_fps_warns_once_and_uses_frame_stride():
-    vs = [VideoInfo("/v/nofps.mp4", 0, 300, 0.0, 320, 240), VideoInfo("/v/nan.mp4", 0, 300, float("nan"), 320, 240),
-          VideoInfo("/v/ok.mp4", 0, 300, 60.0, 320, 240)]
+    vs = [video("/v/nofps.mp4", fps=0.0), video("/v/nan.mp4", fps=float("nan")),
+          video("/v/ok.mp4", fps=60.0)]
     clip = ClipSpec(clip_len=8, frame_stride=4, target_fps=30.0)
-    with pytest.warns(UserWarning, match=r"2 video\(s\) have no usable fps \(first: /v/nofps.mp4\)") as record:
+    message = r"2 video\(s\) have no usable fps \(first: /v/nofps.mp4\)"
+    with pytest.warns(UserWarning, match=message) as record:
         plan = train(vs, clip=clip)
     assert len(record) == 1
-    assert {s.path: s.frame_stride for s in plan} == {"/v/nofps.mp4": 4, "/v/nan.mp4": 4, "/v/ok.mp4": 8}
+    strides = {s.path: s.frame_stride for s in plan}
+    assert strides == {"/v/nofps.mp4": 4, "/v/nan.mp4": 4, "/v/ok.mp4": 8}
 
 
 def test_no_warning_without_target_fps():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        train([VideoInfo("/v/nofps.mp4", 0, 300, 0.0, 320, 240)])
+        train([video("/v/nofps.mp4", fps=0.0)])
 
 
 # --- crops and flips ----------------------------------------------------------
@@ -243,7 +257,8 @@ def test_short_side_jitter_scale_is_uniform_over_the_range():
     augment = AugmentSpec(crop_size=100, short_side_range=(200, 203))
     expected = {round(100 * 1000 / side): side for side in range(200, 204)}  # 500, 498, 495, 493
     rng = np.random.default_rng(0)
-    counts = Counter(round((b.y1 - b.y0) * 1000) for b in (sample_crop_box(1000, 1000, augment, rng) for _ in range(4000)))
+    boxes = [sample_crop_box(1000, 1000, augment, rng) for _ in range(4000)]
+    counts = Counter(round((b.y1 - b.y0) * 1000) for b in boxes)
     assert set(counts) == set(expected)
     assert all(abs(c / 4000 - 0.25) < 0.03 for c in counts.values())
 
@@ -256,7 +271,8 @@ def test_short_side_jitter_smaller_than_the_crop_takes_the_whole_dimension():
 
 
 def test_random_resized_boxes_respect_area_and_aspect_ranges():
-    augment = AugmentSpec(crop_size=224, crop_mode="random_resized", area_range=(0.3, 1.0), aspect_range=(3 / 4, 4 / 3))
+    augment = AugmentSpec(crop_size=224, crop_mode="random_resized", area_range=(0.3, 1.0),
+                          aspect_range=(3 / 4, 4 / 3))
     rng = np.random.default_rng(0)
     areas, aspects = [], []
     for _ in range(500):
@@ -270,7 +286,8 @@ def test_random_resized_boxes_respect_area_and_aspect_ranges():
 
 def test_random_resized_falls_back_to_the_largest_centred_box_in_range():
     # A very wide frame with a tight aspect range: no try can fit, the fallback is centred.
-    augment = AugmentSpec(crop_mode="random_resized", area_range=(0.99, 1.0), aspect_range=(1.0, 1.0))
+    augment = AugmentSpec(crop_mode="random_resized", area_range=(0.99, 1.0),
+                          aspect_range=(1.0, 1.0))
     box = sample_crop_box(400, 100, augment, np.random.default_rng(0))
     assert box_pixels(box, 400, 100) == pytest.approx((0, 150, 100, 250))
 
@@ -282,7 +299,8 @@ def test_random_resized_falls_back_to_the_largest_centred_box_in_range():
     (320, 240, (100, 300), (66, 0, 173, 320)),  # wide output from a 4:3 frame
 ])
 def test_center_crop_box(width, height, size, expected):
-    assert box_pixels(center_crop_box(width, height, size), width, height) == pytest.approx(expected)
+    box = center_crop_box(width, height, size)
+    assert box_pixels(box, width, height) == pytest.approx(expected)
 
 
 def test_flip_rate_follows_flip_prob():
@@ -298,18 +316,23 @@ def test_flip_rate_follows_flip_prob():
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_val_plan_is_ordered_centred_unflipped_and_marks_padding(world_size):
     vs = videos(10)
-    plans = [make_val_plan(vs, rank=r, world_size=world_size, clip=CLIP, augment=AUG) for r in range(world_size)]
+
+    def plan_of(rank):
+        return make_val_plan(vs, rank=rank, world_size=world_size, clip=CLIP, augment=AUG)
+
+    plans = [plan_of(r) for r in range(world_size)]
     assert len({len(p) for p in plans}) == 1
-    global_order = [plans[i % world_size][i // world_size] for i in range(len(plans[0]) * world_size)]
+    total = len(plans[0]) * world_size
+    global_order = [plans[i % world_size][i // world_size] for i in range(total)]
     assert [s.video_index for s in global_order if not s.is_padding] == list(range(10))
-    assert [s.video_index for s in global_order if s.is_padding] == list(range(len(global_order) - 10))
+    assert [s.video_index for s in global_order if s.is_padding] == list(range(total - 10))
     for s in global_order:
         v = vs[s.video_index]
         assert s.flip is False
         assert s.start_frame == center_start_frame(v.num_frames, CLIP.span(4))
         assert s.crop == center_crop_box(v.width, v.height, (224, 224))
     # Deterministic: no seed, no epoch.
-    assert plans == [make_val_plan(vs, rank=r, world_size=world_size, clip=CLIP, augment=AUG) for r in range(world_size)]
+    assert plans == [plan_of(r) for r in range(world_size)]
 
 
 def test_val_window_is_centred():
@@ -321,7 +344,9 @@ def test_val_window_is_centred():
 def test_center_crop_mode_in_training_is_the_val_crop_with_random_flips():
     vs = videos(40)
     plan = train(vs, augment=AugmentSpec(crop_mode="center", flip_prob=0.5))
-    assert all(s.crop == center_crop_box(vs[s.video_index].width, vs[s.video_index].height, (224, 224)) for s in plan)
+    for s in plan:
+        v = vs[s.video_index]
+        assert s.crop == center_crop_box(v.width, v.height, (224, 224))
     assert 0 < sum(s.flip for s in plan) < 40
 
 
@@ -381,7 +406,8 @@ def test_plans_reject_an_empty_video_list():
 def test_plans_name_the_video_with_bad_facts(field, value):
     good = dict(label=0, num_frames=10, fps=30.0, width=320, height=240)
     vs = [VideoInfo("/v/good.mp4", **good), VideoInfo("/v/broken.mp4", **{**good, field: value})]
-    with pytest.raises(ValueError, match=rf"/v/broken.mp4: {field} must be an integer >= 1, got {value}"):
+    message = rf"/v/broken.mp4: {field} must be an integer >= 1, got {value}"
+    with pytest.raises(ValueError, match=message):
         train(vs)
     with pytest.raises(ValueError, match=rf"/v/broken.mp4: {field} must be an integer >= 1"):
         make_val_plan(vs, rank=0, world_size=1, clip=CLIP, augment=AUG)

@@ -1,0 +1,450 @@
+"""The DALI path: decode planned clips with ``fn.decoders.video``, crop, resize, flip, normalise.
+
+One DALI pipeline per process (per rank), fed batch by batch with the plan::
+
+    external_source: encoded file bytes (uint8, 1-D per sample), label,
+                     start_frame, frame_stride, clip_len (0-d int32 each),
+                     roi_start, roi_end ((y, x) relative, float32), flip (0-d)
+      -> fn.decoders.video(device="mixed" on a GPU | "cpu",
+                           start_frame, sequence_length=clip_len, stride, pad_mode="edge")
+      -> fn.resize(roi_start, roi_end, roi_relative=True, size=OutputSpec.size, antialias)
+      -> fn.crop_mirror_normalize(mirror=flip, mean, std, dtype, "CFHW" | "FCHW")
+      -> torch tensors, zero-copy through DLPack (CPU tensors for device "cpu")
+
+Usage::
+
+    decoder = DaliClipDecoder(OutputSpec(size=(224, 224)), batch_size=32, device="gpu")
+    batch = decoder.decode_batch(samples)            # DecodedBatch(samples, videos, labels)
+
+    # Keep several batches in flight: submit ahead, collect in order.
+    for samples in batches:
+        if decoder.pending == decoder.prefetch_queue_depth:
+            consume(decoder.result())
+        decoder.submit(samples)
+    while decoder.pending:
+        consume(decoder.result())
+
+Why the plan is pushed rather than pulled: ``fn.external_source(parallel=True)``
+runs a *source callback* in worker processes, pickled once when the pipeline
+starts, that pulls batch ``i`` of a fixed schedule. The loader instead decides
+batch by batch what DALI gets (it merges DALI and fallback routes, sends a
+failed batch to the fallback, resumes mid-epoch), so the samples are pushed
+with ``feed_input``. The only Python work per sample is reading the file,
+which a thread pool does with the GIL released; worker processes would add
+pickling and spawn cost for nothing.
+
+How in-flight batches are kept: with DALI's default (dynamic) executor every
+``schedule_run`` is queued and executed asynchronously, and any number can be
+queued ahead of ``outputs`` (checked with DALI 2.4). The DALI ``Pipeline``
+itself gets ``prefetch_queue_depth=1``: with a deeper queue its first run
+insists on that many batches already fed, and feeding fewer kills the
+pipeline. :class:`DaliClipDecoder` bounds the batches in flight with its own
+``prefetch_queue_depth`` instead.
+
+Keeping NVDEC busy: with ``device="gpu"`` the decoder runs each sample of a
+batch as its own NVDEC session on a thread pool of ``num_threads`` threads, so
+``min(num_threads, batch size)`` clips decode at once, and the driver spreads
+the sessions over the GPU's NVDEC engines (A100: 5, H100/H200: 7; consumer and
+L4-class cards fewer). Use ``num_threads`` of at least twice the engine count
+(one session per engine decoding while another demuxes or converts) and a
+batch of at least ``num_threads`` clips; ``prefetch_queue_depth`` 2 lets the
+next batch decode while the training step runs. With ``device="cpu"``,
+``num_threads`` is the number of clips decoded in parallel on CPU cores.
+
+Errors: a batch DALI cannot decode (corrupt or truncated file, start frame past
+what DALI counts, unsupported stream) raises :class:`DaliBatchError` from
+:meth:`DaliClipDecoder.result`, naming every file of the batch; the pipeline
+stays usable and the next batch decodes normally, so the loader can decode the
+failed samples again through the PyAV fallback.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Sequence
+
+import numpy as np
+
+from daliload.plan import OutputSpec, Sample
+
+if TYPE_CHECKING:
+    import torch
+
+logger = logging.getLogger(__name__)
+
+Device = Literal["cpu", "gpu"]
+
+INSTALL_HINT = (
+    "pip install 'daliload[cuda13]' (NVIDIA driver >= 580) or 'daliload[cuda12]' (driver >= 525)"
+)
+
+_DALI_DTYPES = {"float16": "FLOAT16", "float32": "FLOAT", "uint8": "UINT8"}
+_DALI_LAYOUTS = {"CTHW": "CFHW", "TCHW": "FCHW"}
+
+
+def import_dali() -> tuple[Any, Any, Any]:
+    """Import DALI lazily: ``(nvidia.dali.pipeline, nvidia.dali.fn, nvidia.dali.types)``.
+
+    Raises:
+        ImportError: DALI is not installed; the message says which ``pip
+            install`` fixes it, raised from the original error.
+    """
+    try:
+        import nvidia.dali.fn as fn
+        import nvidia.dali.pipeline as pipeline
+        import nvidia.dali.types as types
+    except ImportError as err:
+        raise ImportError(f"NVIDIA DALI is not installed; {INSTALL_HINT}") from err
+    return pipeline, fn, types
+
+
+def is_dali_available() -> bool:
+    """True when ``nvidia.dali`` imports (without raising; for the loader's fallback-only mode)."""
+    try:
+        import_dali()
+    except ImportError:
+        return False
+    return True
+
+
+class DaliBatchError(RuntimeError):
+    """DALI could not produce a batch; every sample of it must be decoded another way.
+
+    Attributes:
+        samples: the samples of the failed batch, in batch order.
+        reason: DALI's (or the file reader's) explanation, shortened.
+        culprit: the sample DALI's message points at (``"sample #i"``), when it
+            names one; other samples of the batch may be fine.
+    """
+
+    def __init__(
+        self, samples: Sequence[Sample], reason: str, *, culprit: Sample | None = None
+    ) -> None:
+        self.samples = tuple(samples)
+        self.reason = reason
+        self.culprit = culprit
+        paths = list(dict.fromkeys(s.path for s in self.samples))
+        blame = f" (cause: {culprit.path})" if culprit is not None else ""
+        super().__init__(
+            f"DALI failed to decode a batch of {len(self.samples)} clip(s){blame}: {reason}; "
+            f"files: {', '.join(paths)}"
+        )
+
+    @property
+    def paths(self) -> list[str]:
+        """Paths of the batch's samples, in batch order (repeats kept)."""
+        return [s.path for s in self.samples]
+
+    def __reduce__(self):
+        # Crosses process boundaries intact (the keyword-only culprit needs a helper).
+        return (_rebuild_batch_error, (self.samples, self.reason, self.culprit))
+
+
+def _rebuild_batch_error(samples, reason, culprit) -> DaliBatchError:
+    return DaliBatchError(samples, reason, culprit=culprit)
+
+
+@dataclass(frozen=True)
+class DecodedBatch:
+    """A decoded batch, in the order its samples were submitted.
+
+    Attributes:
+        samples: the plan samples, one per clip.
+        videos: ``(B, C, T, H, W)`` for layout CTHW or ``(B, T, C, H, W)`` for
+            TCHW, dtype and normalisation from the :class:`OutputSpec`, on the
+            CPU or on ``cuda:device_id``. Shares memory with DALI's output buffer.
+        labels: ``(B,)`` int64 class indices, on the same device as ``videos``.
+    """
+
+    samples: tuple[Sample, ...]
+    videos: "torch.Tensor"
+    labels: "torch.Tensor"
+
+
+@dataclass
+class _Pending:
+    samples: tuple[Sample, ...]
+    error: DaliBatchError | None  # set when the batch never reached DALI (unreadable file)
+
+
+class DaliClipDecoder:
+    """Decode batches of planned clips with DALI (see the module docstring).
+
+    Args:
+        output: output size, mean/std, dtype and layout.
+        batch_size: most samples per batch (shorter batches are fine).
+        device: ``"gpu"`` decodes with NVDEC (``fn.decoders.video`` on
+            ``"mixed"``) and returns CUDA tensors; ``"cpu"`` decodes with
+            FFmpeg inside DALI (VP8, VP9 and MJPEG only) and returns CPU tensors.
+        device_id: CUDA device for ``"gpu"`` (default: torch's current
+            device, i.e. ``LOCAL_RANK`` once the training script set it).
+            Ignored for ``"cpu"``.
+        num_threads: DALI worker threads: clips decoded at once (see the module
+            docstring on NVDEC engines). Default 4.
+        prefetch_queue_depth: most batches submitted and not yet collected.
+            Default 2.
+        read_threads: threads that read file bytes for :meth:`submit`. Default 4.
+
+    Not thread-safe: submit and collect from one thread. One decoder per
+    process (rank); build it once and reuse it across epochs.
+
+    Raises:
+        ImportError: DALI is not installed (the message says how to install it).
+        ValueError: an argument out of range.
+    """
+
+    def __init__(
+        self,
+        output: OutputSpec,
+        *,
+        batch_size: int,
+        device: Device = "gpu",
+        device_id: int | None = None,
+        num_threads: int = 4,
+        prefetch_queue_depth: int = 2,
+        read_threads: int = 4,
+    ) -> None:
+        if not isinstance(output, OutputSpec):
+            raise TypeError(f"output must be an OutputSpec, got {type(output).__name__}")
+        if device not in ("cpu", "gpu"):
+            raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
+        counts = {"batch_size": batch_size, "num_threads": num_threads,
+                  "prefetch_queue_depth": prefetch_queue_depth, "read_threads": read_threads}
+        for name, value in counts.items():
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        pipeline_mod, fn, types = import_dali()
+        if device == "gpu":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ValueError(
+                    "device='gpu' needs a CUDA GPU visible to torch; use device='cpu' without one"
+                )
+            if device_id is None:
+                device_id = torch.cuda.current_device()
+        else:
+            device_id = None
+        self.output = output
+        self.batch_size = batch_size
+        self.device: Device = device
+        self.device_id = device_id
+        self.num_threads = num_threads
+        self.prefetch_queue_depth = prefetch_queue_depth
+        self._pending: collections.deque[_Pending] = collections.deque()
+        self._reader = ThreadPoolExecutor(max_workers=read_threads,
+                                          thread_name_prefix="daliload-read")
+        self._pipe = self._build(pipeline_mod, fn, types)
+
+    # -- pipeline -------------------------------------------------------------
+
+    def _build(self, pipeline_mod: Any, fn: Any, types: Any) -> Any:
+        pipe = pipeline_mod.Pipeline(
+            batch_size=self.batch_size,
+            num_threads=self.num_threads,
+            device_id=self.device_id,
+            prefetch_queue_depth=1,  # our own queue bounds the batches in flight (module docstring)
+            seed=0,
+            exec_dynamic=True,  # survives a failed batch; queues any number of runs
+        )
+        out = self.output
+        with pipe:
+            encoded = fn.external_source(name="encoded", dtype=types.UINT8, ndim=1)
+            labels = fn.external_source(name="label", dtype=types.INT64, ndim=0)
+            start = fn.external_source(name="start_frame", dtype=types.INT32, ndim=0)
+            stride = fn.external_source(name="frame_stride", dtype=types.INT32, ndim=0)
+            length = fn.external_source(name="clip_len", dtype=types.INT32, ndim=0)
+            roi_start = fn.external_source(name="roi_start", dtype=types.FLOAT, ndim=1)
+            roi_end = fn.external_source(name="roi_end", dtype=types.FLOAT, ndim=1)
+            flip = fn.external_source(name="flip", dtype=types.INT32, ndim=0)
+            decode_kw: dict[str, Any] = {}
+            if self.device == "gpu":
+                # Unpinned threads: several ranks per node would otherwise pin to the same cores.
+                decode_kw["affine"] = False
+            frames = fn.decoders.video(
+                encoded, device="mixed" if self.device == "gpu" else "cpu",
+                start_frame=start, stride=stride, sequence_length=length, pad_mode="edge",
+                **decode_kw,
+            )
+            frames = fn.resize(
+                frames, roi_start=roi_start, roi_end=roi_end, roi_relative=True,
+                size=[float(out.size[0]), float(out.size[1])], interp_type=types.INTERP_LINEAR,
+                antialias=True,
+            )
+            videos = fn.crop_mirror_normalize(
+                frames, mirror=flip, mean=list(out.mean), std=list(out.std),
+                dtype=getattr(types, _DALI_DTYPES[out.dtype]),
+                output_layout=_DALI_LAYOUTS[out.layout],
+            )
+            pipe.set_outputs(videos, labels)
+        pipe.build()
+        return pipe
+
+    # -- public API -----------------------------------------------------------
+
+    @property
+    def pending(self) -> int:
+        """Batches submitted and not yet collected with :meth:`result`."""
+        return len(self._pending)
+
+    def submit(self, samples: Sequence[Sample]) -> None:
+        """Read the files of ``samples`` and queue them for decoding; does not wait for DALI.
+
+        Args:
+            samples: 1 to ``batch_size`` samples with the same ``clip_len``.
+
+        Raises:
+            ValueError: empty or oversized batch, mixed clip lengths.
+            RuntimeError: ``prefetch_queue_depth`` batches are already pending
+                (collect one with :meth:`result` first), or the decoder is closed.
+
+        A file that cannot be read does not raise here: the batch is queued as
+        failed and :meth:`result` raises its :class:`DaliBatchError` in turn.
+        """
+        samples = tuple(samples)
+        self._check_batch(samples)
+        if self._pipe is None:
+            raise RuntimeError("this DaliClipDecoder is closed")
+        if len(self._pending) >= self.prefetch_queue_depth:
+            raise RuntimeError(
+                f"{len(self._pending)} batches are already pending (prefetch_queue_depth="
+                f"{self.prefetch_queue_depth}); call result() before submitting more"
+            )
+        try:
+            encoded = list(self._reader.map(_read_file, [s.path for s in samples]))
+        except OSError as err:
+            bad = next((s for s in samples if s.path == getattr(err, "filename", None)), None)
+            error = DaliBatchError(samples, f"cannot read file: {err}", culprit=bad)
+            self._pending.append(_Pending(samples, error))
+            return
+        self._feed(samples, encoded)
+        self._pipe.schedule_run()
+        self._pending.append(_Pending(samples, None))
+
+    def result(self) -> DecodedBatch:
+        """Wait for the oldest pending batch and return it.
+
+        Raises:
+            DaliBatchError: DALI (or the file reader) failed on that batch. The
+                batch is consumed; the decoder stays usable for the next one.
+            RuntimeError: nothing is pending.
+        """
+        if not self._pending:
+            raise RuntimeError("no batch is pending: submit() one first")
+        entry = self._pending.popleft()
+        if entry.error is not None:
+            raise entry.error
+        try:
+            videos_tl, labels_tl = self._pipe.outputs()
+        except RuntimeError as err:
+            reason = _short_reason(str(err))
+            match = re.search(r"sample #(\d+)", str(err))
+            culprit = None
+            if match and int(match.group(1)) < len(entry.samples):
+                culprit = entry.samples[int(match.group(1))]
+            logger.debug("DALI batch failed: %s", err)
+            raise DaliBatchError(entry.samples, reason, culprit=culprit) from err
+        videos = self._to_torch(videos_tl)
+        labels = self._to_torch(labels_tl)
+        if labels.device != videos.device:
+            labels = labels.to(videos.device)
+        return DecodedBatch(entry.samples, videos, labels)
+
+    def decode_batch(self, samples: Sequence[Sample]) -> DecodedBatch:
+        """Decode one batch and wait for it (:meth:`submit` then :meth:`result`).
+
+        Raises:
+            DaliBatchError: as :meth:`result`.
+            RuntimeError: other batches are pending (their results would come first).
+        """
+        if self._pending:
+            raise RuntimeError(
+                f"{len(self._pending)} batch(es) pending: collect them with result() first"
+            )
+        self.submit(samples)
+        return self.result()
+
+    def close(self) -> None:
+        """Release the pipeline and the reader threads; pending batches are dropped."""
+        self._pending.clear()
+        self._pipe = None
+        self._reader.shutdown(wait=True)
+
+    def __enter__(self) -> "DaliClipDecoder":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"DaliClipDecoder(device={self.device!r}, device_id={self.device_id}, "
+                f"batch_size={self.batch_size}, num_threads={self.num_threads}, "
+                f"prefetch_queue_depth={self.prefetch_queue_depth}, output={self.output})")
+
+    # -- internals ------------------------------------------------------------
+
+    def _check_batch(self, samples: tuple[Sample, ...]) -> None:
+        if not samples:
+            raise ValueError("a batch needs at least one sample")
+        if len(samples) > self.batch_size:
+            raise ValueError(f"got {len(samples)} samples, more than batch_size={self.batch_size}")
+        for s in samples:
+            if not isinstance(s, Sample):
+                raise TypeError(f"expected Sample items, got {type(s).__name__}")
+        lengths = {s.clip_len for s in samples}
+        if len(lengths) > 1:
+            raise ValueError(
+                f"all samples of a batch need the same clip_len to stack, got {sorted(lengths)}"
+            )
+
+    def _feed(self, samples: tuple[Sample, ...], encoded: list[np.ndarray]) -> None:
+        def column(values: list, dtype: type) -> np.ndarray:
+            return np.asarray(values, dtype=dtype)
+
+        pipe = self._pipe
+        pipe.feed_input("encoded", encoded)
+        pipe.feed_input("label", column([s.label for s in samples], np.int64))
+        pipe.feed_input("start_frame", column([s.start_frame for s in samples], np.int32))
+        pipe.feed_input("frame_stride", column([s.frame_stride for s in samples], np.int32))
+        pipe.feed_input("clip_len", column([s.clip_len for s in samples], np.int32))
+        pipe.feed_input("roi_start", column([(s.crop.y0, s.crop.x0) for s in samples], np.float32))
+        pipe.feed_input("roi_end", column([(s.crop.y1, s.crop.x1) for s in samples], np.float32))
+        pipe.feed_input("flip", column([int(s.flip) for s in samples], np.int32))
+
+    def _to_torch(self, tensor_list: Any) -> "torch.Tensor":
+        import torch
+        from nvidia.dali.tensors import TensorListGPU
+
+        dense = tensor_list.is_dense_tensor()
+        # Dense: one zero-copy view of the whole batch. Otherwise the samples
+        # live in separate buffers and are stacked (one copy).
+        if dense:
+            parts = [tensor_list.as_tensor()]
+        else:
+            parts = [tensor_list[i] for i in range(len(tensor_list))]
+        if isinstance(tensor_list, TensorListGPU):
+            with torch.cuda.device(self.device_id):
+                tensors = [torch.from_dlpack(p) for p in parts]
+        else:
+            tensors = [torch.from_dlpack(p) for p in parts]
+        return tensors[0] if dense else torch.stack(tensors)
+
+
+def _read_file(path: str) -> np.ndarray:
+    data = np.fromfile(path, dtype=np.uint8)
+    if data.size == 0:
+        raise OSError(0, "file is empty", path)
+    return data
+
+
+def _short_reason(message: str) -> str:
+    """DALI's error text without the pipeline-definition traceback and C++ context lines."""
+    tail = message.rsplit("encountered:", 1)[-1]
+    noise = ("C++ context", "Current pipeline object", "Critical error")
+    lines = [line.strip() for line in tail.splitlines()
+             if line.strip() and not line.strip().startswith(noise)]
+    return " ".join(lines) or message.strip().splitlines()[0]
