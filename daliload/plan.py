@@ -342,8 +342,11 @@ class VideoLike(Protocol):
         path: the video file.
         label: class index.
         num_frames: decodable frames (>= 1); windows are chosen inside it.
-        fps: average frame rate in frames/s (used only with ``ClipSpec.target_fps``).
-        width, height: decoded frame size in pixels (used for crop boxes).
+        fps: average frame rate in frames/s (used only with ``ClipSpec.target_fps``;
+            ``None`` or 0 there means ``frame_stride``, with one warning).
+        width, height: decoded frame size in pixels, as the decoder outputs it
+            (coded size, before any rotation), for crop boxes; ``None`` is
+            rejected with the path named.
     """
 
     @property
@@ -356,13 +359,13 @@ class VideoLike(Protocol):
     def num_frames(self) -> int: ...
 
     @property
-    def fps(self) -> float: ...
+    def fps(self) -> float | None: ...
 
     @property
-    def width(self) -> int: ...
+    def width(self) -> int | None: ...
 
     @property
-    def height(self) -> int: ...
+    def height(self) -> int | None: ...
 
 
 @dataclass(frozen=True)
