@@ -1,0 +1,487 @@
+"""Decode one clip window with PyAV: only the frames the window needs.
+
+Frame ``N`` is the ``N``-th frame (0-based) that a full sequential decode of the
+file's first video stream outputs, in presentation order. That is what DALI's
+``fn.decoders.video`` calls frame ``N`` and what the frame code of a generated
+clip says. :func:`decode_window` finds those frames without decoding the file
+from the start:
+
+1. Demux the video stream's packets (cheap: no decoding) and sort the
+   presentation timestamps (pts) of the packets that produce a frame. Frame
+   ``N`` is the packet with the ``N``-th smallest pts. Packets an MP4 edit list
+   cuts away (``is_discard``) produce no frame, so they get no index, but they
+   are still decoded when later frames reference them. B-frames, a non-zero
+   start time and timestamp gaps need nothing special.
+2. Start decoding at the keyframe packet at or before the window's first frame
+   and stop as soon as the decoder has output the window's last frame.
+3. Frames that nothing references and that the clip does not use (non-reference
+   B-frames before and between the clip's frames) are not decoded at all:
+   FFmpeg's ``skip_frame = NONREF`` is switched on packet by packet.
+4. Only the frames the clip uses are converted to RGB.
+
+Worked example, a 300-frame H.264 file with keyframes at frames 0 and 250 and
+``frame_indices = [252, 256, ..., 312]`` (16 frames at stride 4)::
+
+    decode from the keyframe packet of frame 250 (frames 0-249 untouched)
+    frames 250..299 are output; 252, 256, ..., 296 are converted to RGB
+    312, 308, 304, 300 lie past the last frame (299): they repeat frame 299
+    -> DecodedClip(frames (16, H, W, 3), video_num_frames=300,
+                   num_frames_decoded = 50 minus the skipped non-reference frames)
+
+When packets carry no timestamps (some raw streams), the fallback is a plain
+sequential decode from the start that counts frames, with no seeking and no
+skipping, which is exact by definition.
+
+A :class:`StreamHint` (keyframe indices and the frame rate, as the pre-screen
+records them) lets a constant-frame-rate file be entered by a container seek
+instead of demuxing it from the start, which matters for long videos.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Iterator, Sequence
+
+import av
+import av.error
+import numpy as np
+from av.video.reformatter import VideoReformatter
+
+logger = logging.getLogger(__name__)
+
+#: H.264/HEVC reorder at most 16 frames, so a packet's presentation rank is
+#: settled once this many later packets have been seen (used by the hint path).
+_MAX_REORDER = 16
+
+
+class DecodeError(RuntimeError):
+    """A file (or the window asked of it) could not be decoded.
+
+    Attributes:
+        path: the file.
+        reason: what went wrong, short and human readable.
+    """
+
+    def __init__(self, path: str | os.PathLike, reason: str) -> None:
+        self.path = os.fspath(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
+
+    def __reduce__(self):
+        # Crosses process boundaries (DataLoader workers) intact.
+        return (type(self), (self.path, self.reason))
+
+
+@dataclass(frozen=True)
+class DecodedClip:
+    """The frames of one window.
+
+    Attributes:
+        frames: ``(T, H, W, 3)`` uint8 RGB, one per requested index, in the
+            order of ``frame_indices``; indices past the last frame repeat it.
+        num_frames_decoded: frames the decoder actually produced for this
+            window (window frames plus GOP waste; skipped frames not counted).
+        video_num_frames: frames in the video, or ``None`` when the decode
+            stopped before the end was known (hint path on a long file).
+    """
+
+    frames: np.ndarray = field(repr=False)
+    num_frames_decoded: int
+    video_num_frames: int | None
+
+    def __repr__(self) -> str:  # the frames array would flood a repr
+        return (f"DecodedClip(frames={tuple(self.frames.shape)}, num_frames_decoded="
+                f"{self.num_frames_decoded}, video_num_frames={self.video_num_frames})")
+
+
+@dataclass(frozen=True)
+class StreamHint:
+    """What the pre-screen knows about a video stream, to seek without demuxing it all.
+
+    Only for constant-frame-rate streams: frame ``N`` is expected at
+    ``first_pts + N / fps``. A hint that turns out wrong (the seek lands after
+    the window) is ignored and the file is decoded the exact way.
+
+    Attributes:
+        keyframe_indices: presentation-order frame indices of the keyframes,
+            ascending; must include 0.
+        fps: frames per second.
+        num_frames: frames in the video, if known (lets short windows past the
+            end be clamped up front).
+    """
+
+    keyframe_indices: tuple[int, ...]
+    fps: Fraction | float
+    num_frames: int | None = None
+
+    def __post_init__(self) -> None:
+        keys = tuple(int(k) for k in self.keyframe_indices)
+        if not keys or keys[0] != 0 or any(b <= a for a, b in zip(keys, keys[1:])):
+            raise ValueError(
+                f"keyframe_indices must be ascending, unique and start at 0, got {self.keyframe_indices[:8]}")
+        if not float(self.fps) > 0:
+            raise ValueError(f"fps must be > 0, got {self.fps}")
+        if self.num_frames is not None and self.num_frames < 1:
+            raise ValueError(f"num_frames must be >= 1 or None, got {self.num_frames}")
+        object.__setattr__(self, "keyframe_indices", keys)
+
+
+def decode_window(
+    path: str | os.PathLike,
+    frame_indices: Sequence[int],
+    *,
+    threads: int = 1,
+    skip_nonref: bool = True,
+    timeout_s: float | None = None,
+    hint: StreamHint | None = None,
+) -> DecodedClip:
+    """Decode the frames ``frame_indices`` of the first video stream of ``path``.
+
+    Args:
+        path: the video file.
+        frame_indices: 0-based presentation-order frame indices, any order,
+            repeats allowed. Indices past the last frame repeat the last frame
+            (edge padding), so a 40-frame video asked for ``[30, 38, 46]``
+            gives frames ``30, 38, 39``.
+        threads: FFmpeg decoder threads (frame threading when > 1). The
+            default 1 is the right choice under multi-process loading: two
+            processes with one thread each beat one process with two threads.
+        skip_nonref: skip decoding non-reference frames the clip does not use.
+        timeout_s: give up (``DecodeError`` "timeout ...") when decoding takes
+            longer than this many seconds; checked between packets, and passed
+            to FFmpeg's I/O so a blocking read is cut too. ``None``: no limit.
+            A decode stuck inside FFmpeg cannot be cut from the same process:
+            :class:`fallback.FallbackLoader` kills such a worker instead.
+        hint: optional :class:`StreamHint` to enter a long file by seeking.
+
+    Returns:
+        :class:`DecodedClip` with ``len(frame_indices)`` frames.
+
+    Raises:
+        ValueError: ``frame_indices`` is empty or has a negative index, or
+            ``threads`` < 1.
+        DecodeError: the file cannot be opened, has no video stream, has no
+            decodable frame, a needed frame is missing, or the timeout passed.
+    """
+    path_str = os.fspath(path)
+    wanted = [int(i) for i in frame_indices]
+    if not wanted:
+        raise ValueError(f"{path_str}: frame_indices is empty")
+    if min(wanted) < 0:
+        raise ValueError(f"{path_str}: frame indices must be >= 0, got {min(wanted)}")
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    job = _Window(path_str, wanted, threads=threads, skip_nonref=skip_nonref,
+                  deadline=None if timeout_s is None else time.monotonic() + timeout_s,
+                  timeout_s=timeout_s)
+    # Each strategy gets a fresh container: a new open costs about a
+    # millisecond, a seek back to the start is not exact with edit lists.
+    strategies = ([job.by_hint] if hint is not None else []) + [job.by_index, job.by_counting]
+    for strategy in strategies:
+        try:
+            with job.open() as container:
+                result = strategy(container, hint) if strategy == job.by_hint else strategy(container)
+        except DecodeError:
+            raise
+        except av.error.ExitError as err:  # FFmpeg's I/O interrupted at the time limit
+            raise DecodeError(path_str, job.timeout_reason()) from err
+        except (av.error.FFmpegError, OSError, ValueError) as err:
+            raise DecodeError(path_str, f"decode failed: {_describe(err, path_str)}") from err
+        if result is not None:
+            return result
+    raise AssertionError("by_counting always returns a result or raises")  # pragma: no cover
+
+
+def probe_hint(path: str | os.PathLike) -> StreamHint:
+    """Build the :class:`StreamHint` of a constant-frame-rate file by demuxing it.
+
+    The pre-screen records the same facts; this is for tests and one-off use.
+
+    Raises:
+        DecodeError: the file cannot be demuxed, has no timestamped frames or
+            no frame rate.
+    """
+    path_str = os.fspath(path)
+    try:
+        with _Window(path_str, [0]).open() as container:
+            stream = container.streams.video[0]
+            table = _PacketTable.demux(container, stream)
+            rate = stream.average_rate or stream.guessed_rate
+    except (av.error.FFmpegError, OSError, ValueError) as err:
+        raise DecodeError(path_str, f"cannot demux: {_describe(err, path_str)}") from err
+    if table is None or not table.frame_pts:
+        raise DecodeError(path_str, "no frames with usable timestamps")
+    if not rate:
+        raise DecodeError(path_str, "stream has no frame rate")
+    keys = sorted({table.index_at_or_before(p) for p in table.keyframe_pts()} | {0})
+    return StreamHint(keyframe_indices=tuple(keys), fps=Fraction(rate), num_frames=len(table.frame_pts))
+
+
+# --------------------------------------------------------------------------------------
+# internals
+
+
+def _describe(err: BaseException, path: str = "") -> str:
+    """``"InvalidDataError: Invalid data found when processing input (avcodec_send_packet())"``."""
+    name = type(err).__name__
+    if isinstance(err, av.error.FFmpegError) and err.strerror:
+        where = err.filename if err.filename and err.filename != path else None
+        return f"{name}: {err.strerror}" + (f" ({where})" if where else "")
+    text = str(err).strip()
+    return f"{name}: {text}" if text else name
+
+
+@dataclass
+class _PacketTable:
+    """A video stream's data packets in decode order, and each frame's presentation rank."""
+
+    packets: list  # av.Packet
+    frame_pts: list[int]  # ascending pts of the packets that produce a frame
+    rank: dict[int, int]  # pts -> frame index
+
+    @classmethod
+    def demux(cls, container, stream, check=None) -> "_PacketTable | None":
+        """All packets of ``stream``, or ``None`` when timestamps cannot rank frames."""
+        packets = []
+        shown: list[int] = []
+        for packet in container.demux(stream):
+            if check is not None:
+                check()
+            if packet.size == 0:
+                continue  # the demuxer's end-of-stream flush packet
+            if packet.pts is None:
+                return None
+            packets.append(packet)
+            if not packet.is_discard:  # cut by an edit list: decoded as a reference, never shown
+                shown.append(packet.pts)
+        shown.sort()
+        rank = {pts: i for i, pts in enumerate(shown)}
+        if len(rank) != len(shown):
+            return None  # duplicate timestamps
+        return cls(packets, shown, rank)
+
+    def index_at_or_before(self, pts: int) -> int:
+        return max(0, bisect.bisect_right(self.frame_pts, pts) - 1)
+
+    def keyframe_pts(self) -> list[int]:
+        return [p.pts for p in self.packets if p.is_keyframe]
+
+    def start_packet(self, first_frame: int) -> int:
+        """Decode-order position of the last keyframe at or before frame ``first_frame``."""
+        target = self.frame_pts[first_frame]
+        best, best_pts = 0, None
+        for pos, packet in enumerate(self.packets):
+            if packet.is_keyframe and packet.pts <= target and (best_pts is None or packet.pts >= best_pts):
+                best, best_pts = pos, packet.pts
+        return best
+
+
+class _Window:
+    """One window request and the three ways to serve it (see the module docstring)."""
+
+    def __init__(self, path: str, wanted: list[int], *, threads: int = 1, skip_nonref: bool = True,
+                 deadline: float | None = None, timeout_s: float | None = None) -> None:
+        self.path = path
+        self.wanted = wanted
+        self.threads = threads
+        self.skip_nonref = skip_nonref
+        self.deadline = deadline
+        self.timeout_s = timeout_s
+        self.decoded = 0
+        self.reformatter = VideoReformatter()
+
+    def open(self):
+        try:
+            container = av.open(self.path, metadata_errors="ignore", timeout=self.timeout_s)
+        except av.error.ExitError as err:
+            raise DecodeError(self.path, self.timeout_reason()) from err
+        except (av.error.FFmpegError, OSError, ValueError) as err:
+            raise DecodeError(self.path, f"cannot open: {_describe(err, self.path)}") from err
+        if not container.streams.video:
+            container.close()
+            raise DecodeError(self.path, "no video stream")
+        self.decoded = 0
+        ctx = container.streams.video[0].codec_context
+        ctx.thread_count = self.threads
+        if self.threads > 1:
+            ctx.thread_type = "FRAME"  # slice threading never helps these streams (DESIGN.md)
+        return container
+
+    # -- strategy 1: timestamps ranked from the demuxed packets (exact) ------------
+
+    def by_index(self, container) -> DecodedClip | None:
+        if "avi" in container.format.name.split(","):
+            # AVI stores decode-order counters, not presentation times, and
+            # packed B-frames come out with shuffled pts: count instead.
+            return None
+        stream = container.streams.video[0]
+        table = _PacketTable.demux(container, stream, self._check_deadline)
+        if table is None:
+            return None
+        num_frames = len(table.frame_pts)
+        if num_frames == 0:
+            raise DecodeError(self.path, "no video frames")
+        wanted = [min(i, num_frames - 1) for i in self.wanted]
+        decoded = self._decode(stream, table.packets[table.start_packet(min(wanted)):],
+                               table.rank.get, wanted)
+        if decoded is None:
+            return None
+        got, last_frame, reached_end = decoded
+        frames, end = self._assemble(wanted, got, last_frame, reached_end)
+        return DecodedClip(frames, self.decoded, num_frames if end is None else end + 1)
+
+    # -- strategy 2: seek by the pre-screen's hint (constant frame rate) -----------
+
+    def by_hint(self, container, hint: StreamHint) -> DecodedClip | None:
+        stream = container.streams.video[0]
+        wanted = self.wanted if hint.num_frames is None else [min(i, hint.num_frames - 1) for i in self.wanted]
+        keys = hint.keyframe_indices
+        key = keys[bisect.bisect_right(keys, min(wanted)) - 1]
+        if key == 0 or not stream.time_base or "avi" in container.format.name.split(","):
+            return None  # nothing to skip, or no usable timestamps
+        first_pts = self._first_pts(container, stream)
+        if first_pts is None:
+            return None
+        ticks_per_frame = 1 / (Fraction(hint.fps) * stream.time_base)
+
+        def index_of(pts: int | None) -> int | None:
+            return None if pts is None else round((pts - first_pts) / ticks_per_frame)
+
+        container.seek(first_pts + math.floor(key * ticks_per_frame), stream=stream, backward=True)
+        stream.codec_context.flush_buffers()
+        packets = (p for p in container.demux(stream) if p.size > 0)
+        decoded = self._decode(stream, packets, index_of, wanted, must_enter_by=min(wanted))
+        if decoded is None:
+            return None
+        got, last_frame, reached_end = decoded
+        frames, end = self._assemble(wanted, got, last_frame, reached_end)
+        return DecodedClip(frames, self.decoded, hint.num_frames if end is None else end + 1)
+
+    def _first_pts(self, container, stream) -> int | None:
+        """pts of frame 0: the smallest shown pts among the first packets."""
+        shown: list[int] = []
+        for packet in container.demux(stream):
+            if packet.size == 0:
+                continue
+            if packet.pts is None:
+                return None
+            if not packet.is_discard:
+                shown.append(packet.pts)
+            if len(shown) > _MAX_REORDER:
+                break
+        return min(shown) if shown else None
+
+    # -- strategy 3: count frames from the start (exact by definition) -------------
+
+    def by_counting(self, container) -> DecodedClip:
+        stream = container.streams.video[0]
+        ctx = stream.codec_context
+        want, last = set(self.wanted), max(self.wanted)
+        got: dict[int, np.ndarray] = {}
+        index, frame = -1, None
+        for frame in self._all_frames(container, stream):
+            index += 1
+            if index in want:
+                got[index] = self._rgb(frame)
+            if index >= last:
+                break
+        if index < 0:
+            raise DecodeError(self.path, "no video frames")
+        reached_end = index < last
+        frames, end = self._assemble(self.wanted, got, (index, frame), reached_end)
+        ctx.skip_frame = "DEFAULT"
+        return DecodedClip(frames, self.decoded, None if end is None else end + 1)
+
+    def _all_frames(self, container, stream) -> Iterator:
+        ctx = stream.codec_context
+        for packet in container.demux(stream):
+            self._check_deadline()
+            for frame in ctx.decode(packet if packet.size else None):
+                self.decoded += 1
+                yield frame
+
+    # -- shared ---------------------------------------------------------------------
+
+    def _decode(self, stream, packets, index_of, wanted, *, must_enter_by=None):
+        """Decode ``packets`` until the last wanted frame is out.
+
+        Returns ``(got, last_frame, reached_end)`` or ``None`` when the
+        decoder's output contradicts ``index_of`` (timestamps that do not rank
+        frames): the caller then tries the next strategy.
+        """
+        ctx = stream.codec_context
+        need = set(wanted)
+        last = max(wanted)
+        got: dict[int, np.ndarray] = {}
+        state = {"previous": None, "last_frame": None}
+
+        def take(frame) -> bool | None:
+            self.decoded += 1
+            index = index_of(frame.pts)
+            previous = state["previous"]
+            if index is None or (previous is not None and index <= previous):
+                return None  # not in presentation order: the index is wrong for this file
+            if previous is None and must_enter_by is not None and index > must_enter_by:
+                return None  # the seek landed after the window
+            state["previous"] = index
+            state["last_frame"] = (index, frame)
+            if index in need:
+                got[index] = self._rgb(frame)
+            return index >= last
+
+        for packet in packets:
+            self._check_deadline()
+            if self.skip_nonref:
+                ctx.skip_frame = "DEFAULT" if index_of(packet.pts) in need else "NONREF"
+            for frame in ctx.decode(packet):
+                done = take(frame)
+                if done is None:
+                    return None
+                if done:
+                    return got, state["last_frame"], False
+        ctx.skip_frame = "DEFAULT"
+        for frame in ctx.decode(None):
+            done = take(frame)
+            if done is None:
+                return None
+            if done:
+                return got, state["last_frame"], False
+        return got, state["last_frame"], True
+
+    def _assemble(self, wanted, got, last_frame, reached_end) -> tuple[np.ndarray, int | None]:
+        """Stack the frames in request order; pad past the end with the last frame.
+
+        Returns ``(frames, end)`` where ``end`` is the last frame's index when
+        the decode ran off the end of the video (else ``None``).
+        """
+        end = last_frame[0] if (reached_end and last_frame is not None) else None
+        order = [i if i in got or end is None or i <= end else end for i in wanted]
+        missing = sorted({i for i in order if i not in got and i != end})
+        if missing:
+            raise DecodeError(self.path, f"decoder produced no frame {missing[0]} "
+                                         f"({len(missing)} of {len(set(wanted))} needed frames missing)")
+        if end is not None and end in order and end not in got:
+            got[end] = self._rgb(last_frame[1])
+        if not got:
+            raise DecodeError(self.path, "no video frames")
+        shapes = sorted({got[i].shape for i in set(order)})
+        if len(shapes) != 1:
+            raise DecodeError(self.path, f"frame size changes inside the window: {shapes}")
+        return np.stack([got[i] for i in order]), end
+
+    def _check_deadline(self) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise DecodeError(self.path, self.timeout_reason())
+
+    def timeout_reason(self) -> str:
+        return f"timeout: decoding took longer than {self.timeout_s:g} s"
+
+    def _rgb(self, frame) -> np.ndarray:
+        # Only the clip's frames pay for the conversion; one thread, as in workers.
+        return self.reformatter.reformat(frame, format="rgb24", threads=self.threads).to_ndarray()

@@ -1,0 +1,88 @@
+"""Turn decoded frames into the plan's output tensor, in torch: crop, resize, flip, normalize.
+
+The same :class:`~daliload.plan.Sample` and :class:`~daliload.plan.OutputSpec`
+drive DALI's ``fn.resize`` + ``fn.crop_mirror_normalize``; this is the PyAV
+path's equivalent, step for step:
+
+1. crop the relative box, rounded to whole pixels, and resize it to
+   ``output.size`` with antialiased bilinear resampling (skipped when the crop
+   already has that size);
+2. mirror horizontally if ``sample.flip``;
+3. ``(pixel - mean) / std`` in 0..255 units, cast to ``output.dtype``;
+4. lay out as ``CTHW`` or ``TCHW``.
+
+Worked example: a ``(16, 256, 340, 3)`` clip, ``CropBox(0.125, 0.1, 0.875, 0.9)``,
+``OutputSpec(size=(112, 112))`` crops rows 32..224 and columns 34..306 (a
+192x272 region), resizes it to 112x112, and returns ``(3, 16, 112, 112)`` float16.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from daliload.plan import CropBox, OutputSpec, Sample
+
+_DTYPES = {"float16": torch.float16, "float32": torch.float32, "uint8": torch.uint8}
+
+
+def crop_pixels(crop: CropBox, height: int, width: int) -> tuple[int, int, int, int]:
+    """The pixel rows/columns ``(y0, x0, y1, x1)`` of a relative crop box.
+
+    Edges are rounded half up to whole pixels and the box keeps at least one
+    pixel, so a tiny box on a tiny frame still yields a crop.
+
+    Example: ``crop_pixels(CropBox(0.25, 0.5, 0.75, 1.0), 96, 128) == (24, 64, 72, 128)``.
+    """
+    def edge(fraction: float, size: int) -> int:
+        return min(size, max(0, math.floor(fraction * size + 0.5)))
+
+    y0, y1 = edge(crop.y0, height), edge(crop.y1, height)
+    x0, x1 = edge(crop.x0, width), edge(crop.x1, width)
+    y1, x1 = max(y1, min(height, y0 + 1)), max(x1, min(width, x0 + 1))
+    y0, x0 = min(y0, y1 - 1), min(x0, x1 - 1)
+    return y0, x0, y1, x1
+
+
+def apply_plan(frames: np.ndarray | torch.Tensor, sample: Sample, output: OutputSpec) -> torch.Tensor:
+    """Crop, resize, flip and normalize one clip as ``sample`` and ``output`` say.
+
+    Resampling runs on uint8 (torch's antialiased uint8 path, ten times
+    faster than float32 and rounded to the nearest integer, as DALI's uint8
+    resize is).
+
+    Args:
+        frames: ``(T, H, W, 3)`` uint8 RGB clip, numpy or torch.
+        sample: the plan item (its ``crop`` and ``flip`` are used).
+        output: output size, normalization, dtype and layout.
+
+    Returns:
+        ``(3, T, h, w)`` for ``CTHW`` or ``(T, 3, h, w)`` for ``TCHW``, where
+        ``(h, w) = output.size``, of ``output.dtype``; contiguous.
+
+    Raises:
+        TypeError: ``frames`` is not uint8 or not ``(T, H, W, 3)``.
+    """
+    clip = torch.from_numpy(frames) if isinstance(frames, np.ndarray) else frames
+    if not isinstance(clip, torch.Tensor) or clip.dtype != torch.uint8 or clip.ndim != 4 or clip.shape[-1] != 3:
+        raise TypeError(f"{sample.path}: apply_plan wants (T, H, W, 3) uint8 frames, got "
+                        f"{getattr(clip, 'dtype', type(clip).__name__)} {tuple(getattr(clip, 'shape', ()))}")
+    _, height, width, _ = clip.shape
+    y0, x0, y1, x1 = crop_pixels(sample.crop, height, width)
+    x = clip[:, y0:y1, x0:x1, :].permute(0, 3, 1, 2)  # TCHW view
+    if (y1 - y0, x1 - x0) != tuple(output.size):
+        x = F.interpolate(x, size=tuple(output.size), mode="bilinear", align_corners=False, antialias=True)
+    if sample.flip:
+        x = x.flip(-1)
+    if output.dtype == "uint8":
+        out = x
+    else:
+        mean = torch.tensor(output.mean, dtype=torch.float32).view(1, 3, 1, 1)
+        std = torch.tensor(output.std, dtype=torch.float32).view(1, 3, 1, 1)
+        out = ((x.float() - mean) / std).to(_DTYPES[output.dtype])
+    if output.layout == "CTHW":
+        out = out.permute(1, 0, 2, 3)
+    return out.contiguous()
