@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from daliload.synth import default_spec, render_clip, write_video
+from daliload.synth import SynthSpec, default_spec, generate_dataset, render_clip, write_video
 
 
 def _has_cuda() -> bool:
@@ -62,3 +62,14 @@ def realclips() -> Path:
     if not (REALCLIPS / "MANIFEST.tsv").exists():
         pytest.skip(f"real clips not found at {REALCLIPS}")
     return REALCLIPS
+
+
+@pytest.fixture(scope="session")
+def small_kinetics(tmp_path_factory) -> Path:
+    """A tiny generated Kinetics-like dataset: 4 classes x 4 clips, 128x96, 2 s, H.264 + VP9,
+    20 % broken or odd files (every kind the generator makes). Not scanned yet."""
+    root = tmp_path_factory.mktemp("kinetics")
+    spec = SynthSpec(num_classes=4, clips_per_class=4, val_fraction=0.25, width=128, height=96,
+                     duration_s=2.0, codec_mix={"h264": 0.5, "vp9": 0.5}, broken_fraction=0.2, seed=1)
+    generate_dataset(root, spec, workers=2, progress=False)
+    return root

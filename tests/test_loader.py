@@ -15,7 +15,6 @@ from daliload.framecode import read_code
 from daliload.loader import PADDING_LABEL, DecodeSpec, KineticsDALILoader, ScanSpec, split_batches
 from daliload.plan import AugmentSpec, CropBox, OutputSpec, Sample
 from daliload.prescreen import Manifest
-from daliload.synth import SynthSpec, generate_dataset
 
 RAW = OutputSpec(size=(48, 64), mean=(0, 0, 0), std=(1, 1, 1), dtype="float32")
 # Centre crop with the frames' own 4:3 aspect = the whole frame, so the frame code stays readable.
@@ -23,12 +22,8 @@ WHOLE = AugmentSpec(crop_size=(48, 64), crop_mode="center", flip_prob=0.5)
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("kinetics")
-    spec = SynthSpec(num_classes=4, clips_per_class=4, val_fraction=0.25, width=128, height=96,
-                     duration_s=2.0, codec_mix={"h264": 0.5, "vp9": 0.5}, broken_fraction=0.2, seed=1)
-    generate_dataset(root, spec, workers=2, progress=False)
-    return root
+def dataset(small_kinetics) -> Path:
+    return small_kinetics
 
 
 def make_loader(root, split="train", **kw) -> KineticsDALILoader:
