@@ -1,1 +1,45 @@
-"""daliload: Kinetics-style video loading for PyTorch DDP with NVIDIA DALI."""
+"""daliload: Kinetics-style video loading for PyTorch DDP with NVIDIA DALI and a PyAV fallback.
+
+Public names are re-exported lazily (PEP 562): ``import daliload`` stays cheap,
+``fallback/`` can import :mod:`daliload.plan` without pulling in the loader,
+and DALI itself is imported only when a DALI pipeline is built.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "KineticsDALILoader": "daliload.loader",
+    "DecodeSpec": "daliload.loader",
+    "ScanSpec": "daliload.loader",
+    "LoaderStats": "daliload.loader",
+    "ClipSpec": "daliload.plan",
+    "AugmentSpec": "daliload.plan",
+    "OutputSpec": "daliload.plan",
+    "CropBox": "daliload.plan",
+    "Sample": "daliload.plan",
+    "Manifest": "daliload.prescreen",
+    "scan": "daliload.prescreen",
+    "load_index": "daliload.index",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports on first use
+    from daliload.index import load_index
+    from daliload.loader import DecodeSpec, KineticsDALILoader, LoaderStats, ScanSpec
+    from daliload.plan import AugmentSpec, ClipSpec, CropBox, OutputSpec, Sample
+    from daliload.prescreen import Manifest, scan
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'daliload' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
