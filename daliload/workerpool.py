@@ -36,7 +36,6 @@ from __future__ import annotations
 import ctypes
 import logging
 import multiprocessing as mp
-import os
 import signal
 import sys
 import time
@@ -120,7 +119,14 @@ def _worker_main(conn: Connection, fn: Callable[[Any], Any]) -> None:
         try:
             conn.send(reply)
         except (TypeError, AttributeError, ValueError) as err:  # result not picklable
-            conn.send((task_id, "error", None, f"result could not be sent back: {type(err).__name__}: {err}"))
+            conn.send(
+                (
+                    task_id,
+                    "error",
+                    None,
+                    f"result could not be sent back: {type(err).__name__}: {err}",
+                )
+            )
 
 
 def _exit_description(exitcode: int | None) -> str:
@@ -182,7 +188,9 @@ class WorkerPool(Generic[T, R]):
         if start_method is None:
             start_method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
         if start_method not in ("forkserver", "spawn"):
-            raise ValueError(f"start_method must be 'forkserver' or 'spawn' (never 'fork'), got {start_method!r}")
+            raise ValueError(
+                f"start_method must be 'forkserver' or 'spawn' (never 'fork'), got {start_method!r}"
+            )
         self._fn = fn
         self._num_workers = workers
         self._timeout_s = timeout_s
@@ -220,8 +228,9 @@ class WorkerPool(Generic[T, R]):
 
     def _spawn(self) -> _Worker:
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
-        process = self._ctx.Process(target=_worker_main, args=(child_conn, self._fn),
-                                    name="daliload-worker", daemon=True)
+        process = self._ctx.Process(
+            target=_worker_main, args=(child_conn, self._fn), name="daliload-worker", daemon=True
+        )
         process.start()
         child_conn.close()
         return _Worker(process=process, conn=parent_conn, started=time.monotonic())
@@ -236,8 +245,9 @@ class WorkerPool(Generic[T, R]):
             self._startup_failures += 1
             if self._startup_failures >= MAX_STARTUP_FAILURES:
                 raise RuntimeError(
-                    f"worker processes fail to start ({_exit_description(worker.process.exitcode)}, "
-                    f"{self._startup_failures} in a row); run with workers=0 to see the error in-process"
+                    f"worker processes fail to start "
+                    f"({_exit_description(worker.process.exitcode)}, "
+                    f"{self._startup_failures} in a row); their error is on stderr"
                 )
         pending.extendleft(reversed(worker.queue))
         worker.queue.clear()
@@ -323,17 +333,26 @@ class WorkerPool(Generic[T, R]):
                 worker.process.join(1.0)  # so exitcode says how it died
                 if worker.queue and worker.ready:
                     task_id, item = worker.queue.popleft()
-                    yield TaskOutcome(item, "crash", error=_exit_description(worker.process.exitcode))
+                    yield TaskOutcome(
+                        item, "crash", error=_exit_description(worker.process.exitcode)
+                    )
                 self._replace(worker, pending)
 
         now = time.monotonic()
         for worker in list(self._workers):
             if not worker.ready and now - worker.started > STARTUP_TIMEOUT_S:
-                logger.warning("worker pid %s not ready after %.0f s; restarting it", worker.process.pid,
-                               STARTUP_TIMEOUT_S)
+                logger.warning(
+                    "worker pid %s not ready after %.0f s; restarting it",
+                    worker.process.pid,
+                    STARTUP_TIMEOUT_S,
+                )
                 self._replace(worker, pending)
-            elif worker.ready and worker.queue and self._timeout_s is not None \
-                    and now - worker.head_since > self._timeout_s:
+            elif (
+                worker.ready
+                and worker.queue
+                and self._timeout_s is not None
+                and now - worker.head_since > self._timeout_s
+            ):
                 task_id, item = worker.queue.popleft()
                 yield TaskOutcome(item, "timeout", error=f"no result after {self._timeout_s:g} s")
                 self._replace(worker, pending)
@@ -347,6 +366,8 @@ class WorkerPool(Generic[T, R]):
         task_id, status, value, error = message
         head_id, item = worker.queue.popleft()
         if head_id != task_id:  # cannot happen: workers run their queue in order
-            raise RuntimeError(f"worker pid {worker.process.pid} answered task {task_id}, expected {head_id}")
+            raise RuntimeError(
+                f"worker pid {worker.process.pid} answered task {task_id}, expected {head_id}"
+            )
         worker.head_since = time.monotonic()
         return TaskOutcome(item, status, value, error)

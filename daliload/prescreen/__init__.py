@@ -20,7 +20,21 @@ from daliload.prescreen.rules import (
 from daliload.prescreen.scan import ScanSummary, default_manifest_path, ensure_manifest, scan
 
 __all__ = [
-    "SCHEMA_VERSION", "Manifest", "ManifestEntry", "ProbeResult", "probe_file", "DALI_CAPABILITIES",
-    "DEVICES", "ROUTES", "RULES_VERSION", "CodecSupport", "Device", "Route", "route_for", "ScanSummary",
-    "default_manifest_path", "ensure_manifest", "scan",
+    "SCHEMA_VERSION",
+    "Manifest",
+    "ManifestEntry",
+    "ProbeResult",
+    "probe_file",
+    "DALI_CAPABILITIES",
+    "DEVICES",
+    "ROUTES",
+    "RULES_VERSION",
+    "CodecSupport",
+    "Device",
+    "Route",
+    "route_for",
+    "ScanSummary",
+    "default_manifest_path",
+    "ensure_manifest",
+    "scan",
 ]

@@ -11,29 +11,71 @@ from pathlib import Path
 from daliload.prescreen.manifest import Manifest
 from daliload.prescreen.scan import default_manifest_path, scan
 
-HELP = "probe every video, route it to DALI, the PyAV fallback or out (bad), and cache that in a manifest"
+HELP = "probe every video, route it to DALI, the PyAV fallback or out (bad); cache it in a manifest"
 
 #: Fields of each ``--json`` object.
-JSON_FIELDS = ("path", "route", "reason", "num_frames", "fps", "width", "height", "codec", "pix_fmt")
+JSON_FIELDS = (
+    "path",
+    "route",
+    "reason",
+    "num_frames",
+    "fps",
+    "width",
+    "height",
+    "codec",
+    "pix_fmt",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("root", type=Path, help="dataset root (ROOT/<split>/<class>/<file>, or CSV/list layouts)")
-    parser.add_argument("--split", action="append", metavar="SPLIT",
-                        help="split to scan; repeat or comma-separate (default: train,val)")
-    parser.add_argument("--device", choices=("auto", "gpu", "cpu"), default="auto",
-                        help="device training decodes on; 'auto' = gpu if CUDA is available (default)")
-    parser.add_argument("--deep", action="store_true",
-                        help="also decode a window at each end of every file with its routed decoder")
-    parser.add_argument("--workers", type=int, default=None,
-                        help="probe processes (default: one per CPU core; 0 = in this process)")
-    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                        help="per-file limit before a file is marked bad 'timeout' (default 30, 120 with --deep)")
-    parser.add_argument("--manifest", type=Path, default=None, metavar="PATH",
-                        help="manifest file (default: ROOT/.daliload/manifest.sqlite, or a per-user cache "
-                             "file when ROOT is not writable)")
-    parser.add_argument("--json", type=Path, default=None, metavar="PATH",
-                        help=f"also write a JSON array, one object per file: {', '.join(JSON_FIELDS)}")
+    parser.add_argument(
+        "root", type=Path, help="dataset root (ROOT/<split>/<class>/<file>, or CSV/list layouts)"
+    )
+    parser.add_argument(
+        "--split",
+        action="append",
+        metavar="SPLIT",
+        help="split to scan; repeat or comma-separate (default: train,val)",
+    )
+    parser.add_argument(
+        "--device",
+        choices=("auto", "gpu", "cpu"),
+        default="auto",
+        help="device training decodes on; 'auto' = gpu if CUDA is available (default)",
+    )
+    parser.add_argument(
+        "--deep",
+        action="store_true",
+        help="also decode a window at each end of every file with its routed decoder",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="probe processes (default: one per CPU core; 0 = in this process)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="per-file limit before a file is marked bad 'timeout' (default 30, 120 with --deep)",
+    )
+    parser.add_argument(
+        "--manifest",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="manifest file (default: ROOT/.daliload/manifest.sqlite, or a per-user cache "
+        "file when ROOT is not writable)",
+    )
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help=f"also write a JSON array, one object per file: {', '.join(JSON_FIELDS)}",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -51,7 +93,9 @@ def _device(choice: str) -> str:
     return "gpu" if torch.cuda.is_available() else "cpu"
 
 
-def write_json(manifest_path: Path, json_path: Path, *, device: str, splits: tuple[str, ...]) -> int:
+def write_json(
+    manifest_path: Path, json_path: Path, *, device: str, splits: tuple[str, ...]
+) -> int:
     """Write the ``--json`` listing; returns the number of files written."""
     count = 0
     json_path.parent.mkdir(parents=True, exist_ok=True)
@@ -71,12 +115,22 @@ def run(args: argparse.Namespace) -> int:
     device = _device(args.device)
     manifest_path = args.manifest or default_manifest_path(args.root)
     try:
-        summary = scan(args.root, manifest_path=manifest_path, device=device, deep=args.deep,
-                       workers=args.workers, splits=_splits(args.split), progress=not args.quiet,
-                       timeout_s=args.timeout)
+        summary = scan(
+            args.root,
+            manifest_path=manifest_path,
+            device=device,
+            deep=args.deep,
+            workers=args.workers,
+            splits=_splits(args.split),
+            progress=not args.quiet,
+            timeout_s=args.timeout,
+        )
     except KeyboardInterrupt:
-        print(f"\ninterrupted: everything probed so far is saved in {manifest_path}; "
-              "run the same command again to resume", file=sys.stderr)
+        print(
+            f"\ninterrupted: everything probed so far is saved in {manifest_path}; "
+            "run the same command again to resume",
+            file=sys.stderr,
+        )
         return 130
     print(summary.format())
     if args.json is not None:

@@ -36,7 +36,9 @@ WINDOW_FRAMES = 8
 #: Reason kept on a ``dali`` route whose DALI check could not run.
 DALI_MISSING = "deep check skipped: nvidia-dali is not installed"
 
-_pipelines: dict[tuple[str, int | None], Any] = {}  # per worker process: (backend, device_id) -> pipeline
+_pipelines: dict[tuple[str, int | None], Any] = (
+    {}
+)  # per worker process: (backend, device_id) -> pipeline
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,7 @@ def windows(num_frames: int) -> tuple[tuple[int, int], tuple[int, int]]:
 
 
 def _dali_error_text(err: BaseException) -> str:
-    """The line of a DALI error that says what failed (its text starts with the pipeline traceback)."""
+    """The line of a DALI error that says what failed (the text opens with a traceback)."""
     text = str(err)
     if "encountered:" in text:
         text = text.split("encountered:", 1)[1]
@@ -88,8 +90,9 @@ def _dali_pipeline(device: Device, device_id: int) -> Any:
             encoded = fn.external_source(name="encoded", dtype=types.UINT8, ndim=1)
             start = fn.external_source(name="start", dtype=types.INT32, ndim=0)
             length = fn.external_source(name="length", dtype=types.INT32, ndim=0)
-            return fn.decoders.video(encoded, device=key[0], start_frame=start, sequence_length=length,
-                                     pad_mode="none")
+            return fn.decoders.video(
+                encoded, device=key[0], start_frame=start, sequence_length=length, pad_mode="none"
+            )
 
         pipe = window_pipeline()
         pipe.build()
@@ -112,6 +115,8 @@ def dali_check(facts: ProbeResult, device: Device, *, device_id: int = 0) -> str
     try:
         (frames,) = pipe.run()
     except RuntimeError as err:
+        # DALI calls a pipeline that raised "no longer valid": the next file gets a fresh one.
+        _pipelines.clear()
         return f"DALI ({device}) failed: {_dali_error_text(err)}"
     got = [shape[0] for shape in frames.shape()]
     if got != [head_len, tail_len]:
@@ -133,8 +138,15 @@ def fallback_check(facts: ProbeResult) -> str:
     return ""
 
 
-def deep_check(facts: ProbeResult, route: Route, reason: str, device: Device, *, allow_dali: bool = True,
-               device_id: int = 0) -> DeepResult:
+def deep_check(
+    facts: ProbeResult,
+    route: Route,
+    reason: str,
+    device: Device,
+    *,
+    allow_dali: bool = True,
+    device_id: int = 0,
+) -> DeepResult:
     """Check a routed file by decoding its head and tail windows; reroute on failure.
 
     Args:

@@ -51,9 +51,19 @@ logger = logging.getLogger(__name__)
 #: Bump on any change to the tables below.
 SCHEMA_VERSION = 1
 
-_FACT_COLUMNS = ("probe_reason", "container", "codec", "profile", "pix_fmt", "bit_depth", "chroma",
-                 "width", "height", "rotation", "interlaced", "fps", "base_fps", "num_frames",
-                 "duration_s", "keyframes", "vfr", "has_video")
+#: ProbeResult fields stored in ``files``; the column of ``reason`` is ``probe_reason``.
+_FACT_FIELDS = (
+    "reason", "container", "codec", "profile", "pix_fmt", "bit_depth", "chroma", "width", "height",
+    "rotation", "interlaced", "fps", "base_fps", "num_frames", "duration_s", "keyframes", "vfr",
+    "has_video",
+)  # fmt: skip
+_FACT_COLUMNS = ("probe_reason",) + _FACT_FIELDS[1:]
+_BOOL_FIELDS = frozenset({"interlaced", "vfr", "has_video"})
+#: Probe facts a ManifestEntry carries under the same name.
+_ENTRY_FACTS = (
+    "num_frames", "fps", "width", "height", "codec", "profile", "pix_fmt", "bit_depth", "chroma",
+    "rotation", "interlaced", "duration_s", "keyframes", "vfr", "base_fps", "container",
+)  # fmt: skip
 _META_COLUMNS = ("split", "label", "class_name", "youtube_id", "time_start", "time_end")
 _FILE_COLUMNS = ("path", "size_bytes", "mtime_ns") + _META_COLUMNS + _FACT_COLUMNS
 
@@ -155,7 +165,7 @@ class ManifestEntry:
 
 @dataclass(frozen=True)
 class FileRecord:
-    """What the scanner knows about a file before probing it (from the dataset index and ``stat``)."""
+    """What the scanner knows of a file before probing it (from the dataset index and ``stat``)."""
 
     path: str
     size_bytes: int
@@ -168,7 +178,9 @@ class FileRecord:
     time_end: float | None = None
 
     def meta(self) -> tuple:
-        return (self.split, self.label, self.class_name, self.youtube_id, self.time_start, self.time_end)
+        """The index columns, in ``_META_COLUMNS`` order."""
+        return (self.split, self.label, self.class_name, self.youtube_id, self.time_start,
+                self.time_end)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -213,20 +225,25 @@ def _keyframes_tuple(text: str) -> tuple[int, ...]:
 
 
 def _fact_values(facts: ProbeResult) -> tuple:
-    return (facts.reason, facts.container, facts.codec, facts.profile, facts.pix_fmt, facts.bit_depth,
-            facts.chroma, facts.width, facts.height, facts.rotation, int(facts.interlaced), facts.fps,
-            facts.base_fps, facts.num_frames, facts.duration_s, _keyframes_text(facts.keyframes),
-            int(facts.vfr), int(facts.has_video))
+    """The ``files`` fact columns of ``facts``, as SQLite values."""
+    values = []
+    for name in _FACT_FIELDS:
+        value = getattr(facts, name)
+        if name == "keyframes":
+            value = _keyframes_text(value)
+        elif name in _BOOL_FIELDS:
+            value = int(value)
+        values.append(value)
+    return tuple(values)
 
 
 def _facts_from_row(path: str, row: Sequence) -> ProbeResult:
-    (reason, container, codec, profile, pix_fmt, bit_depth, chroma, width, height, rotation, interlaced,
-     fps, base_fps, num_frames, duration_s, keyframes, vfr, has_video) = row
-    return ProbeResult(path, reason=reason, has_video=bool(has_video), container=container, codec=codec,
-                       profile=profile, pix_fmt=pix_fmt, bit_depth=bit_depth, chroma=chroma, width=width,
-                       height=height, rotation=rotation, interlaced=bool(interlaced), fps=fps,
-                       base_fps=base_fps, num_frames=num_frames, duration_s=duration_s,
-                       keyframes=_keyframes_tuple(keyframes), vfr=bool(vfr))
+    """Inverse of :func:`_fact_values`."""
+    fields = dict(zip(_FACT_FIELDS, row))
+    fields["keyframes"] = _keyframes_tuple(fields["keyframes"])
+    for name in _BOOL_FIELDS:
+        fields[name] = bool(fields[name])
+    return ProbeResult(path, **fields)
 
 
 class Manifest:
@@ -259,23 +276,28 @@ class Manifest:
                 self._conn.execute("PRAGMA journal_mode=WAL")
             except sqlite3.DatabaseError as err:
                 self._conn.close()
-                raise ValueError(f"{self.path} exists but is not an SQLite manifest ({err}); "
-                                 "delete it or pick another manifest path") from err
+                raise ValueError(
+                    f"{self.path} exists but is not an SQLite manifest ({err}); "
+                    "delete it or pick another manifest path"
+                ) from err
             # NORMAL in WAL mode: a kill never corrupts; a power cut may lose the last chunks.
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._prepare_schema()
         else:
             if not self.path.is_file():
                 raise FileNotFoundError(
-                    f"no manifest at {self.path}; create it with `daliload scan ROOT --manifest {self.path}`")
+                    f"no manifest at {self.path}; create it with "
+                    f"`daliload scan ROOT --manifest {self.path}`"
+                )
             uri = f"file:{quote(str(self.path))}?mode=ro"
             self._conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=60.0)
             version = self._meta("schema_version")
             if version != str(SCHEMA_VERSION):
                 self._conn.close()
                 raise ValueError(
-                    f"manifest {self.path} has schema version {version}, this daliload reads version "
-                    f"{SCHEMA_VERSION}: re-run `daliload scan` to rebuild it")
+                    f"manifest {self.path} has schema version {version}, this daliload reads "
+                    f"version {SCHEMA_VERSION}: re-run `daliload scan` to rebuild it"
+                )
 
     # -- context manager ---------------------------------------------------------------------
 
@@ -311,11 +333,15 @@ class Manifest:
 
     def classes(self) -> tuple[str, ...]:
         """Class names in label order: ``classes()[entry.label] == entry.class_name``."""
-        return tuple(name for (name,) in self._conn.execute("SELECT name FROM classes ORDER BY label"))
+        return tuple(
+            name for (name,) in self._conn.execute("SELECT name FROM classes ORDER BY label")
+        )
 
     def splits(self) -> tuple[str, ...]:
         """The splits the manifest holds, sorted."""
-        return tuple(s for (s,) in self._conn.execute("SELECT DISTINCT split FROM files ORDER BY split"))
+        return tuple(
+            s for (s,) in self._conn.execute("SELECT DISTINCT split FROM files ORDER BY split")
+        )
 
     def entries(self, split: str | None = None, *, device: Device) -> list[ManifestEntry]:
         """Every file of ``split`` (all splits if ``None``), routed for ``device``, sorted by path.
@@ -325,8 +351,10 @@ class Manifest:
         """
         check_device(device)
         columns = ", ".join(f"f.{c}" for c in _FILE_COLUMNS)
-        query = (f"SELECT {columns}, r.route, r.reason, r.deep FROM files f "
-                 "JOIN routes r ON r.path = f.path AND r.device = ?")
+        query = (
+            f"SELECT {columns}, r.route, r.reason, r.deep FROM files f "
+            "JOIN routes r ON r.path = f.path AND r.device = ?"
+        )
         params: list = [device]
         if split is not None:
             query += " WHERE f.split = ?"
@@ -336,20 +364,20 @@ class Manifest:
 
     @staticmethod
     def _entry(row: Sequence) -> ManifestEntry:
-        (path, size_bytes, _mtime, split, label, class_name, youtube_id, time_start, time_end) = row[:9]
-        facts = _facts_from_row(path, row[9:9 + len(_FACT_COLUMNS)])
-        route, reason, deep = row[9 + len(_FACT_COLUMNS):]
+        file = dict(zip(_FILE_COLUMNS, row))
+        facts = _facts_from_row(file["path"], row[len(_FILE_COLUMNS) - len(_FACT_COLUMNS) :])
+        route, reason, deep = row[len(_FILE_COLUMNS) :]
         return ManifestEntry(
-            path=path, label=label, class_name=class_name, split=split, route=route, reason=reason,
-            num_frames=facts.num_frames, fps=facts.fps, width=facts.width, height=facts.height,
-            codec=facts.codec, profile=facts.profile, pix_fmt=facts.pix_fmt, bit_depth=facts.bit_depth,
-            chroma=facts.chroma, rotation=facts.rotation, interlaced=facts.interlaced,
-            duration_s=facts.duration_s, keyframes=facts.keyframes, vfr=facts.vfr, base_fps=facts.base_fps,
-            container=facts.container, deep_checked=bool(deep), size_bytes=size_bytes,
-            youtube_id=youtube_id, time_start=time_start, time_end=time_end)
+            path=file["path"], label=file["label"], class_name=file["class_name"],
+            split=file["split"], route=route, reason=reason, deep_checked=bool(deep),
+            size_bytes=file["size_bytes"], youtube_id=file["youtube_id"],
+            time_start=file["time_start"], time_end=file["time_end"],
+            **{name: getattr(facts, name) for name in _ENTRY_FACTS},
+        )  # fmt: skip
 
-    def route_totals(self, device: Device, splits: Iterable[str] | None = None
-                     ) -> tuple[dict[str, int], dict[str, float], dict[tuple[str, str], int]]:
+    def route_totals(
+        self, device: Device, splits: Iterable[str] | None = None
+    ) -> tuple[dict[str, int], dict[str, float], dict[tuple[str, str], int]]:
         """``(files per route, hours per route, files per (route, reason))`` on ``device``."""
         check_device(device)
         where, params = "", [device]
@@ -362,7 +390,9 @@ class Manifest:
         reasons: dict[tuple[str, str], int] = {}
         rows = self._conn.execute(
             "SELECT r.route, r.reason, COUNT(*), TOTAL(f.duration_s) FROM files f "
-            f"JOIN routes r ON r.path = f.path AND r.device = ?{where} GROUP BY r.route, r.reason", params)
+            f"JOIN routes r ON r.path = f.path AND r.device = ?{where} GROUP BY r.route, r.reason",
+            params,
+        )
         for route, reason, count, seconds in rows:
             files[route] = files.get(route, 0) + count
             hours[route] = hours.get(route, 0.0) + seconds / 3600.0
@@ -381,34 +411,51 @@ class Manifest:
 
     def _prepare_schema(self) -> None:
         try:
-            version = self._conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            version = self._conn.execute(
+                "SELECT value FROM meta WHERE key = 'schema_version'"
+            ).fetchone()
         except sqlite3.OperationalError:
             version = None  # new file
         with self._transaction() as conn:
             if version is not None and version[0] != str(SCHEMA_VERSION):
-                logger.warning("manifest %s has schema version %s, rebuilding it as version %s",
-                               self.path, version[0], SCHEMA_VERSION)
+                logger.warning(
+                    "manifest %s has schema version %s, rebuilding it as version %s",
+                    self.path,
+                    version[0],
+                    SCHEMA_VERSION,
+                )
                 for table in ("meta", "classes", "files", "routes"):
                     conn.execute(f"DROP TABLE IF EXISTS {table}")
             conn.executescript_in_transaction(_SCHEMA)
-            conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            conn.execute(
+                "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+            )
         rules = self._meta("rules_version")
         if rules != str(RULES_VERSION):
             if rules is not None:
                 self._reroute_all()
             with self._transaction() as conn:
-                conn.execute("INSERT OR REPLACE INTO meta VALUES ('rules_version', ?)", (str(RULES_VERSION),))
+                conn.execute(
+                    "INSERT OR REPLACE INTO meta VALUES ('rules_version', ?)", (str(RULES_VERSION),)
+                )
 
     def _reroute_all(self) -> None:
-        """Re-apply the capability rules to every stored file (the rules changed); drops deep results."""
-        logger.info("capability rules changed: re-routing every file of %s from its stored facts", self.path)
+        """Re-apply the (changed) capability rules to every stored file; drops deep results."""
+        logger.info(
+            "capability rules changed: re-routing every file of %s from its stored facts", self.path
+        )
         query = f"SELECT path, {', '.join(_FACT_COLUMNS)} FROM files"
         with self._transaction() as conn:
             rows = conn.execute(query).fetchall()
             conn.execute("DELETE FROM routes")
-            conn.executemany("INSERT INTO routes VALUES (?, ?, ?, ?, 0)", (
-                (row[0], device, *route_for(_facts_from_row(row[0], row[1:]), device))
-                for row in rows for device in DEVICES))
+            conn.executemany(
+                "INSERT INTO routes VALUES (?, ?, ?, ?, 0)",
+                (
+                    (row[0], device, *route_for(_facts_from_row(row[0], row[1:]), device))
+                    for row in rows
+                    for device in DEVICES
+                ),
+            )
 
     def known_files(self) -> dict[str, KnownFile]:
         """Every stored file, keyed by path: size, mtime, index metadata, deep-checked devices."""
@@ -416,35 +463,54 @@ class Manifest:
         for path, device in self._conn.execute("SELECT path, device FROM routes WHERE deep = 1"):
             deep.setdefault(path, set()).add(device)
         columns = ", ".join(("path", "size_bytes", "mtime_ns") + _META_COLUMNS)
-        return {row[0]: KnownFile(row[1], row[2], tuple(row[3:]), frozenset(deep.get(row[0], ())))
-                for row in self._conn.execute(f"SELECT {columns} FROM files")}
+        return {
+            row[0]: KnownFile(row[1], row[2], tuple(row[3:]), frozenset(deep.get(row[0], ())))
+            for row in self._conn.execute(f"SELECT {columns} FROM files")
+        }
 
     def write_probed(self, probed: Sequence[Probed]) -> None:
-        """Store probed files (facts, rule routes for every device, deep routes) in one transaction."""
+        """Store probed files (facts, rule routes per device, deep routes) in one transaction."""
         self._require_writable()
         file_sql = f"INSERT OR REPLACE INTO files VALUES ({', '.join('?' * len(_FILE_COLUMNS))})"
         with self._transaction() as conn:
             for item in probed:
                 rec = item.record
-                conn.execute(file_sql, (rec.path, rec.size_bytes, rec.mtime_ns, *rec.meta(),
-                                        *_fact_values(item.facts)))
+                conn.execute(
+                    file_sql,
+                    (
+                        rec.path,
+                        rec.size_bytes,
+                        rec.mtime_ns,
+                        *rec.meta(),
+                        *_fact_values(item.facts),
+                    ),
+                )
                 deep = {d.device: d for d in item.deep_routes}
                 for device in DEVICES:
                     if device in deep:
-                        route, reason, checked = deep[device].route, deep[device].reason, deep[device].checked
+                        route, reason, checked = (
+                            deep[device].route,
+                            deep[device].reason,
+                            deep[device].checked,
+                        )
                     else:
                         (route, reason), checked = route_for(item.facts, device), False
-                    conn.execute("INSERT OR REPLACE INTO routes VALUES (?, ?, ?, ?, ?)",
-                                 (rec.path, device, route, reason, int(checked)))
+                    conn.execute(
+                        "INSERT OR REPLACE INTO routes VALUES (?, ?, ?, ?, ?)",
+                        (rec.path, device, route, reason, int(checked)),
+                    )
 
     def update_meta(self, records: Iterable[FileRecord]) -> int:
-        """Rewrite the index metadata (split, label, class, ...) of unchanged files. Returns how many."""
+        """Rewrite the index metadata (split, label, class, ...) of unchanged files; count them."""
         self._require_writable()
         rows = [(*rec.meta(), rec.path) for rec in records]
         if rows:
             with self._transaction() as conn:
+                assignments = ", ".join(c + " = ?" for c in _META_COLUMNS)
                 conn.executemany(
-                    f"UPDATE files SET {', '.join(c + ' = ?' for c in _META_COLUMNS)} WHERE path = ?", rows)
+                    f"UPDATE files SET {assignments} WHERE path = ?",
+                    rows,
+                )
         return len(rows)
 
     def remove_missing(self, keep: set[str], splits: Iterable[str]) -> int:
@@ -452,8 +518,13 @@ class Manifest:
         self._require_writable()
         splits = list(splits)
         placeholders = ", ".join("?" * len(splits))
-        stale = [path for (path,) in self._conn.execute(
-            f"SELECT path FROM files WHERE split IN ({placeholders})", splits) if path not in keep]
+        stale = [
+            path
+            for (path,) in self._conn.execute(
+                f"SELECT path FROM files WHERE split IN ({placeholders})", splits
+            )
+            if path not in keep
+        ]
         with self._transaction() as conn:
             for chunk in _chunks(stale, 500):
                 marks = ", ".join("?" * len(chunk))
@@ -472,10 +543,14 @@ class Manifest:
         """Record the completed scan and fold the WAL back into one self-contained file."""
         self._require_writable()
         with self._transaction() as conn:
-            conn.execute("INSERT OR REPLACE INTO meta VALUES ('last_scan', ?)", (json.dumps(summary),))
+            conn.execute(
+                "INSERT OR REPLACE INTO meta VALUES ('last_scan', ?)", (json.dumps(summary),)
+            )
         try:
             self._conn.execute("PRAGMA journal_mode=DELETE")
-        except sqlite3.OperationalError as err:  # another connection holds it open: stays WAL, still valid
+        except (
+            sqlite3.OperationalError
+        ) as err:  # another connection holds it open: stays WAL, still valid
             logger.info("manifest %s stays in WAL mode: %s", self.path, err)
 
 
@@ -507,4 +582,4 @@ class _Transaction:
 
 def _chunks(items: list, size: int) -> Iterator[list]:
     for start in range(0, len(items), size):
-        yield items[start:start + size]
+        yield items[start : start + size]

@@ -144,7 +144,7 @@ def pixel_layout(pix_fmt: str | None) -> tuple[int | None, str | None]:
     bit_depth = int(components[0].bits)
     if fmt.is_rgb:
         return bit_depth, "rgb"
-    # Not ``Component.is_chroma``: PyAV derives it from the subsampling, so 4:4:4 chroma reads as luma.
+    # Not ``Component.is_chroma``: PyAV derives it from the subsampling (4:4:4 reads as luma).
     chroma_planes = [c for c in components[1:] if not c.is_alpha]
     if not chroma_planes:
         return bit_depth, "400"
@@ -186,6 +186,31 @@ def _is_vfr(sorted_pts: list[int], base_fps: float | None, fps: float | None) ->
     return any(abs(step - typical) > slack for step in steps)
 
 
+def _decode_first(
+    ctx: av.codec.context.CodecContext, packet: av.Packet, fed: list[av.Packet]
+) -> av.VideoFrame | None:
+    """Feed one more packet; return the first frame once the decoder shows one.
+
+    A stream that starts with a keyframe shows it after one packet and a drain
+    (``decode(None)``), without waiting out the B-frame reorder delay, so the
+    probe decodes exactly one frame. Otherwise the decoder is reset and the
+    packets are replayed, then fed one by one until a frame comes out (the
+    demuxer's final empty packet drains it, so short streams still yield one).
+    """
+    if packet.size == 0:
+        frames = ctx.decode(None)
+    elif not fed:
+        fed.append(packet)
+        frames = ctx.decode(packet) + ctx.decode(None)
+        if not frames:
+            ctx.flush_buffers()  # leave draining mode; replay from the start below
+            frames = ctx.decode(packet)
+    else:
+        fed.append(packet)
+        frames = ctx.decode(packet)
+    return frames[0] if frames else None
+
+
 def probe_file(path: str | Path) -> ProbeResult:
     """Probe one file: demux every video packet, decode only the first frame.
 
@@ -202,7 +227,11 @@ def probe_file(path: str | Path) -> ProbeResult:
     except av.FFmpegError as err:
         return ProbeResult(path_str, reason=f"cannot open: {describe_error(err)}")
     with container:
-        videos = [s for s in container.streams.video if not s.disposition & av.stream.Disposition.attached_pic]
+        videos = [
+            s
+            for s in container.streams.video
+            if not s.disposition & av.stream.Disposition.attached_pic
+        ]
         if not videos:
             return ProbeResult(path_str, reason="no video stream", container=container.format.name)
         stream = videos[0]
@@ -233,18 +262,15 @@ def probe_file(path: str | Path) -> ProbeResult:
         first_frame = None
         decode_error: BaseException | None = None
         packets = 0  # non-empty packets, shown or not
+        fed: list[av.Packet] = []  # packets sent to the decoder while it has shown no frame
         corrupt_at: int | None = None
         try:
             for packet in container.demux(stream):
                 if first_frame is None and decode_error is None:
-                    # The final empty packet flushes the decoder, so short streams still yield a frame.
                     try:
-                        frames = ctx.decode(packet)
+                        first_frame = _decode_first(ctx, packet, fed)
                     except av.FFmpegError as err:
                         decode_error = err
-                    else:
-                        if frames:
-                            first_frame = frames[0]
                 if packet.size == 0:
                     continue
                 packets += 1
@@ -256,23 +282,38 @@ def probe_file(path: str | Path) -> ProbeResult:
                 keyflags.append(packet.is_keyframe)
                 durations.append(packet.duration or 0)
         except av.FFmpegError as err:
-            return replace(facts, reason=f"demux error after {len(keys)} packets: {describe_error(err)}")
+            return replace(
+                facts, reason=f"demux error after {len(keys)} packets: {describe_error(err)}"
+            )
 
         if not keys:
             return replace(facts, reason="zero frames")
         if decode_error is not None:
-            return replace(facts, num_frames=len(keys),
-                           reason=f"first frame fails to decode: {describe_error(decode_error)}")
+            return replace(
+                facts,
+                num_frames=len(keys),
+                reason=f"first frame fails to decode: {describe_error(decode_error)}",
+            )
         if first_frame is None:
-            return replace(facts, num_frames=len(keys), reason="first frame fails to decode: decoder gave no frame")
+            return replace(
+                facts,
+                num_frames=len(keys),
+                reason="first frame fails to decode: decoder gave no frame",
+            )
         if corrupt_at is not None:
             # The demuxer flags a packet it could not read whole: a cut download.
-            return replace(facts, num_frames=len(keys),
-                           reason=f"corrupt packet (truncated file?): packet {corrupt_at} of {packets}")
+            return replace(
+                facts,
+                num_frames=len(keys),
+                reason=f"corrupt packet (truncated file?): packet {corrupt_at} of {packets}",
+            )
         if container.format.name.startswith("mov,") and stream.frames > packets:
             # An MP4 sample table lists every packet; fewer on disk means the file was cut.
-            return replace(facts, num_frames=len(keys),
-                           reason=f"truncated: {packets} of the {stream.frames} packets the header lists")
+            return replace(
+                facts,
+                num_frames=len(keys),
+                reason=f"truncated: {packets} of the {stream.frames} packets the header lists",
+            )
 
         if any(k is None for k in keys):
             # No timestamps (raw elementary streams): trust packet order.
@@ -285,7 +326,9 @@ def probe_file(path: str | Path) -> ProbeResult:
 
         duration_s = None
         if pts_sorted and stream.time_base:
-            last_step = durations[order[-1]] or (pts_sorted[-1] - pts_sorted[-2] if len(pts_sorted) > 1 else 0)
+            last_step = durations[order[-1]] or (
+                pts_sorted[-1] - pts_sorted[-2] if len(pts_sorted) > 1 else 0
+            )
             duration_s = float((pts_sorted[-1] - pts_sorted[0] + last_step) * stream.time_base)
         elif container.duration:
             duration_s = container.duration / av.time_base

@@ -78,11 +78,7 @@ DALI_CAPABILITIES: Mapping[Device, Mapping[str, CodecSupport]] = {
         "av1": _nvdec((128, 128), (8192, 8192)),
         "mpeg4": _nvdec((48, 16), (2032, 2032)),
     },
-    "cpu": {
-        "vp8": _DALI_CPU,
-        "vp9": _DALI_CPU,
-        "mjpeg": _DALI_CPU,
-    },
+    "cpu": {"vp8": _DALI_CPU, "vp9": _DALI_CPU, "mjpeg": _DALI_CPU},
 }
 
 
@@ -116,14 +112,21 @@ def route_for(facts: ProbeResult, device: Device) -> tuple[Route, str]:
     if support is None:
         return "fallback", f"DALI on {device} has no {facts.codec} decoder"
     if facts.bit_depth not in support.bit_depths or facts.chroma not in support.chroma:
-        return "fallback", (f"DALI on {device} decodes {facts.codec} only as "
-                            f"{'/'.join(sorted(str(b) for b in support.bit_depths))}-bit "
-                            f"{'/'.join(sorted(support.chroma))} (got {facts.pix_fmt})")
+        return "fallback", (
+            f"DALI on {device} decodes {facts.codec} only as "
+            f"{'/'.join(sorted(str(b) for b in support.bit_depths))}-bit "
+            f"{'/'.join(sorted(support.chroma))} (got {facts.pix_fmt})"
+        )
     if support.progressive_only and facts.interlaced:
-        return "fallback", f"DALI on {device} decodes {facts.codec} only progressive (got interlaced)"
+        return (
+            "fallback",
+            f"DALI on {device} decodes {facts.codec} only progressive (got interlaced)",
+        )
     width, height = facts.width or 0, facts.height or 0
     (min_w, min_h), (max_w, max_h) = support.min_size, support.max_size
     if not (min_w <= width <= max_w and min_h <= height <= max_h):
-        return "fallback", (f"{facts.codec} frame size outside DALI on {device} limits "
-                            f"{min_w}x{min_h}..{max_w}x{max_h}")
+        return "fallback", (
+            f"{facts.codec} frame size outside DALI on {device} limits "
+            f"{min_w}x{min_h}..{max_w}x{max_h}"
+        )
     return "dali", ""

@@ -23,10 +23,11 @@ not writable, pass a ``manifest_path`` on a shared file system.
 
 Test-only hook: the environment variable ``DALILOAD_TEST_PROBE_FAULT``
 (read when :func:`scan` starts) makes worker processes misbehave on chosen
-files, to exercise the timeout and crash handling. Its value is a
-``;``-separated list of ``hang:<glob>`` or ``crash:<glob>``, the glob matched
-against file names (e.g. ``hang:*stuck*;crash:*boom*``): ``hang`` sleeps
-forever, ``crash`` kills the worker with SIGKILL. It never applies in-process
+files, to exercise the timeout, crash and resume handling. Its value is a
+``;``-separated list of ``KIND:<glob>``, the glob matched against file names
+(e.g. ``hang:*stuck*;crash:*boom*``): ``hang`` sleeps forever, ``crash`` kills
+the worker with SIGKILL, ``slow`` sleeps :data:`SLOW_FAULT_S` before probing
+(so a test can kill a scan mid-way). It never applies in-process
 (``workers=0``).
 """
 
@@ -58,6 +59,8 @@ PROBE_TIMEOUT_S = 30.0
 DEEP_TIMEOUT_S = 120.0
 #: Seconds between commits even when a chunk is not full (a slow scan still saves progress).
 COMMIT_EVERY_S = 2.0
+#: Seconds a ``slow`` test fault sleeps.
+SLOW_FAULT_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -98,18 +101,24 @@ class ScanSummary:
         """A short human-readable report (what ``daliload scan`` prints)."""
         lines = [
             f"manifest: {self.manifest_path}",
-            f"device: {self.device}{' (deep check)' if self.deep else ''}   splits: {', '.join(self.splits)}",
-            f"files: {self.total} ({self.probed} probed, {self.reused} unchanged, {self.removed} removed, "
+            f"device: {self.device}{' (deep check)' if self.deep else ''}   "
+            f"splits: {', '.join(self.splits)}",
+            f"files: {self.total} ({self.probed} probed, {self.reused} unchanged, "
+            f"{self.removed} removed, "
             f"{self.missing} listed but missing) in {self.elapsed_s:.1f} s",
             "",
             "| route | files | hours |",
             "|---|---:|---:|",
         ]
         for route in ROUTES:
-            lines.append(f"| {route} | {self.files.get(route, 0)} | {self.hours.get(route, 0.0):.2f} |")
+            lines.append(
+                f"| {route} | {self.files.get(route, 0)} | {self.hours.get(route, 0.0):.2f} |"
+            )
         if self.reasons:
             lines += ["", "| route | reason | files |", "|---|---|---:|"]
-            for (route, reason), count in sorted(self.reasons.items(), key=lambda kv: (-kv[1], kv[0])):
+            for (route, reason), count in sorted(
+                self.reasons.items(), key=lambda kv: (-kv[1], kv[0])
+            ):
                 lines.append(f"| {route} | {reason} | {count} |")
         return "\n".join(lines)
 
@@ -132,8 +141,14 @@ def run_probe_task(task: ProbeTask) -> Probed:
     deep_routes: tuple[DeepRoute, ...] = ()
     if task.deep_device is not None:
         route, reason = route_for(facts, task.deep_device)
-        result = deep_check(facts, route, reason, task.deep_device, allow_dali=task.allow_dali,
-                            device_id=task.device_id)
+        result = deep_check(
+            facts,
+            route,
+            reason,
+            task.deep_device,
+            allow_dali=task.allow_dali,
+            device_id=task.device_id,
+        )
         deep_routes = (DeepRoute(task.deep_device, result.route, result.reason, result.checked),)
     return Probed(task.record, facts, deep_routes)
 
@@ -151,6 +166,8 @@ def _apply_test_fault(task: ProbeTask) -> None:
                     time.sleep(3600)
             if kind == "crash":
                 os.kill(os.getpid(), signal.SIGKILL)
+            if kind == "slow":
+                time.sleep(SLOW_FAULT_S)
 
 
 def default_manifest_path(root: str | os.PathLike) -> Path:
@@ -172,7 +189,9 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
-def _records_from_root(root: Path, splits: Sequence[str]) -> tuple[list[Any], tuple[str, ...], list[str], int]:
+def _records_from_root(
+    root: Path, splits: Sequence[str]
+) -> tuple[list[Any], tuple[str, ...], list[str], int]:
     """``(records, classes, splits found, missing count)`` through the dataset index."""
     from daliload.index import load_index
 
@@ -189,25 +208,30 @@ def _records_from_root(root: Path, splits: Sequence[str]) -> tuple[list[Any], tu
             logger.info("split %r skipped: %s", split, err)
             continue
         if classes is not None and index.classes != classes:
-            raise ValueError(f"split {split!r} of {root} has a different class map than the other splits")
+            raise ValueError(
+                f"split {split!r} of {root} has a different class map than the other splits"
+            )
         classes = index.classes
         records.extend(index.records)
         found.append(index.split)
         missing += len(index.missing)
     if not found:
-        assert first_error is not None
-        raise FileNotFoundError(f"none of the splits {list(splits)} found under {root}: {first_error}") \
-            from first_error
+        raise FileNotFoundError(
+            f"none of the splits {list(splits)} found under {root}: {first_error}"
+        ) from first_error
     return records, classes or (), found, missing
 
 
 def _classes_from_records(records: Sequence[Any]) -> tuple[str, ...]:
+    """The class map of explicit records: ``classes[label] = class_name`` ("" for unused labels)."""
     names: dict[int, str] = {}
     for rec in records:
         previous = names.setdefault(int(rec.label), rec.class_name)
         if previous != rec.class_name:
-            raise ValueError(f"label {rec.label} names two classes: {previous!r} and {rec.class_name!r} "
-                             f"({rec.path})")
+            raise ValueError(
+                f"label {rec.label} names two classes: {previous!r} and {rec.class_name!r} "
+                f"({rec.path})"
+            )
     return tuple(names.get(i, "") for i in range(max(names) + 1)) if names else ()
 
 
@@ -218,9 +242,17 @@ def _file_record(rec: Any) -> FileRecord:
         size, mtime = st.st_size, st.st_mtime_ns
     except OSError:
         size, mtime = -1, -1  # the probe will say why it cannot be opened
-    return FileRecord(path, size, mtime, rec.split, int(rec.label), rec.class_name,
-                      getattr(rec, "youtube_id", None), getattr(rec, "time_start", None),
-                      getattr(rec, "time_end", None))
+    return FileRecord(
+        path,
+        size,
+        mtime,
+        rec.split,
+        int(rec.label),
+        rec.class_name,
+        getattr(rec, "youtube_id", None),
+        getattr(rec, "time_start", None),
+        getattr(rec, "time_end", None),
+    )
 
 
 def _failed(task: ProbeTask, reason: str) -> Probed:
@@ -228,15 +260,22 @@ def _failed(task: ProbeTask, reason: str) -> Probed:
 
 
 def _execute(tasks: list[ProbeTask], workers: int, timeout_s: float) -> Iterator[Probed]:
-    """Run the tasks; failures become ``bad`` files, a deep check that crashed or hung is retried without DALI."""
+    """Run the tasks; failures become ``bad`` files.
+
+    A deep check that crashed or hung its worker is tried once more without DALI.
+    """
     if workers == 0:
         for task in tasks:
             yield run_probe_task(task)
         return
     retry: list[ProbeTask] = []
     errors = 0
-    with WorkerPool(run_probe_task, workers=min(workers, max(1, len(tasks))), timeout_s=timeout_s,
-                    preload=["daliload.prescreen.scan"]) as pool:
+    with WorkerPool(
+        run_probe_task,
+        workers=min(workers, max(1, len(tasks))),
+        timeout_s=timeout_s,
+        preload=["daliload.prescreen.scan"],
+    ) as pool:
         for attempt in (tasks, retry):
             if not attempt:
                 continue
@@ -244,9 +283,14 @@ def _execute(tasks: list[ProbeTask], workers: int, timeout_s: float) -> Iterator
                 task: ProbeTask = outcome.item
                 if outcome.ok:
                     yield outcome.value
-                elif outcome.status in ("timeout", "crash") and task.deep_device and task.allow_dali:
-                    logger.info("%s during the deep check of %s; retrying without DALI", outcome.status,
-                                task.record.path)
+                elif (
+                    outcome.status in ("timeout", "crash") and task.deep_device and task.allow_dali
+                ):
+                    logger.info(
+                        "%s during the deep check of %s; retrying without DALI",
+                        outcome.status,
+                        task.record.path,
+                    )
                     retry.append(replace(task, allow_dali=False))
                 elif outcome.status in ("timeout", "crash"):
                     logger.info("%s: %s (%s)", outcome.status, task.record.path, outcome.error)
@@ -256,8 +300,10 @@ def _execute(tasks: list[ProbeTask], workers: int, timeout_s: float) -> Iterator
                     logger.warning("probe of %s raised %s", task.record.path, outcome.error)
                     yield _failed(task, f"probe error: {outcome.error}")
     if errors:
-        logger.warning("%d file(s) made the probe raise; they are stored as bad with reason 'probe error'",
-                       errors)
+        logger.warning(
+            "%d file(s) made the probe raise; they are stored as bad with reason 'probe error'",
+            errors,
+        )
 
 
 def scan(
@@ -310,7 +356,11 @@ def scan(
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     if isinstance(splits, str):
         splits = (splits,)
-    timeout_s = timeout_s if timeout_s is not None else (DEEP_TIMEOUT_S if deep else PROBE_TIMEOUT_S)
+    if not splits:
+        raise ValueError("splits is empty; name at least one split, e.g. ('train',)")
+    timeout_s = (
+        timeout_s if timeout_s is not None else (DEEP_TIMEOUT_S if deep else PROBE_TIMEOUT_S)
+    )
     started = time.monotonic()
 
     if isinstance(source, (str, os.PathLike)):
@@ -322,11 +372,15 @@ def scan(
         all_records = list(source)
         records = [r for r in all_records if r.split in splits]
         if all_records and not records:
-            raise ValueError(f"none of the {len(all_records)} records is in splits {tuple(splits)}; "
-                             f"pass splits= with their split names")
+            raise ValueError(
+                f"none of the {len(all_records)} records is in splits {tuple(splits)}; "
+                f"pass splits= with their split names"
+            )
         if manifest_path is None:
-            raise ValueError("manifest_path is required when scanning a list of records (there is no root "
-                             "to put the manifest under)")
+            raise ValueError(
+                "manifest_path is required when scanning a list of records (there is no root "
+                "to put the manifest under)"
+            )
         classes = _classes_from_records(records)
         scanned = sorted({r.split for r in records})
         missing = 0
@@ -342,30 +396,69 @@ def scan(
             file_rec = _file_record(rec)
             listed.add(file_rec.path)
             old = known.get(file_rec.path)
-            if old is not None and (old.size_bytes, old.mtime_ns) == (file_rec.size_bytes, file_rec.mtime_ns) \
-                    and (not deep or device in old.deep_devices):
+            if (
+                old is not None
+                and (old.size_bytes, old.mtime_ns) == (file_rec.size_bytes, file_rec.mtime_ns)
+                and (not deep or device in old.deep_devices)
+            ):
                 if old.meta != file_rec.meta():
                     relabelled.append(file_rec)
                 continue
-            tasks.append(ProbeTask(file_rec, device if deep else None, device_id=device_id, fault=fault))
+            tasks.append(
+                ProbeTask(file_rec, device if deep else None, device_id=device_id, fault=fault)
+            )
         del known
         manifest.update_meta(relabelled)
-        _probe_into(manifest, tasks, workers=workers, timeout_s=timeout_s, progress=progress,
-                    chunk_size=chunk_size, desc=f"scan {device}{' deep' if deep else ''}")
+        _probe_into(
+            manifest,
+            tasks,
+            workers=workers,
+            timeout_s=timeout_s,
+            progress=progress,
+            chunk_size=chunk_size,
+            desc=f"scan {device}{' deep' if deep else ''}",
+        )
         removed = manifest.remove_missing(listed, scanned)
         manifest.set_classes(classes)
         files, hours, reasons = manifest.route_totals(device, scanned)
         summary = ScanSummary(
-            manifest_path=manifest.path, device=device, deep=deep, splits=tuple(scanned), total=len(listed),
-            probed=len(tasks), reused=len(listed) - len(tasks), removed=removed, missing=missing,
-            files=files, hours=hours, reasons=reasons, elapsed_s=time.monotonic() - started)
-        manifest.finish_scan({"device": device, "deep": deep, "splits": list(scanned), "total": len(listed),
-                              "probed": len(tasks), "finished_at": time.time()})
+            manifest_path=manifest.path,
+            device=device,
+            deep=deep,
+            splits=tuple(scanned),
+            total=len(listed),
+            probed=len(tasks),
+            reused=len(listed) - len(tasks),
+            removed=removed,
+            missing=missing,
+            files=files,
+            hours=hours,
+            reasons=reasons,
+            elapsed_s=time.monotonic() - started,
+        )
+        manifest.finish_scan(
+            {
+                "device": device,
+                "deep": deep,
+                "splits": list(scanned),
+                "total": len(listed),
+                "probed": len(tasks),
+                "finished_at": time.time(),
+            }
+        )
     return summary
 
 
-def _probe_into(manifest: Manifest, tasks: list[ProbeTask], *, workers: int, timeout_s: float,
-                progress: bool, chunk_size: int, desc: str) -> None:
+def _probe_into(
+    manifest: Manifest,
+    tasks: list[ProbeTask],
+    *,
+    workers: int,
+    timeout_s: float,
+    progress: bool,
+    chunk_size: int,
+    desc: str,
+) -> None:
     """Probe ``tasks`` and commit the results in chunks (also when interrupted)."""
     if not tasks:
         return
@@ -421,16 +514,32 @@ def ensure_manifest(
     check_device(device)
     path = Path(manifest_path) if manifest_path is not None else default_manifest_path(root)
     if not dist.is_distributed():
-        scan(root, manifest_path=path, device=device, deep=deep, workers=workers, splits=splits,
-             progress=True if progress is None else progress)
+        scan(
+            root,
+            manifest_path=path,
+            device=device,
+            deep=deep,
+            workers=workers,
+            splits=splits,
+            progress=True if progress is None else progress,
+        )
         return path
     status: tuple[str, str] = ("ok", str(path))
     if dist.rank() == 0:
         try:
-            scan(root, manifest_path=path, device=device, deep=deep, workers=workers, splits=splits,
-                 progress=True if progress is None else progress)
+            scan(
+                root,
+                manifest_path=path,
+                device=device,
+                deep=deep,
+                workers=workers,
+                splits=splits,
+                progress=True if progress is None else progress,
+            )
         except BaseException as err:
-            dist.broadcast_object(("error", f"{type(err).__name__}: {err}"))  # release the waiting ranks
+            dist.broadcast_object(
+                ("error", f"{type(err).__name__}: {err}")
+            )  # release the waiting ranks
             raise
     status = dist.broadcast_object(status)
     if status[0] != "ok":

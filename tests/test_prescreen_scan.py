@@ -1,0 +1,469 @@
+"""The scan and its manifest: incremental, resumable, fault-tolerant, and the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from daliload import dist
+from daliload.cli import main
+from daliload.index import VideoRecord, load_index
+from daliload.prescreen import Manifest, default_manifest_path, ensure_manifest, scan
+from daliload.prescreen.cli import JSON_FIELDS
+from daliload.prescreen.manifest import SCHEMA_VERSION
+from daliload.prescreen.scan import FAULT_ENV
+
+#: (split, class, file name) -> codec of the generated clip ("garbage" = random bytes)
+LAYOUT = {
+    ("train", "abseiling", "a_h264.mp4"): "h264",
+    ("train", "abseiling", "a_vp9.webm"): "vp9",
+    ("train", "bowling", "b_mpeg4.avi"): "mpeg4",
+    ("train", "bowling", "b_garbage.mp4"): "garbage",
+    ("val", "abseiling", "c_vp8.webm"): "vp8",
+    ("val", "bowling", "d_mjpeg.avi"): "mjpeg",
+}
+EXPECTED = (
+    {  # file name -> (gpu route, cpu route); vp9/vp8 at 128x96 are below NVDEC's minimum size
+        "a_h264.mp4": ("dali", "fallback"),
+        "a_vp9.webm": ("fallback", "dali"),
+        "b_mpeg4.avi": ("dali", "fallback"),
+        "b_garbage.mp4": ("bad", "bad"),
+        "c_vp8.webm": ("dali", "dali"),
+        "d_mjpeg.avi": ("fallback", "dali"),
+    }
+)
+
+
+def _clip(make_clip, codec):
+    return make_clip(codec, num_frames=30, gop=10)
+
+
+@pytest.fixture
+def dataset(tmp_path, make_clip) -> Path:
+    """ROOT/<split>/<class>/<file> with one clip per codec and one garbage file."""
+    root = tmp_path / "kinetics"
+    for (split, cls, name), codec in LAYOUT.items():
+        path = root / split / cls / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if codec == "garbage":
+            path.write_bytes(os.urandom(4096))
+        else:
+            shutil.copyfile(_clip(make_clip, codec), path)
+    return root
+
+
+def _routes(manifest_path, device) -> dict[str, tuple[str, str]]:
+    with Manifest(manifest_path) as manifest:
+        return {Path(e.path).name: (e.route, e.reason) for e in manifest.entries(device=device)}
+
+
+def _tables(manifest_path) -> dict[str, list]:
+    """Everything a scan stores about files, for comparing two manifests."""
+    conn = sqlite3.connect(f"file:{manifest_path}?mode=ro", uri=True)
+    try:
+        return {
+            table: conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall()
+            for table in ("files", "routes", "classes")
+        }
+    finally:
+        conn.close()
+
+
+def test_scan_routes_every_file_and_the_manifest_serves_the_loader(dataset):
+    summary = scan(dataset, device="cpu", workers=2, progress=False)
+
+    assert summary.manifest_path == dataset / ".daliload" / "manifest.sqlite"
+    assert summary.manifest_path == default_manifest_path(dataset)
+    assert (summary.total, summary.probed, summary.reused, summary.removed) == (6, 6, 0, 0)
+    assert dict(summary.files) == {"dali": 3, "fallback": 2, "bad": 1}
+    assert summary.reasons[("fallback", "DALI on cpu has no h264 decoder")] == 1
+    assert (
+        summary.reasons[
+            ("bad", "cannot open: InvalidDataError: Invalid data found when processing input")
+        ]
+        == 1
+    )
+    assert summary.hours["dali"] == pytest.approx(3 * 30 / 30 / 3600, rel=0.01)
+    assert "| dali | 3 | 0.00 |" in summary.format()
+
+    for device, column in (("gpu", 0), ("cpu", 1)):
+        routes = _routes(summary.manifest_path, device)
+        assert {name: route for name, (route, _) in routes.items()} == {
+            name: pair[column] for name, pair in EXPECTED.items()
+        }
+
+    index = load_index(dataset, "train")
+    with Manifest(summary.manifest_path) as manifest:
+        assert manifest.classes() == index.classes == ("abseiling", "bowling")
+        train = manifest.entries("train", device="gpu")
+        assert [e.path for e in train] == [r.path for r in index.records]
+        assert [(e.label, e.class_name, e.split) for e in train] == [
+            (r.label, r.class_name, "train") for r in index.records
+        ]
+        h264 = train[0]
+        assert (h264.codec, h264.num_frames, h264.fps, h264.width, h264.height) == (
+            "h264",
+            30,
+            30.0,
+            128,
+            96,
+        )
+        assert h264.keyframes == (0, 10, 20) and h264.pix_fmt == "yuv420p" and not h264.deep_checked
+        assert len(manifest.entries("val", device="cpu")) == 2
+        assert manifest.splits() == ("train", "val")
+
+
+def test_rescan_probes_only_new_or_changed_files(dataset, make_clip):
+    first = scan(dataset, device="gpu", workers=1, progress=False)
+    before = _tables(first.manifest_path)
+
+    again = scan(dataset, device="gpu", workers=1, progress=False)
+    assert (again.probed, again.reused) == (0, 6)
+    assert _tables(first.manifest_path) == before
+
+    touched = dataset / "train" / "abseiling" / "a_h264.mp4"
+    stat = touched.stat()
+    os.utime(touched, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    assert scan(dataset, device="gpu", workers=1, progress=False).probed == 1
+
+    # Rewritten with other content: probed again, and the manifest says what it is now.
+    shutil.copyfile(_clip(make_clip, "mjpeg"), dataset / "train" / "bowling" / "b_garbage.mp4")
+    (dataset / "val" / "abseiling" / "c_vp8.webm").unlink()
+    new = dataset / "val" / "abseiling" / "e_new.webm"
+    shutil.copyfile(_clip(make_clip, "vp9"), new)
+    summary = scan(dataset, device="gpu", workers=1, progress=False)
+    assert (summary.probed, summary.removed, summary.total) == (2, 1, 6)
+    routes = _routes(summary.manifest_path, "cpu")
+    assert routes["b_garbage.mp4"] == ("dali", "")
+    assert "c_vp8.webm" not in routes and routes["e_new.webm"] == ("dali", "")
+
+
+def test_hang_and_crash_cost_one_file_each(dataset, make_clip, monkeypatch):
+    for name in ("stuck.mp4", "boom.mp4"):
+        shutil.copyfile(_clip(make_clip, "h264"), dataset / "train" / "bowling" / name)
+    monkeypatch.setenv(FAULT_ENV, "hang:stuck*;crash:boom*")
+    summary = scan(dataset, device="gpu", workers=2, progress=False, timeout_s=2.0)
+    routes = _routes(summary.manifest_path, "gpu")
+    assert routes["stuck.mp4"] == ("bad", "timeout")
+    assert routes["boom.mp4"] == ("bad", "crash")
+    assert routes["a_h264.mp4"] == ("dali", "")
+    assert summary.files == {"dali": 3, "fallback": 2, "bad": 3}
+
+    # A fixed file (the fault gone, the file rewritten) is probed again and recovers.
+    monkeypatch.delenv(FAULT_ENV)
+    for name in ("stuck.mp4", "boom.mp4"):
+        shutil.copyfile(_clip(make_clip, "vp9"), dataset / "train" / "bowling" / name)
+    assert scan(dataset, device="gpu", workers=1, progress=False).probed == 2
+    assert _routes(summary.manifest_path, "gpu")["boom.mp4"] == (
+        "fallback",
+        "vp9 frame size outside DALI on " "gpu limits 128x128..8192x8192",
+    )
+
+
+_KILLABLE_SCAN = textwrap.dedent("""
+    import sys
+    from daliload.prescreen import scan
+    scan(sys.argv[1], manifest_path=sys.argv[2], device="cpu", workers=1, chunk_size=3,
+         progress=False)
+""")
+
+
+def _committed(manifest_path: Path) -> int:
+    try:
+        conn = sqlite3.connect(f"file:{manifest_path}?mode=ro", uri=True, timeout=5)
+        try:
+            return conn.execute("SELECT COUNT(*) FROM files").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.OperationalError:  # not created yet
+        return 0
+
+
+def test_scan_killed_midway_resumes_to_the_same_manifest(tmp_path, make_clip):
+    root = tmp_path / "many"
+    codecs = ["h264", "vp9", "mpeg4", "mjpeg"]
+    for i in range(24):
+        path = (
+            root
+            / "train"
+            / f"class{i % 3}"
+            / f"clip{i:02d}.{'webm' if codecs[i % 4] == 'vp9' else 'mp4'}"
+        )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(_clip(make_clip, codecs[i % 4]), path)
+
+    killed = tmp_path / "killed.sqlite"
+    env = dict(os.environ, **{FAULT_ENV: "slow:*"})  # 0.2 s per file: 24 files take ~5 s
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLABLE_SCAN, str(root), str(killed)],
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while _committed(killed) < 6:
+            assert proc.poll() is None, "the scan ended before it could be killed"
+            assert time.monotonic() < deadline, "no chunk committed within 60 s"
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the scan, its forkserver and its worker
+        proc.wait()
+    partial = _committed(killed)
+    assert 6 <= partial < 24
+
+    resumed = scan(
+        root, manifest_path=killed, device="cpu", workers=2, splits=("train",), progress=False
+    )
+    assert (resumed.probed, resumed.reused) == (24 - partial, partial)
+
+    clean = tmp_path / "clean.sqlite"
+    scan(root, manifest_path=clean, device="cpu", workers=2, splits=("train",), progress=False)
+    assert _tables(killed) == _tables(clean)
+    assert len(_tables(clean)["files"]) == 24
+
+
+def test_scan_of_records_and_its_argument_errors(dataset, tmp_path):
+    records = list(load_index(dataset, "val").records)
+    path = tmp_path / "val.sqlite"
+    summary = scan(
+        records, manifest_path=path, device="cpu", workers=0, splits=("val",), progress=False
+    )
+    assert (summary.total, summary.splits) == (2, ("val",))
+    assert _routes(path, "cpu") == {"c_vp8.webm": ("dali", ""), "d_mjpeg.avi": ("dali", "")}
+
+    with pytest.raises(
+        ValueError, match=r"manifest_path is required when scanning a list of records"
+    ):
+        scan(records, device="cpu", splits=("val",))
+    with pytest.raises(ValueError, match=r"none of the 2 records is in splits \('train', 'test'\)"):
+        scan(records, manifest_path=path, device="cpu", splits=("train", "test"))
+    with pytest.raises(ValueError, match=r"device must be 'gpu' or 'cpu', got 'cuda'"):
+        scan(dataset, device="cuda")
+    with pytest.raises(ValueError, match=r"workers must be an int >= 0, got -1"):
+        scan(dataset, device="cpu", workers=-1)
+    bad_label = [
+        VideoRecord(records[0].path, 0, "x", "val"),
+        VideoRecord(records[1].path, 0, "y", "val"),
+    ]
+    with pytest.raises(ValueError, match=r"label 0 names two classes: 'x' and 'y'"):
+        scan(bad_label, manifest_path=path, device="cpu", splits=("val",))
+
+
+def test_missing_splits_are_skipped_but_not_all(dataset, tmp_path):
+    summary = scan(dataset, device="cpu", workers=0, splits=("train", "test"), progress=False)
+    assert summary.splits == ("train",)
+    with pytest.raises(FileNotFoundError, match=r"none of the splits \['test'\] found under"):
+        scan(dataset, device="cpu", workers=0, splits=("test",), progress=False)
+
+
+@pytest.mark.dali
+def test_deep_scan_reroutes_and_is_remembered(dataset, realclips):
+    pytest.importorskip("nvidia.dali")
+    shutil.copyfile(
+        realclips / "decord/corrupted.mp4", dataset / "train" / "bowling" / "corrupted.mp4"
+    )
+    cheap = scan(dataset, device="cpu", workers=2, progress=False)
+    assert _routes(cheap.manifest_path, "cpu")["corrupted.mp4"] == (
+        "fallback",
+        "DALI on cpu has no h264 decoder",
+    )
+
+    deep = scan(dataset, device="cpu", deep=True, workers=2, progress=False)
+    assert deep.probed == 7  # not yet deep-checked on cpu
+    routes = _routes(deep.manifest_path, "cpu")
+    assert routes["corrupted.mp4"][0] == "bad"
+    assert routes["corrupted.mp4"][1].startswith(
+        "deep: fallback failed: decode failed: InvalidDataError"
+    )
+    assert routes["a_vp9.webm"] == ("dali", "") and routes["a_h264.mp4"][0] == "fallback"
+    with Manifest(deep.manifest_path) as manifest:
+        checked = {Path(e.path).name: e.deep_checked for e in manifest.entries(device="cpu")}
+        assert all(checked.values())
+        assert not any(e.deep_checked for e in manifest.entries(device="gpu"))
+
+    assert scan(dataset, device="cpu", deep=True, workers=2, progress=False).probed == 0
+    assert (
+        scan(dataset, device="cpu", workers=2, progress=False).probed == 0
+    )  # keeps the deep routes
+    assert _routes(deep.manifest_path, "cpu")["corrupted.mp4"][0] == "bad"
+    assert scan(dataset, device="gpu", deep=True, workers=2, progress=False).probed == 7
+
+
+def test_cli_scan_prints_a_summary_and_writes_json(dataset, tmp_path, capsys):
+    out = tmp_path / "files.json"
+    manifest_path = tmp_path / "m.sqlite"
+    rc = main(
+        [
+            "scan",
+            str(dataset),
+            "--device",
+            "cpu",
+            "--workers",
+            "1",
+            "--quiet",
+            "--split",
+            "train",
+            "--manifest",
+            str(manifest_path),
+            "--json",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert f"manifest: {manifest_path}" in printed
+    assert "| dali | 1 | 0.00 |" in printed and "| fallback | 2 | 0.00 |" in printed
+    assert "| fallback | DALI on cpu has no h264 decoder | 1 |" in printed
+    rows = json.loads(out.read_text())
+    assert [tuple(row) for row in rows] == [JSON_FIELDS] * 4
+    assert {Path(row["path"]).name: row["route"] for row in rows} == {
+        "a_h264.mp4": "fallback",
+        "a_vp9.webm": "dali",
+        "b_mpeg4.avi": "fallback",
+        "b_garbage.mp4": "bad",
+    }
+    vp9 = next(row for row in rows if row["codec"] == "vp9")
+    assert (vp9["num_frames"], vp9["fps"], vp9["width"], vp9["height"], vp9["pix_fmt"]) == (
+        30,
+        30.0,
+        128,
+        96,
+        "yuv420p",
+    )
+
+
+def test_readers_refuse_missing_or_foreign_manifests(tmp_path):
+    missing = tmp_path / "none.sqlite"
+    with pytest.raises(
+        FileNotFoundError, match=r"no manifest at .*none.sqlite; create it with `daliload scan"
+    ):
+        Manifest(missing)
+    old = tmp_path / "old.sqlite"
+    Manifest(old, writable=True).close()
+    conn = sqlite3.connect(old)
+    conn.execute("UPDATE meta SET value = '0' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(
+        ValueError,
+        match=rf"schema version 0, this daliload reads version {SCHEMA_VERSION}: "
+        r"re-run `daliload scan`",
+    ):
+        Manifest(old)
+    Manifest(old, writable=True).close()  # the scanner rebuilds it
+    with Manifest(old) as manifest:
+        assert len(manifest) == 0
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"not a database" * 100)
+    with pytest.raises(ValueError, match=r"junk.sqlite exists but is not an SQLite manifest"):
+        Manifest(junk, writable=True)
+
+
+def test_changed_rules_reroute_stored_facts_without_probing(dataset):
+    summary = scan(dataset, device="cpu", workers=0, progress=False)
+    conn = sqlite3.connect(summary.manifest_path)
+    conn.execute("UPDATE routes SET route = 'bad', reason = 'stale' WHERE device = 'gpu'")
+    conn.execute("UPDATE meta SET value = '0' WHERE key = 'rules_version'")
+    conn.commit()
+    conn.close()
+    again = scan(dataset, device="cpu", workers=0, progress=False)
+    assert again.probed == 0
+    assert {name: route for name, (route, _) in _routes(summary.manifest_path, "gpu").items()} == {
+        name: pair[0] for name, pair in EXPECTED.items()
+    }
+
+
+def test_default_manifest_path_falls_back_to_a_user_cache(tmp_path, monkeypatch):
+    root = tmp_path / "ro_dataset"
+    root.mkdir()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    path = default_manifest_path(root)
+    assert path.parent == tmp_path / "cache" / "daliload" / "manifests"
+    assert path.name.startswith("ro_dataset-") and path.suffix == ".sqlite"
+    assert default_manifest_path(str(root) + "/") == path
+    assert default_manifest_path(tmp_path / "other") != path
+
+
+def test_dist_reads_the_environment_without_a_process_group(monkeypatch):
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert (dist.rank(), dist.world_size(), dist.local_rank(), dist.is_distributed()) == (
+        3,
+        8,
+        1,
+        False,
+    )
+    dist.barrier()  # no process group: returns at once
+    assert dist.broadcast_object({"a": 1}) == {"a": 1}
+    monkeypatch.setenv("RANK", "zero")
+    with pytest.raises(ValueError, match=r"environment variable RANK='zero' is not an integer"):
+        dist.rank()
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name)
+    assert (dist.rank(), dist.world_size(), dist.local_rank()) == (0, 1, 0)
+
+
+def _ddp_rank(rank: int, world: int, init_file: str, root: str, out_dir: str) -> None:
+    """One rank of the ensure_manifest test (module-level for torch.multiprocessing.spawn)."""
+    import importlib
+
+    import torch.distributed as torch_dist
+
+    scan_module = importlib.import_module("daliload.prescreen.scan")  # the module, not the function
+
+    torch_dist.init_process_group(
+        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world
+    )
+    calls = []
+    real_scan = scan_module.scan
+
+    def counting_scan(*args, **kwargs):
+        calls.append(args[0])
+        return real_scan(*args, **kwargs)
+
+    scan_module.scan = counting_scan
+    result = {"rank": dist.rank(), "world": dist.world_size()}
+    result["path"] = str(ensure_manifest(root, device="cpu", workers=1, progress=False))
+    try:
+        ensure_manifest(
+            os.path.join(root, "nope"), device="cpu", workers=0, manifest_path=result["path"]
+        )
+    except (RuntimeError, FileNotFoundError) as err:
+        result["error"] = f"{type(err).__name__}: {err}"
+    result["scans"] = len(calls)
+    with Manifest(result["path"]) as manifest:
+        result["entries"] = len(manifest.entries(device="cpu"))
+    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
+    torch_dist.destroy_process_group()
+
+
+def test_ensure_manifest_scans_on_rank_0_only(dataset, tmp_path):
+    import torch.multiprocessing as torch_mp
+
+    out = tmp_path / "ranks"
+    out.mkdir()
+    torch_mp.spawn(
+        _ddp_rank, args=(2, str(tmp_path / "init"), str(dataset), str(out)), nprocs=2, join=True
+    )
+    results = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [r["rank"] for r in results] == [0, 1] and all(r["world"] == 2 for r in results)
+    assert results[0]["path"] == results[1]["path"] == str(default_manifest_path(dataset))
+    assert [r["scans"] for r in results] == [2, 0]  # rank 0 scanned (twice: good root, bad root)
+    assert [r["entries"] for r in results] == [6, 6]
+    assert results[0]["error"].startswith("FileNotFoundError: ")
+    assert (
+        results[1]["error"].startswith("RuntimeError: rank 0 failed to scan ")
+        and "nope" in results[1]["error"]
+    )
