@@ -14,6 +14,7 @@ import sys
 #: subcommand -> module implementing it
 COMMANDS: dict[str, str] = {
     "synth": "daliload.synth.cli",
+    "bench": "daliload.bench_cli",
     "scan": "daliload.prescreen.cli",
 }
 

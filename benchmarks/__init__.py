@@ -1,0 +1,1 @@
+"""daliload's benchmarks (source checkout only): ``python -m benchmarks --help``."""

@@ -1,0 +1,360 @@
+"""The benchmark run: datasets, one plan, every loader, ceilings, sweeps, report.
+
+``python -m benchmarks`` (or ``daliload bench`` in a source checkout) runs::
+
+    1. generate (or reuse) the datasets               benchmarks.datasets
+    2. draw ONE plan per dataset from --seed          benchmarks.task
+    3. ceilings: plain decoding of the same files     benchmarks.ceiling
+    4. every loader on every dataset, --workers       benchmarks.loaders / peers
+    5. the workers sweep on --sweep-dataset
+    6. JSON + markdown (appended to RESULTS.md) + PNG plots   benchmarks.report
+
+Each measurement runs in its own process (``python -m benchmarks.measure``)
+with a timeout; a loader that cannot run here is listed with the reason, one
+that fails is listed with its error, and the run goes on. The JSON is
+rewritten after every measurement, so a run cut short keeps what it measured.
+
+Resolution and GOP scaling come from the main table (``h264-gop250`` against
+``h264-720p`` and ``h264-gop16``); the workers sweep adds measurements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from benchmarks.datasets import STANDARD
+
+HELP = "benchmark daliload against the video loaders people use, on generated datasets"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from err
+    if any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"values must be >= 1, got {text!r}")
+    return values
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from err
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _name_list(text: str) -> list[str]:
+    return [v.strip() for v in text.split(",") if v.strip()]
+
+
+def _size(text: str) -> tuple[int, int]:
+    try:
+        width, height = (int(v) for v in text.lower().split("x"))
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT, e.g. 128x96, got {text!r}") from err
+    return width, height
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The benchmark's options (shared by ``python -m benchmarks`` and ``daliload bench``)."""
+    from benchmarks.loaders import LOADERS
+
+    g = parser.add_argument_group("what to run")
+    g.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="where batches must end up; auto: cuda if torch sees a GPU (default)")
+    g.add_argument("--datasets", type=_name_list, default=list(STANDARD),
+                   help=f"comma-separated, from {', '.join(STANDARD)} (default: all)")
+    g.add_argument("--loaders", type=_name_list, default=list(LOADERS),
+                   help=f"comma-separated, from {', '.join(LOADERS)} (default: all); ceilings always run")
+    g.add_argument("--workers", type=_non_negative, default=None,
+                   help="DataLoader workers / DALI threads of the main table (default: 2 on CPU, 8 on GPU, "
+                        "at most the usable cores)")
+    g.add_argument("--sweep-workers", type=_int_list, default=None,
+                   help="workers sweep values, comma-separated (default: 1,2 on CPU; 2,8,16 with >= 16 cores)")
+    g.add_argument("--no-sweeps", action="store_true", help="skip the workers sweep")
+    g.add_argument("--sweep-dataset", default="h264-gop250", choices=list(STANDARD),
+                   help="dataset of the workers sweep (default h264-gop250)")
+    g = parser.add_argument_group("datasets and task")
+    g.add_argument("--clips", type=int, default=None,
+                   help="clips per 340x256 dataset (default: 16 on CPU, 64 on GPU)")
+    g.add_argument("--clips-hd", type=int, default=None,
+                   help="clips in the 1280x720 dataset (default: 8 on CPU, 32 on GPU)")
+    g.add_argument("--duration", type=float, default=10.0, help="seconds per clip (default 10, as Kinetics)")
+    g.add_argument("--size", type=_size, default=None,
+                   help="WIDTHxHEIGHT replacing 340x256 (tests use tiny frames); 720p keeps its size")
+    g.add_argument("--batch-size", type=int, default=None, help="clips per batch (default: 8 on CPU, 32 on GPU)")
+    g.add_argument("--seed", type=int, default=0, help="draws the datasets' content and the plan (default 0)")
+    g.add_argument("--data-dir", default=str(REPO_ROOT / "bench_out" / "datasets"),
+                   help="where generated datasets are cached (default bench_out/datasets)")
+    g.add_argument("--gen-workers", type=int, default=None, help="encoder processes (default: usable cores)")
+    g = parser.add_argument_group("timing")
+    g.add_argument("--runs", type=int, default=3, help="timed epochs per measurement (default 3)")
+    g.add_argument("--warmup", type=int, default=1, help="untimed epochs first (default 1)")
+    g.add_argument("--timeout", type=float, default=300.0, help="seconds per measurement before it is killed")
+    g.add_argument("--time-budget", type=float, default=None,
+                   help="seconds after which no new measurement starts (the rest are listed as skipped)")
+    g = parser.add_argument_group("output")
+    g.add_argument("--name", default=None, help="result name: RESULTS_DIR/NAME.json, NAME-*.png (default: cpu/gpu)")
+    g.add_argument("--machine", default="", help="a label for the machine, e.g. '2-core CPU VM, no GPU'")
+    g.add_argument("--results-dir", default=str(REPO_ROOT / "benchmarks" / "results"))
+    g.add_argument("--results-md", default=str(REPO_ROOT / "benchmarks" / "RESULTS.md"),
+                   help="markdown file the table is appended to")
+    g.add_argument("--no-md", action="store_true", help="do not append to --results-md")
+    g.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
+    g.add_argument("--report-from", default=None, metavar="JSON",
+                   help="measure nothing: make the table and plots of an earlier run's JSON (e.g. one cut short)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One measurement to run."""
+
+    adapter: str
+    kind: str  # "ceiling" | "loader"
+    dataset: str
+    workers: int
+    sweep: str  # "main" | "workers"
+
+
+def _resolve_device(requested: str) -> str:
+    if requested != "auto":
+        return requested
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _default_sweep(cores: int, device: str) -> list[int]:
+    if device == "cuda" and cores >= 16:
+        return [2, 8, 16]
+    if cores <= 4:
+        return sorted({1, cores})
+    return sorted({2, cores // 2, cores})
+
+
+def _run_child(job_file: Path, log_file: Path, timeout: float) -> str | None:
+    """Run one measurement process; return None, or why it produced no result."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    with open(log_file, "w", encoding="utf-8") as log:
+        # Its own session, so a timeout can end the child AND its spawned workers.
+        process = subprocess.Popen([sys.executable, "-m", "benchmarks.measure", str(job_file)], stdout=log,
+                                   stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            code = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            return f"timed out after {timeout:g} s (killed)"
+    if code != 0:
+        tail = log_file.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:]
+        return f"measurement process exited with {code}: {' '.join(tail)[:300]} (log: {log_file})"
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    from benchmarks.datasets import prepare_dataset, standard_specs
+    from benchmarks.loaders import CEILINGS, LOADERS, LoaderConfig, load_adapter
+    from benchmarks.report import derive_figures, machine_info
+    from benchmarks.task import TaskSpec, make_plan, seek_decode_estimate, write_plan
+
+    started = time.monotonic()
+    if args.report_from:
+        result = json.loads(Path(args.report_from).read_text(encoding="utf-8"))
+        _finish(result, args, Path(args.report_from), Path(args.report_from).parent)
+        return 0
+    for name in args.datasets:
+        if name not in STANDARD:
+            print(f"unknown dataset {name!r}; choose from {', '.join(STANDARD)}", file=sys.stderr)
+            return 2
+    for name in args.loaders:
+        if name not in LOADERS:
+            print(f"unknown loader {name!r}; registered: {', '.join(LOADERS)}", file=sys.stderr)
+            return 2
+    device = _resolve_device(args.device)
+    gpu = device == "cuda"
+    cores = _usable_cores()
+    workers = args.workers if args.workers is not None else min(8 if gpu else 2, cores)
+    sweep_values = [] if args.no_sweeps else (args.sweep_workers or _default_sweep(cores, device))
+    task = TaskSpec(batch_size=args.batch_size or (32 if gpu else 8), seed=args.seed)
+    name = args.name or ("gpu" if gpu else "cpu")
+    results_dir = Path(args.results_dir)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    work_dir = Path(args.data_dir) / "runs" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    work_dir.mkdir(parents=True, exist_ok=True)
+    machine = machine_info(args.machine)
+    print(f"benchmark {name}: device {device}, {cores} usable cores, workers {workers}, "
+          f"batch {task.batch_size}, runs {args.runs} after {args.warmup} warm-up", flush=True)
+
+    specs = standard_specs(args.datasets, num_clips=args.clips or (64 if gpu else 16),
+                           num_clips_hd=args.clips_hd or (32 if gpu else 8), duration_s=args.duration,
+                           seed=args.seed, size=args.size)
+    datasets, plans, per_dataset = {}, {}, {}
+    for spec in specs:
+        t0 = time.monotonic()
+        dataset = prepare_dataset(spec, args.data_dir, workers=args.gen_workers or cores)
+        samples = make_plan(dataset.videos, task)
+        plan_file = work_dir / f"plan-{spec.name}.json"
+        write_plan(plan_file, samples, task)
+        used = estimate = 0
+        for sample in samples:
+            video = dataset.videos[sample.video_index]
+            indices = sample.frame_indices(video.num_frames)
+            used += len(set(indices))
+            estimate += seek_decode_estimate(indices, video.keyframes)
+        datasets[spec.name], plans[spec.name] = dataset, plan_file
+        per_dataset[spec.name] = {"frames_used": used, "seek_estimate": estimate}
+        print(f"  dataset {spec.name}: {len(dataset.videos)} clips, {dataset.total_frames} frames, "
+              f"ready in {time.monotonic() - t0:.1f} s ({dataset.root})", flush=True)
+
+    jobs = [Job(CEILINGS["cpu"], "ceiling", d, 1, "main") for d in datasets]
+    if gpu:
+        jobs += [Job(CEILINGS["cuda"], "ceiling", d, workers, "main") for d in datasets]
+    jobs += [Job(loader, "loader", d, workers, "main") for loader in args.loaders for d in datasets]
+    if args.sweep_dataset in datasets:
+        jobs += [Job(loader, "loader", args.sweep_dataset, w, "workers") for loader in args.loaders
+                 for w in sweep_values if w != workers]
+
+    result = {
+        "name": name, "machine": machine,
+        "settings": {"device": device, "workers": workers, "sweep_workers": sweep_values,
+                     "sweep_dataset": args.sweep_dataset, "runs": args.runs, "warmup": args.warmup,
+                     **dataclasses.asdict(task)},
+        "datasets": [dataclasses.asdict(d.spec) | {"root": d.root, "total_frames": d.total_frames,
+                                                   **per_dataset[n]} for n, d in datasets.items()],
+        "ceiling_used": load_adapter(CEILINGS[device]).name,
+        "measurements": [],
+        "plots": [],
+    }
+    json_path = results_dir / f"{name}.json"
+    unavailable: dict[str, str] = {}
+    probed: set[str] = set()
+    for number, job in enumerate(jobs, 1):
+        cls = load_adapter(job.adapter)
+        if job.kind == "loader" and job.sweep == "workers" and cls.knob is None:
+            continue
+        config = LoaderConfig(task=task, workers=job.workers, device=device)  # type: ignore[arg-type]
+        record = {"loader": cls.name, "kind": job.kind, "dataset": job.dataset, "workers": job.workers,
+                  "sweep": job.sweep, "summary": cls.summary, "plan_windows": cls.plan_windows,
+                  "knob": cls.knob, "counts_frames": cls.counts_frames, "dataset_specific": False,
+                  "status": "ok", "reason": None, "figures": None}
+        reason = cls.skip_reason(datasets[job.dataset].spec, config)
+        if reason is not None:
+            record |= {"status": "unavailable", "reason": reason,
+                       "dataset_specific": cls.skip_reason(datasets[job.dataset].spec,
+                                                           dataclasses.replace(config, device="cuda")) is not None}
+        elif cls.name in unavailable:
+            record |= {"status": "unavailable", "reason": unavailable[cls.name]}
+        elif args.time_budget is not None and time.monotonic() - started > args.time_budget:
+            record |= {"status": "skipped", "reason": f"time budget of {args.time_budget:g} s used up"}
+        else:
+            stem = f"{number:03d}-{cls.name}-{job.dataset}-w{job.workers}"
+            job_file, out_file = work_dir / f"{stem}.job.json", work_dir / f"{stem}.result.json"
+            job_file.write_text(json.dumps({
+                "adapter": job.adapter, "kind": job.kind, "dataset": datasets[job.dataset].root,
+                "plan": str(plans[job.dataset]), "workers": job.workers, "device": device,
+                "warmup": args.warmup, "runs": args.runs, "probe": cls.name not in probed,
+                "out": str(out_file)}), encoding="utf-8")
+            t0 = time.monotonic()
+            failure = _run_child(job_file, work_dir / f"{stem}.log", args.timeout)
+            if failure is not None:
+                record |= {"status": "failed", "reason": failure}
+            else:
+                measured = json.loads(out_file.read_text(encoding="utf-8"))
+                record |= measured
+                if measured["status"] == "unavailable":
+                    unavailable[cls.name] = measured["reason"]
+                else:
+                    probed.add(cls.name)
+                if measured["status"] == "ok":
+                    numbers = per_dataset[job.dataset]
+                    ceiling = job.kind == "ceiling"
+                    estimate = numbers["seek_estimate"] if cls.plan_windows and not ceiling else None
+                    figures = derive_figures(measured["runs"], estimated_decoded=estimate,
+                                             frames_used=None if ceiling else numbers["frames_used"])
+                    record["figures"] = dataclasses.asdict(figures)
+            record["elapsed_s"] = round(time.monotonic() - t0, 1)
+        result["measurements"].append(record)
+        _print_record(record, number, len(jobs))
+        _fill_ratios(result)
+        json_path.write_text(json.dumps(result, indent=1), encoding="utf-8")
+
+    _finish(result, args, json_path, results_dir)
+    print(f"total {time.monotonic() - started:.0f} s")
+    return 0
+
+
+def _finish(result: dict, args: argparse.Namespace, json_path: Path, results_dir: Path) -> None:
+    """Plots, the JSON with their names, the markdown table (printed and appended)."""
+    from benchmarks.report import append_markdown, markdown_report, write_plots
+
+    if not args.no_plots:
+        result["plots"] = write_plots(result, results_dir)
+    json_path.write_text(json.dumps(result, indent=1), encoding="utf-8")
+    text = markdown_report(result)
+    print()
+    print(text)
+    if not args.no_md:
+        append_markdown(args.results_md, text)
+        print(f"appended to {args.results_md}")
+    print(f"results: {json_path}" + (f"; plots: {', '.join(result['plots'])}" if result["plots"] else ""))
+
+
+def _fill_ratios(result: dict) -> None:
+    """Set each ok measurement's ratios to the run's ceiling on the same dataset."""
+    ok_ceilings = [m for m in result["measurements"] if m["kind"] == "ceiling" and m["status"] == "ok"]
+    # On a GPU run the GPU ceiling, unless it could not run; then the CPU one.
+    if result["settings"]["device"] == "cuda" and any(m["loader"] == "ceiling-dali" for m in ok_ceilings):
+        result["ceiling_used"] = "ceiling-dali"
+    else:
+        result["ceiling_used"] = "ceiling-pyav"
+    ceilings = {m["dataset"]: m["figures"] for m in ok_ceilings if m["loader"] == result["ceiling_used"]}
+    for m in result["measurements"]:
+        ceiling, figures = ceilings.get(m["dataset"]), m["figures"]
+        if figures is None or ceiling is None:
+            continue
+        figures["ratio_clips"] = figures["clips_per_s"]["median"] / ceiling["clips_per_s"]["median"]
+        if figures["frames_per_s"] and ceiling["frames_per_s"]:
+            figures["ratio_frames"] = figures["frames_per_s"]["median"] / ceiling["frames_per_s"]["median"]
+
+
+def _print_record(record: dict, number: int, total: int) -> None:
+    where = f"[{number}/{total}] {record['loader']} on {record['dataset']} (workers {record['workers']})"
+    if record["status"] != "ok":
+        print(f"{where}: {record['status']}: {record['reason']}", flush=True)
+        return
+    f = record["figures"]
+    frames = f"{f['frames_per_s']['median']:.0f}" if f["frames_per_s"] else "?"
+    print(f"{where}: {f['clips_per_s']['median']:.2f} clips/s, {frames} decoded frames/s, "
+          f"peak RSS {f['peak_rss_mb']:.0f} MiB, {f['cores_busy']['median']:.2f} cores busy "
+          f"({record.get('elapsed_s', 0):.0f} s)", flush=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=HELP)
+    add_arguments(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run(args)

@@ -1,0 +1,1 @@
+"""Adapters for the loaders daliload is compared with, one module each (see benchmarks.loaders)."""

@@ -1,0 +1,88 @@
+"""torchcodec: ``VideoDecoder(path).get_frames_at(indices)`` per clip.
+
+On the CPU it runs in spawned DataLoader workers, one decoder per
+``__getitem__`` with torchcodec's default of one FFmpeg thread and exact
+seeking (it seeks to the keyframe before each frame it needs, so it decodes
+about :func:`benchmarks.task.seek_decode_estimate` frames; it does not say how
+many). On a GPU, torchcodec's CUDA decoder (NVDEC) runs in the main process,
+as torchcodec's documentation shows, and the transform runs on the GPU.
+
+torchcodec needs FFmpeg's shared libraries (Debian: ``apt-get install ffmpeg``)
+and a wheel built for the installed torch: on a CPU-only torch 2.13 that is
+``pip install --no-deps torchcodec==0.13.0``.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+from benchmarks.loaders import DataLoaderAdapter, LoadedBatch, LoaderAdapter
+
+
+def decode_frames_cpu(path: str, frame_indices: Sequence[int]):
+    """The clip's frames as a ``(T, H, W, 3)`` uint8 tensor; frames decoded unknown (None)."""
+    from torchcodec.decoders import VideoDecoder
+
+    decoder = VideoDecoder(path, device="cpu", dimension_order="NHWC", seek_mode="exact")
+    return decoder.get_frames_at(list(frame_indices)).data, None
+
+
+def _probe(device: str) -> str | None:
+    try:
+        from torchcodec.decoders import VideoDecoder  # noqa: F401
+    except (ImportError, OSError, RuntimeError) as err:
+        # torchcodec raises RuntimeError when it finds no usable FFmpeg libraries.
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return (f"torchcodec does not import: {first_line} (needs `pip install --no-deps torchcodec` "
+                f"matching torch, and FFmpeg's shared libraries: apt-get install ffmpeg)")
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            return "no CUDA device"
+    return None
+
+
+class TorchCodecCPU(DataLoaderAdapter):
+    name = "torchcodec-cpu"
+    summary = "torchcodec VideoDecoder(exact seek, 1 FFmpeg thread).get_frames_at in spawn DataLoader workers"
+    decode = staticmethod(decode_frames_cpu)
+
+    @classmethod
+    def probe(cls, config) -> str | None:
+        return _probe("cpu")
+
+
+class TorchCodecCUDA(LoaderAdapter):
+    name = "torchcodec-cuda"
+    summary = "torchcodec VideoDecoder(device='cuda') (NVDEC) in the main process, transform on the GPU"
+    needs_cuda = True
+    knob = None
+
+    @classmethod
+    def probe(cls, config) -> str | None:
+        # A torchcodec built without CUDA imports fine and fails at its first CUDA
+        # decoder: that surfaces as a failed warm-up epoch, with torchcodec's message.
+        return _probe("cuda")
+
+    def __init__(self, dataset, samples: Sequence, config) -> None:
+        self._samples = list(samples)
+        self._num_frames = [v.num_frames for v in dataset.videos]
+        self._task = config.task
+
+    def epoch(self) -> Iterator[LoadedBatch]:
+        import torch
+        from torchcodec.decoders import VideoDecoder
+
+        from benchmarks.task import transform_clip
+
+        batch_size = self._task.batch_size
+        for first in range(0, len(self._samples), batch_size):
+            chunk = self._samples[first:first + batch_size]
+            videos = []
+            for sample in chunk:
+                decoder = VideoDecoder(sample.path, device="cuda", dimension_order="NHWC")
+                frames = decoder.get_frames_at(sample.frame_indices(self._num_frames[sample.video_index])).data
+                videos.append(transform_clip(frames, sample, self._task.output))
+            labels = torch.tensor([s.label for s in chunk], device="cuda")
+            yield LoadedBatch(torch.stack(videos), labels, len(chunk), None)

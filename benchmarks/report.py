@@ -1,0 +1,331 @@
+"""Turn measurements into figures, a markdown table and plots, each labelled with its machine.
+
+Figures per measurement (:class:`Figures`), medians over the timed runs with
+their spread:
+
+- clips/s: clips delivered per second (files/s for a ceiling);
+- decoded frames/s: frames the decoder produced per second; counted by the
+  loader where it can tell, otherwise credited as
+  :func:`benchmarks.task.seek_decode_estimate` (marked ``~``);
+- waste/clip: frames decoded but not in the clip (GOP waste), per clip;
+- peak RSS: the process tree's summed resident memory, MiB (max over runs);
+- cores busy: process-tree CPU seconds per wall second;
+- x ceiling: clips/s over the ceiling's files/s, and decoded frames/s over
+  the ceiling's frames/s, both from the same run and dataset;
+- on a GPU: peak device memory (MiB, whole device) and mean NVDEC utilisation.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.metadata
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from benchmarks.metrics import Summary, summarize
+
+_PACKAGES = ("torch", "av", "numpy", "nvidia-dali-cuda130", "nvidia-dali-cuda120", "torchcodec", "decord",
+             "psutil")
+
+
+def machine_info(label: str = "") -> dict:
+    """CPU model, cores, memory, GPU, library versions and the date (UTC) of this machine."""
+    cpu_model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu_model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    memory_gib = None
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    memory_gib = round(int(line.split()[1]) / 1024 / 1024, 1)
+                    break
+    except OSError:
+        pass
+    versions = {}
+    for package in _PACKAGES:
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    try:
+        import av
+
+        versions["ffmpeg (PyAV)"] = str(av.ffmpeg_version_info)
+    except ImportError:
+        pass
+    gpu = None
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        result = subprocess.run([smi, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=30, check=False)
+        if result.returncode == 0 and result.stdout.strip():
+            gpu = result.stdout.strip().splitlines()[0]
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {
+        "label": label,
+        "cpu_model": cpu_model,
+        "cpu_cores": os.cpu_count(),
+        "cpu_cores_usable": usable,
+        "memory_gib": memory_gib,
+        "gpu": gpu,
+        "python": platform.python_version(),
+        "versions": versions,
+        "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def machine_line(machine: dict) -> str:
+    """One line naming the machine, e.g. for table captions and plot titles."""
+    label = f"{machine['label']}: " if machine.get("label") else ""
+    gpu = machine.get("gpu") or "no GPU"
+    return (f"{label}{machine['cpu_model']}, {machine['cpu_cores_usable']} cores usable "
+            f"({machine['cpu_cores']} online), {machine.get('memory_gib')} GiB RAM, {gpu}; {machine['date_utc']}")
+
+
+def versions_line(machine: dict) -> str:
+    parts = [f"Python {machine['python']}"] + [f"{k} {v}" for k, v in machine["versions"].items()]
+    return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class Figures:
+    """Derived figures of one measurement (see the module docstring)."""
+
+    clips_per_s: Summary
+    frames_per_s: Summary | None
+    frames_counted: bool
+    waste_per_clip: float | None
+    peak_rss_mb: float
+    cores_busy: Summary
+    ratio_clips: float | None = None
+    ratio_frames: float | None = None
+    gpu_mem_peak_mb: float | None = None
+    nvdec_util_pct: float | None = None
+
+
+def derive_figures(runs: Sequence[dict], *, estimated_decoded: int | None, frames_used: int | None) -> Figures:
+    """Figures from a measurement's runs (dicts of :class:`benchmarks.measure.RunFigures`).
+
+    Args:
+        runs: the timed epochs.
+        estimated_decoded: frames per epoch to credit when the loader reports
+            none (None: no estimate possible, e.g. a loader with its own windows).
+        frames_used: distinct frames the clips use per epoch (None for a ceiling).
+    """
+    counted = all(run["frames_decoded"] is not None for run in runs)
+    decoded = [run["frames_decoded"] if counted else estimated_decoded for run in runs]
+    frames_per_s = None
+    waste = None
+    if all(d is not None for d in decoded):
+        frames_per_s = summarize([d / run["wall_s"] for d, run in zip(decoded, runs)])
+        if frames_used is not None:
+            waste = (statistics.median(decoded) - frames_used) / runs[0]["clips"]
+    gpu_peaks = [run["gpu_mem_peak_mb"] for run in runs if run.get("gpu_mem_peak_mb") is not None]
+    nvdec = [run["nvdec_util_pct"] for run in runs if run.get("nvdec_util_pct") is not None]
+    return Figures(
+        clips_per_s=summarize([run["clips"] / run["wall_s"] for run in runs]),
+        frames_per_s=frames_per_s,
+        frames_counted=counted,
+        waste_per_clip=waste,
+        peak_rss_mb=max(run["peak_rss_mb"] for run in runs),
+        cores_busy=summarize([run["cpu_s"] / run["wall_s"] for run in runs]),
+        gpu_mem_peak_mb=max(gpu_peaks) if gpu_peaks else None,
+        nvdec_util_pct=summarize(nvdec).median if nvdec else None,
+    )
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    if value is None:
+        return "–"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}f}"
+
+
+def _fmt_summary(summary: Summary | None) -> str:
+    if summary is None:
+        return "–"
+    text = _fmt(summary.median)
+    return f"{text} ±{summary.spread_pct:.0f}%" if summary.n > 1 else text
+
+
+def markdown_report(result: dict) -> str:
+    """The run as markdown: machine, settings, main table, workers sweep, what did not run."""
+    machine = result["machine"]
+    settings = result["settings"]
+    gpu = settings["device"] == "cuda"
+    lines = [
+        f"### {settings['device'].upper()} run `{result['name']}` — {machine_line(machine)}",
+        "",
+        f"{versions_line(machine)}.",
+        "",
+        (f"Task: one random {settings['clip_len']}-frame window at stride {settings['frame_stride']} per video "
+         f"(the same windows, crops and flips for every loader, seed {settings['seed']}), "
+         f"{settings['crop_size']} crop after a random short-side resize, flip, normalise, "
+         f"batch {settings['batch_size']}; median of {settings['runs']} runs after {settings['warmup']} warm-up "
+         f"(± half the range). Datasets: "
+         + "; ".join(f"`{d['name']}` {d['num_clips']} clips x {d['duration_s']:g} s ({d['description']})"
+                     for d in result["datasets"]) + "."),
+        "",
+    ]
+    header = ["dataset", "loader", "workers", "clips/s", "x ceil", "decoded frames/s", "x ceil",
+              "waste frames/clip", "peak RSS MiB", "cores busy"]
+    if gpu:
+        header += ["GPU mem MiB", "NVDEC %"]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    not_run: dict[str, str] = {}
+    for m in result["measurements"]:
+        if m["sweep"] != "main":
+            continue
+        if m["status"] != "ok":
+            key = f"`{m['loader']}`" + ("" if m["status"] == "unavailable" else f" on `{m['dataset']}`")
+            if m["status"] == "unavailable" and m.get("dataset_specific"):
+                key = f"`{m['loader']}` on `{m['dataset']}`"
+            not_run.setdefault(key, f"{m['status']}: {m['reason']}")
+            continue
+        f = m["figures"]
+        frames = _fmt_summary(Summary(**f["frames_per_s"])) if f["frames_per_s"] else "–"
+        if f["frames_per_s"] and not f["frames_counted"]:
+            frames = "~" + frames
+        waste = f["waste_per_clip"]
+        waste_text = "–" if waste is None else ("~" if not f["frames_counted"] else "") + _fmt(waste, 0)
+        name = m["loader"] + ("" if m["plan_windows"] else " †")
+        row = [m["dataset"], f"**{name}**" if m["kind"] == "ceiling" else name,
+               str(m["workers"]) if m["knob"] else "–",
+               _fmt_summary(Summary(**f["clips_per_s"])), _fmt(f["ratio_clips"], 2), frames,
+               _fmt(f["ratio_frames"], 2), waste_text, _fmt(f["peak_rss_mb"], 0),
+               _fmt(Summary(**f["cores_busy"]).median, 2)]
+        if gpu:
+            row += [_fmt(f["gpu_mem_peak_mb"], 0), _fmt(f["nvdec_util_pct"], 0)]
+        lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "Ceilings (bold) are files/s and frames/s of plain decoding; `x ceil` divides by the ceiling "
+              f"of the same dataset ({'GPU: ' if gpu else ''}{result['ceiling_used']}). `~`: the loader cannot "
+              "count decoded frames; credited with a seek to the keyframe before the window. "
+              "† picks its own windows (not the plan's)."]
+    sweep = [m for m in result["measurements"] if m["kind"] == "loader" and m["status"] == "ok"
+             and m["dataset"] == settings["sweep_dataset"] and m["knob"]]
+    workers = sorted({m["workers"] for m in sweep})
+    if len(workers) > 1:
+        lines += ["", f"Clips/s against workers (DataLoader workers or DALI threads), `{settings['sweep_dataset']}`:",
+                  "", "| loader | " + " | ".join(str(w) for w in workers) + " |",
+                  "|---|" + "---|" * len(workers)]
+        for loader in dict.fromkeys(m["loader"] for m in sweep):
+            cells = {m["workers"]: _fmt(m["figures"]["clips_per_s"]["median"]) for m in sweep if m["loader"] == loader}
+            lines.append(f"| {loader} | " + " | ".join(cells.get(w, "–") for w in workers) + " |")
+    if not_run:
+        lines += ["", "Not measured here:", ""]
+        lines += [f"- {key}: {why}" for key, why in not_run.items()]
+    plots = result.get("plots") or []
+    if plots:
+        lines += ["", "Plots: " + ", ".join(f"[{Path(p).name}](results/{Path(p).name})" for p in plots)]
+    return "\n".join(lines) + "\n"
+
+
+def append_markdown(path: str | os.PathLike, text: str) -> None:
+    """Append ``text`` to ``path`` (created with a title if missing)."""
+    path = Path(path)
+    head = "" if path.exists() else (
+        "# Benchmark results\n\nEach section is one run of `python -m benchmarks` (newest last), "
+        "with the machine it ran on. Compare loaders within a run, not across runs.\n")
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(head + "\n" + text)
+
+
+def write_plots(result: dict, folder: str | os.PathLike) -> list[str]:
+    """PNG plots of the run; returns their paths (empty without matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    folder = Path(folder)
+    name = result["name"]
+    caption = machine_line(result["machine"])
+    ok = [m for m in result["measurements"] if m["status"] == "ok"]
+    main = [m for m in ok if m["sweep"] == "main"]
+    paths = []
+
+    datasets = list(dict.fromkeys(m["dataset"] for m in main))
+    loaders = list(dict.fromkeys(m["loader"] for m in main if m["kind"] == "loader"))
+    if datasets and loaders:
+        fig, ax = plt.subplots(figsize=(max(7, 1.8 * len(datasets)), 4.5))
+        width = 0.8 / len(loaders)
+        for k, loader in enumerate(loaders):
+            xs, ys, errs = [], [], []
+            for i, dataset in enumerate(datasets):
+                match = [m for m in main if m["loader"] == loader and m["dataset"] == dataset]
+                if match:
+                    s = match[0]["figures"]["clips_per_s"]
+                    xs.append(i + (k - (len(loaders) - 1) / 2) * width)
+                    ys.append(s["median"])
+                    errs.append([[s["median"] - s["low"]], [s["high"] - s["median"]]])
+            if xs:
+                lower = [e[0][0] for e in errs]
+                upper = [e[1][0] for e in errs]
+                ax.bar(xs, ys, width, yerr=[lower, upper], capsize=2, label=loader)
+        for i, dataset in enumerate(datasets):
+            ceiling = [m for m in main if m["kind"] == "ceiling" and m["dataset"] == dataset
+                       and m["loader"] == result["ceiling_used"]]
+            if ceiling:
+                value = ceiling[0]["figures"]["clips_per_s"]["median"]
+                ax.hlines(value, i - 0.45, i + 0.45, colors="black", linestyles="dashed",
+                          label="ceiling (whole files/s)" if i == 0 else None)
+        ax.set_xticks(range(len(datasets)), datasets)
+        ax.set_ylabel("clips/s (median, range)")
+        ax.set_title(f"Loaders on the same plan, {result['settings']['device']} run\n{caption}", fontsize=8)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        paths.append(str(folder / f"{name}-loaders.png"))
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+    sweep_set = [m for m in ok if m["kind"] == "loader" and m["dataset"] == result["settings"]["sweep_dataset"]
+                 and m["knob"]]
+    for loader in dict.fromkeys(m["loader"] for m in sweep_set):
+        points = sorted((m["workers"], m["figures"]["clips_per_s"]["median"]) for m in sweep_set
+                        if m["loader"] == loader)
+        axes[0].plot([p[0] for p in points], [p[1] for p in points], marker="o", label=loader)
+    axes[0].set_xlabel("workers (DataLoader workers / DALI threads)")
+    axes[0].set_ylabel("clips/s")
+    axes[0].set_title(f"vs workers ({result['settings']['sweep_dataset']})", fontsize=9)
+    for ax, (title, pair, metric) in zip(axes[1:], [
+            ("vs resolution: decoded frames/s", ("h264-gop250", "h264-720p"), "frames_per_s"),
+            ("vs GOP length: clips/s", ("h264-gop250", "h264-gop16"), "clips_per_s")]):
+        present = [d for d in pair if d in datasets]
+        width = 0.8 / max(1, len(present))
+        names = [lo for lo in loaders if any(m["loader"] == lo and m["dataset"] in present for m in main)]
+        for j, dataset in enumerate(present):
+            values = []
+            for loader in names:
+                match = [m for m in main if m["loader"] == loader and m["dataset"] == dataset]
+                figure = match[0]["figures"][metric] if match else None
+                values.append(figure["median"] if figure else 0.0)
+            ax.bar([i + (j - (len(present) - 1) / 2) * width for i in range(len(names))], values, width,
+                   label=dataset)
+        ax.set_xticks(range(len(names)), names, rotation=20, fontsize=7)
+        ax.set_title(title, fontsize=9)
+        if present:
+            ax.legend(fontsize=7)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"Scaling — {caption}", fontsize=8)
+    fig.tight_layout()
+    paths.append(str(folder / f"{name}-scaling.png"))
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+    return paths

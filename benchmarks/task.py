@@ -1,0 +1,193 @@
+"""The task every loader runs: the same windows, crops and flips, the same output.
+
+Per video, one random ``clip_len``-frame window at ``frame_stride``, a random
+crop after a random short-side resize (:class:`daliload.plan.AugmentSpec`'s
+``short_side_jitter``), a random horizontal flip, normalisation, batches of
+``batch_size``. The windows are drawn ONCE per run from ``seed`` by
+:func:`daliload.plan.make_train_plan` (epoch 0, one rank) and written to a
+plan file that every loader's process reads, so all loaders decode the same
+frames and cut the same pixels.
+
+Loaders that decode frames themselves and hand over ``uint8`` RGB frames use
+:func:`transform_clip` for the rest, so they also spend the same work on it;
+:class:`PlanDataset` is the map-style ``torch.utils.data.Dataset`` they share.
+
+Torch is imported lazily: the orchestrator and ``daliload bench --help`` never need it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+from dataclasses import asdict, dataclass
+from typing import Callable, Sequence
+
+from daliload.plan import AugmentSpec, ClipSpec, CropBox, OutputSpec, Sample, make_train_plan
+
+#: ``decode(path, frame_indices) -> (frames (T, H, W, 3) uint8 array or tensor, frames decoded or None)``
+DecodeFn = Callable[[str, Sequence[int]], tuple[object, "int | None"]]
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What every loader produces.
+
+    Attributes:
+        clip_len: frames per clip. Default 16.
+        frame_stride: source frames between clip frames. Default 4.
+        crop_size: output height and width in pixels. Default 224.
+        short_side_range: random short side (pixels) the frame is scaled to
+            before the crop is cut. Default ``(256, 320)``.
+        flip_prob: probability of a horizontal flip. Default 0.5.
+        batch_size: clips per batch. Default 32.
+        seed: draws the windows, crops and flips.
+    """
+
+    clip_len: int = 16
+    frame_stride: int = 4
+    crop_size: int = 224
+    short_side_range: tuple[int, int] = (256, 320)
+    flip_prob: float = 0.5
+    batch_size: int = 32
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+
+    @property
+    def clip(self) -> ClipSpec:
+        return ClipSpec(clip_len=self.clip_len, frame_stride=self.frame_stride)
+
+    @property
+    def augment(self) -> AugmentSpec:
+        return AugmentSpec(crop_size=self.crop_size, crop_mode="short_side_jitter",
+                           short_side_range=tuple(self.short_side_range), flip_prob=self.flip_prob)
+
+    @property
+    def output(self) -> OutputSpec:
+        return OutputSpec(size=(self.crop_size, self.crop_size))
+
+    @property
+    def output_shape(self) -> tuple[int, int, int, int]:
+        """Shape of one clip: ``(C, T, H, W)``."""
+        return (3, self.clip_len, self.crop_size, self.crop_size)
+
+
+def make_plan(videos: Sequence, task: TaskSpec) -> list[Sample]:
+    """One sample per video, shuffled: the run's windows, crops and flips."""
+    return make_train_plan(videos, seed=task.seed, epoch=0, rank=0, world_size=1,
+                           clip=task.clip, augment=task.augment)
+
+
+def write_plan(path: str | os.PathLike, samples: Sequence[Sample], task: TaskSpec) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"task": asdict(task), "samples": [asdict(s) for s in samples]}, f)
+
+
+def read_plan(path: str | os.PathLike) -> tuple[TaskSpec, list[Sample]]:
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    task = TaskSpec(**(data["task"] | {"short_side_range": tuple(data["task"]["short_side_range"])}))
+    samples = [Sample(**(s | {"crop": CropBox(**s["crop"])})) for s in data["samples"]]
+    return task, samples
+
+
+def seek_decode_estimate(frame_indices: Sequence[int], keyframes: Sequence[int]) -> int:
+    """Frames a decoder that seeks to the keyframe before the window decodes, at least.
+
+    It decodes every frame from the last keyframe at or before the first index
+    through the last index (no skipping of unreferenced frames). Loaders that
+    cannot count what they decode are credited with this.
+
+    Worked example: keyframes ``[0, 250]``, indices ``252, 256, ..., 312`` in a
+    300-frame file (clamped to ``..., 296, 299, 299, 299, 299``): decoding runs
+    from 250 to 299, 50 frames.
+
+    Args:
+        frame_indices: the clip's source frames, already clamped to the video.
+        keyframes: keyframe indices ascending; frame 0 is assumed a keyframe.
+    """
+    first, last = min(frame_indices), max(frame_indices)
+    position = bisect.bisect_right(list(keyframes), first) - 1
+    start = keyframes[position] if position >= 0 else 0
+    return last - start + 1
+
+
+def transform_clip(frames, sample: Sample, output: OutputSpec):
+    """Crop, resize, flip and normalise one clip of RGB frames, as the plan says.
+
+    Args:
+        frames: ``(T, H, W, 3)`` uint8 numpy array or torch tensor (any device).
+        sample: gives the crop box (relative) and the flip.
+        output: output size, mean/std (0..255 units), dtype and layout.
+
+    Returns:
+        A tensor ``(C, T, h, w)`` (``CTHW``) or ``(T, C, h, w)`` of ``output.dtype``
+        on the frames' device. Bilinear resize with antialiasing.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    frames = torch.as_tensor(frames)
+    _, height, width, _ = frames.shape
+    box = sample.crop
+    y0, y1 = round(box.y0 * height), round(box.y1 * height)
+    x0, x1 = round(box.x0 * width), round(box.x1 * width)
+    clip = frames[:, y0:y1, x0:x1].permute(0, 3, 1, 2).float()  # T, C, h, w
+    clip = F.interpolate(clip, size=tuple(output.size), mode="bilinear", align_corners=False, antialias=True)
+    if sample.flip:
+        clip = clip.flip(-1)
+    mean = torch.tensor(output.mean, device=clip.device).view(1, 3, 1, 1)
+    std = torch.tensor(output.std, device=clip.device).view(1, 3, 1, 1)
+    clip = ((clip - mean) / std).to(getattr(torch, output.dtype))
+    return clip.permute(1, 0, 2, 3) if output.layout == "CTHW" else clip
+
+
+class PlanDataset:
+    """Map-style dataset over a plan: item ``i`` is sample ``i`` decoded and transformed.
+
+    ``__getitem__`` returns ``(video, label, frames_decoded)`` with
+    ``frames_decoded = -1`` when the decode function cannot tell, so
+    ``default_collate`` batches it. The decode function must be a module-level
+    function (spawned workers pickle it).
+
+    Args:
+        samples: the plan.
+        num_frames: frames of each video, by ``Sample.video_index`` (to clamp windows).
+        decode: the peer's decode function (:data:`DecodeFn`).
+        output: the output spec.
+    """
+
+    def __init__(self, samples: Sequence[Sample], num_frames: Sequence[int], decode: DecodeFn,
+                 output: OutputSpec) -> None:
+        self.samples = list(samples)
+        self.num_frames = list(num_frames)
+        self.decode = decode
+        self.output = output
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i: int):
+        sample = self.samples[i]
+        indices = sample.frame_indices(self.num_frames[sample.video_index])
+        frames, decoded = self.decode(sample.path, indices)
+        video = transform_clip(frames, sample, self.output)
+        return video, sample.label, -1 if decoded is None else int(decoded)
+
+
+def plan_dataloader(dataset: PlanDataset, *, batch_size: int, workers: int):
+    """A DataLoader over ``dataset`` in plan order, with ``workers`` spawned worker processes.
+
+    Workers persist across epochs (the harness times epochs after a warm-up, so
+    the start-up of spawned workers lands in the warm-up, as it would be
+    amortised over a real epoch of many thousands of clips).
+    """
+    from torch.utils.data import DataLoader
+
+    if workers < 0:
+        raise ValueError(f"workers must be >= 0, got {workers}")
+    extra = {"multiprocessing_context": "spawn", "persistent_workers": True, "prefetch_factor": 2} if workers else {}
+    return DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=workers, **extra)

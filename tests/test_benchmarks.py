@@ -1,0 +1,310 @@
+"""The benchmark harness: a tiny end-to-end run, the peers' decoding, the GPU script's wheel handling."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks import harness
+from benchmarks.datasets import DatasetSpec, prepare_dataset, probe_keyframes
+from benchmarks.loaders import LOADERS, LoadedBatch, LoaderConfig, load_adapter
+from benchmarks.measure import _check_batch
+from benchmarks.metrics import summarize
+from benchmarks.task import PlanDataset, TaskSpec, make_plan, seek_decode_estimate
+from daliload.framecode import read_code
+from daliload.plan import CropBox, Sample
+
+REPO = Path(__file__).resolve().parents[1]
+GPU_SCRIPT = REPO / "benchmarks" / "gpu" / "run_gpu_bench.sh"
+CPU_CONFIG = LoaderConfig(task=TaskSpec(batch_size=2), workers=0, device="cpu")
+
+
+def _available(name: str) -> str | None:
+    """None if the peer runs here, else why not."""
+    return load_adapter(name).probe(CPU_CONFIG)
+
+
+@pytest.fixture(scope="module")
+def tiny_dataset(tmp_path_factory):
+    spec = DatasetSpec(name="h264-gop250", codec="h264", width=128, height=96, gop=250, num_clips=3,
+                       duration_s=2.0)
+    return prepare_dataset(spec, tmp_path_factory.mktemp("bench-data"), workers=1)
+
+
+def test_smoke_run_reports_every_peer(tmp_path):
+    results, md = tmp_path / "results", tmp_path / "RESULTS.md"
+    code = harness.main([
+        "--device", "cpu", "--datasets", "h264-gop250", "--clips", "3", "--duration", "1", "--size", "128x96",
+        "--batch-size", "2", "--workers", "1", "--no-sweeps", "--runs", "1", "--warmup", "0",
+        "--data-dir", str(tmp_path / "data"), "--results-dir", str(results), "--results-md", str(md),
+        "--name", "smoke", "--machine", "test machine", "--timeout", "120"])
+    assert code == 0
+    result = json.loads((results / "smoke.json").read_text())
+
+    machine = result["machine"]
+    assert machine["label"] == "test machine" and machine["cpu_cores"] >= 1 and machine["date_utc"]
+    assert "torch" in machine["versions"] and "av" in machine["versions"]
+    assert result["settings"]["batch_size"] == 2 and result["settings"]["clip_len"] == 16
+    (dataset,) = result["datasets"]
+    assert dataset["num_clips"] == 3 and dataset["total_frames"] == 90
+
+    by_loader = {m["loader"]: m for m in result["measurements"]}
+    ceiling = by_loader["ceiling-pyav"]
+    assert ceiling["status"] == "ok"
+    assert ceiling["runs"][0]["frames_decoded"] == 90  # every frame of the 3 files
+    assert ceiling["figures"]["ratio_clips"] == pytest.approx(1.0)
+    for name in LOADERS:
+        m = by_loader[load_adapter(name).name]
+        if m["status"] == "ok":
+            figures = m["figures"]
+            assert figures["clips_per_s"]["median"] > 0 and figures["peak_rss_mb"] > 0
+            assert figures["ratio_clips"] > 0
+            assert m["runs"][0]["clips"] == 3
+        else:
+            assert m["status"] == "unavailable", (name, m["status"], m["reason"])
+            assert m["reason"]
+    # The GPU-only peers say why they did not run on a CPU run.
+    assert "GPU only" in by_loader["dali-readers-video"]["reason"]
+    # The blog approach decodes whole files: 30 frames per clip, 30 - 8 distinct used frames wasted.
+    blog = by_loader["blog-pyav"]
+    assert blog["status"] == "ok" and blog["runs"][0]["frames_decoded"] == 90
+    assert blog["figures"]["frames_counted"] is True
+
+    text = md.read_text()
+    assert "test machine" in text and "| dataset | loader | workers | clips/s |" in text
+    assert "dali-readers-video`: unavailable: GPU only" in text
+    for plot in result["plots"]:
+        assert Path(plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_from_rebuilds_the_table(tmp_path):
+    result = {
+        "name": "x", "machine": {"label": "m", "cpu_model": "cpu", "cpu_cores": 2, "cpu_cores_usable": 2,
+                                 "memory_gib": 1, "gpu": None, "python": "3", "versions": {},
+                                 "date_utc": "2026-01-01 00:00 UTC"},
+        "settings": {"device": "cpu", "workers": 2, "sweep_workers": [], "sweep_dataset": "h264-gop250",
+                     "runs": 1, "warmup": 0, "clip_len": 16, "frame_stride": 4, "crop_size": 224,
+                     "short_side_range": [256, 320], "flip_prob": 0.5, "batch_size": 8, "seed": 0},
+        "datasets": [], "ceiling_used": "ceiling-pyav", "plots": [],
+        "measurements": [{"loader": "decord-cpu", "kind": "loader", "dataset": "vp9", "workers": 2,
+                          "sweep": "main", "status": "unavailable", "reason": "decord does not import",
+                          "plan_windows": True, "knob": "DataLoader workers", "figures": None}],
+    }
+    path = tmp_path / "x.json"
+    path.write_text(json.dumps(result))
+    md = tmp_path / "R.md"
+    assert harness.main(["--report-from", str(path), "--results-md", str(md), "--no-plots"]) == 0
+    assert "- `decord-cpu`: unavailable: decord does not import" in md.read_text()
+
+
+@pytest.mark.parametrize("peer", ["blog-pyav", "torchcodec-cpu", "decord-cpu"])
+def test_peer_decodes_the_planned_frames(make_clip, peer):
+    reason = _available(peer)
+    if reason:
+        pytest.skip(reason)
+    path = str(make_clip("h264", num_frames=90))
+    indices = [3, 7, 40, 80, 89, 89]
+    frames, decoded = load_adapter(peer).decode(path, indices)
+    frames = np.asarray(frames)
+    assert frames.shape == (6, 96, 128, 3) and frames.dtype == np.uint8
+    assert [read_code(f).index for f in frames] == indices
+    assert decoded == (90 if peer == "blog-pyav" else None)
+
+
+def test_peers_give_the_same_clip_for_the_same_sample(tiny_dataset):
+    task = TaskSpec(batch_size=2, seed=3)
+    samples = make_plan(tiny_dataset.videos, task)
+    num_frames = [v.num_frames for v in tiny_dataset.videos]
+    peers = [name for name in ("blog-pyav", "torchcodec-cpu", "decord-cpu") if _available(name) is None]
+    clips = {name: PlanDataset(samples, num_frames, load_adapter(name).decode, task.output)[1][0] for name in peers}
+    reference = clips["blog-pyav"]
+    assert tuple(reference.shape) == (3, 16, 224, 224)
+    for name, clip in clips.items():
+        diff = (clip.float() - reference.float()).abs()
+        assert diff.mean() < 0.01, name  # same decoded pixels, same transform
+
+
+def test_transform_applies_crop_and_flip():
+    import torch
+
+    from benchmarks.task import transform_clip
+    from daliload.plan import OutputSpec
+
+    frames = torch.zeros(2, 20, 40, 3, dtype=torch.uint8)
+    frames[:, :, :20] = 200  # left half bright
+    sample = Sample(position=0, video_index=0, path="x", label=0, start_frame=0, frame_stride=1, clip_len=2,
+                    crop=CropBox(0.0, 0.0, 1.0, 1.0), flip=True)
+    out = transform_clip(frames, sample, OutputSpec(size=(10, 20), mean=(0, 0, 0), std=(1, 1, 1),
+                                                    dtype="float32"))
+    assert tuple(out.shape) == (3, 2, 10, 20)
+    assert out[0, 0, 5, 0] == 0 and out[0, 0, 5, 19] == 200  # flipped: bright half on the right
+
+
+def test_seek_decode_estimate_worked_example():
+    indices = [252 + 4 * i for i in range(16)]
+    clamped = [min(i, 299) for i in indices]
+    assert seek_decode_estimate(clamped, [0, 250]) == 50
+    assert seek_decode_estimate([10, 14, 18], [0, 250]) == 19
+    assert seek_decode_estimate([40, 44], [0, 16, 32, 48]) == 13
+
+
+def test_dataset_keyframes_follow_the_gop(tmp_path):
+    spec = DatasetSpec(name="g", codec="h264", width=64, height=48, gop=16, num_clips=1, duration_s=2.0)
+    dataset = prepare_dataset(spec, tmp_path)
+    (video,) = dataset.videos
+    assert video.num_frames == 60 and video.keyframes == (0, 16, 32, 48)
+    assert probe_keyframes(video.path) == (60, (0, 16, 32, 48))
+    assert prepare_dataset(spec, tmp_path) == dataset  # cached: read back, not regenerated
+
+
+def test_dali_whole_file_ceiling_counts_every_frame(tmp_path):
+    pytest.importorskip("nvidia.dali")
+    from benchmarks.ceiling import DaliWholeFilesCPU
+
+    spec = DatasetSpec(name="v", codec="vp9", width=64, height=48, gop=250, num_clips=5, duration_s=1.0)
+    dataset = prepare_dataset(spec, tmp_path)
+    ceiling = DaliWholeFilesCPU(dataset, [], LoaderConfig(task=TaskSpec(), workers=1, device="cpu"))
+    try:
+        for _ in range(2):  # the second epoch checks the pipeline rewinds
+            batches = list(ceiling.epoch())
+            assert sum(b.num_clips for b in batches) == 5
+            assert sum(b.frames_decoded for b in batches) == 150
+    finally:
+        ceiling.close()
+
+
+def test_batches_of_the_wrong_shape_are_refused():
+    import torch
+
+    batch = LoadedBatch(torch.zeros(2, 3, 8, 224, 224), torch.zeros(2), 2, None)
+    with pytest.raises(ValueError, match=r"x: batch has shape \(2, 3, 8, 224, 224\), the task asks for "
+                                         r"\(2, 3, 16, 224, 224\)"):
+        _check_batch(batch, (3, 16, 224, 224), "x")
+
+
+def test_unknown_loader_is_named():
+    with pytest.raises(ValueError, match="unknown loader 'nope'; registered: blog-pyav"):
+        load_adapter("nope")
+
+
+def test_summary_median_and_spread():
+    s = summarize([10.0, 12.0, 8.0])
+    assert (s.median, s.low, s.high, s.n) == (10.0, 8.0, 12.0, 3)
+    assert s.spread_pct == pytest.approx(20.0)
+    assert summarize([]) is None
+
+
+def test_daliload_bench_is_wired(monkeypatch, capsys):
+    from daliload import bench_cli
+    from daliload.cli import build_parser
+
+    args = build_parser().parse_args(["bench", "--runs", "2", "--datasets", "vp9"])
+    assert args.runs == 2 and args.datasets == ["vp9"] and args._run is bench_cli.run
+    monkeypatch.setattr(bench_cli, "_harness", lambda: None)  # as in an installed wheel
+    assert bench_cli.run(args) == 2
+    assert "benchmarks ship only in the source repository" in capsys.readouterr().err
+
+
+# --- the GPU script's wheel handling, on the CPU -------------------------------------------
+
+def _fake_wheel(folder: Path) -> Path:
+    path = folder / "fakepkg-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("fakepkg/__init__.py", "VALUE = 1\n")
+        archive.writestr("fakepkg/blob.bin", np.random.default_rng(0).bytes(2_500_000))
+        archive.writestr("fakepkg-0.1.dist-info/METADATA", "Metadata-Version: 2.1\nName: fakepkg\nVersion: 0.1\n")
+        archive.writestr("fakepkg-0.1.dist-info/WHEEL",
+                         "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        archive.writestr("fakepkg-0.1.dist-info/RECORD", "")
+    return path
+
+
+def _script(*args: str, ignore: str = "", site: Path | None = None,
+            lock: Path | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHON=sys.executable, DALILOAD_BENCH_IGNORE_INSTALLED=ignore,
+               DALILOAD_DALI_FLAVOUR="cuda13", DALILOAD_BENCH_LOCK=str(lock or ""))
+    if site is not None:
+        env["DALILOAD_BENCH_SITE"] = str(site)
+    return subprocess.run(["bash", str(GPU_SCRIPT), *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+def _empty_lock(folder: Path) -> Path:
+    """A lock naming no package, so these tests do not depend on what this environment has installed."""
+    path = folder / "empty.lock"
+    path.write_text("#flavour\tname\tversion\tneed\tfile\tsha256\n")
+    return path
+
+
+def _split(wheel: Path) -> list[Path]:
+    # The split helper, with 1 MB pieces so a small file makes several.
+    done = subprocess.run([sys.executable, str(GPU_SCRIPT.parent / "wheelhouse.py"), "split", str(wheel),
+                           "--piece-mb", "1"], capture_output=True, text=True, check=True)
+    assert "3 pieces of at most 1 MB" in done.stdout
+    return sorted(wheel.parent.glob(wheel.name + ".part-*"))
+
+
+def test_gpu_script_split_helper_and_reassembly(tmp_path):
+    wheel = _fake_wheel(tmp_path)
+    original = wheel.read_bytes()
+    pieces = _split(wheel)
+    assert [p.name[-2:] for p in pieces] == ["aa", "ab", "ac"]
+    assert all(p.stat().st_size <= 1_000_000 for p in pieces)
+    assert (tmp_path / (wheel.name + ".sha256")).read_text().endswith(f"  {wheel.name}\n")
+    wheel.unlink()
+
+    done = _script("--check", "--wheels", str(tmp_path), lock=_empty_lock(tmp_path.parent))
+    assert done.returncode == 0, done.stderr
+    assert f"assembled {wheel.name}" in done.stdout
+    assert wheel.read_bytes() == original
+    assert "to install fakepkg from fakepkg-0.1-py3-none-any.whl" in done.stdout
+
+
+def test_gpu_script_refuses_pieces_that_do_not_add_up(tmp_path):
+    wheel = _fake_wheel(tmp_path)
+    pieces = _split(wheel)
+    wheel.unlink()
+    pieces[1].write_bytes(pieces[1].read_bytes()[:-10])  # truncated piece
+    done = _script("--check", "--wheels", str(tmp_path), lock=_empty_lock(tmp_path.parent))
+    assert done.returncode == 2
+    assert f"{wheel.name}: the 3 pieces add up to sha256" in done.stderr
+    assert "a piece is missing, truncated or from another file" in done.stderr
+    assert not wheel.exists()
+
+    pieces[1].unlink()  # a gap: aa, ac
+    done = _script("--check", "--wheels", str(tmp_path), lock=_empty_lock(tmp_path.parent))
+    assert done.returncode == 2
+    assert f"piece {wheel.name}.part-ab is missing" in done.stderr
+
+
+def test_gpu_script_says_exactly_which_wheels_are_missing(tmp_path):
+    done = _script("--check", "--wheels", str(tmp_path), ignore="nvidia-dali-cuda130,av,psutil")
+    assert done.returncode == 3
+    err = done.stderr
+    assert "MISSING   nvidia-dali-cuda130 2.4.0 (required)" in done.stdout
+    assert "  nvidia_dali_cuda130-2.4.0-py3-none-manylinux_2_28_x86_64.whl    (nvidia-dali-cuda130==2.4.0, required" in err
+    assert "  av-18.1.0-cp311-abi3-manylinux_2_28_x86_64.whl    (av==18.1.0, required" in err
+    assert "psutil==7.2.2, optional" in err
+    assert "pip download --no-deps --only-binary=:all:" in err and "nvidia-dali-cuda130==2.4.0 av==18.1.0" in err
+    assert re.search(r"\d+ required wheel\(s\) missing: nothing installed.", err)
+
+
+def test_gpu_script_installs_beside_the_system_packages(tmp_path):
+    wheels, site = tmp_path / "wheels", tmp_path / "site"
+    wheels.mkdir()
+    _fake_wheel(wheels)
+    done = _script("--install-only", "--wheels", str(wheels), site=site, lock=_empty_lock(tmp_path))
+    assert (site / "fakepkg" / "__init__.py").read_text() == "VALUE = 1\n"
+    assert sorted(p.name for p in site.iterdir()) == ["fakepkg", "fakepkg-0.1.dist-info"]
+    import torch
+
+    if not torch.cuda.is_available():  # the script stops at its import check, after installing
+        assert done.returncode == 4
+        assert "import check failed" in done.stderr
