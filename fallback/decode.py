@@ -195,6 +195,7 @@ def decode_window(
             raise DecodeError(path_str, f"decode failed: {_describe(err, path_str)}") from err
         if result is not None:
             return result
+        logger.debug("%s: %s does not fit this file, trying the next way", path_str, strategy.__name__)
     raise AssertionError("by_counting always returns a result or raises")  # pragma: no cover
 
 
@@ -383,7 +384,7 @@ class _Window:
         stream = container.streams.video[0]
         ctx = stream.codec_context
         want, last = set(self.wanted), max(self.wanted)
-        got: dict[int, np.ndarray] = {}
+        got: dict = {}  # frame index -> rgb24 av.VideoFrame
         index, frame = -1, None
         for frame in self._all_frames(container, stream):
             index += 1
@@ -418,7 +419,7 @@ class _Window:
         ctx = stream.codec_context
         need = set(wanted)
         last = max(wanted)
-        got: dict[int, np.ndarray] = {}
+        got: dict = {}  # frame index -> rgb24 av.VideoFrame
         state = {"previous": None, "last_frame": None}
 
         def take(frame) -> bool | None:
@@ -470,10 +471,14 @@ class _Window:
             got[end] = self._rgb(last_frame[1])
         if not got:
             raise DecodeError(self.path, "no video frames")
-        shapes = sorted({got[i].shape for i in set(order)})
-        if len(shapes) != 1:
-            raise DecodeError(self.path, f"frame size changes inside the window: {shapes}")
-        return np.stack([got[i] for i in order]), end
+        sizes = sorted({(got[i].height, got[i].width) for i in set(order)})
+        if len(sizes) != 1:
+            raise DecodeError(self.path, f"frame size changes inside the window: {sizes}")
+        height, width = sizes[0]
+        frames = np.empty((len(order), height, width, 3), np.uint8)
+        for k, i in enumerate(order):
+            frames[k] = _rgb_view(got[i])
+        return frames, end
 
     def _check_deadline(self) -> None:
         if self.deadline is not None and time.monotonic() > self.deadline:
@@ -482,6 +487,13 @@ class _Window:
     def timeout_reason(self) -> str:
         return f"timeout: decoding took longer than {self.timeout_s:g} s"
 
-    def _rgb(self, frame) -> np.ndarray:
+    def _rgb(self, frame):
         # Only the clip's frames pay for the conversion; one thread, as in workers.
-        return self.reformatter.reformat(frame, format="rgb24", threads=self.threads).to_ndarray()
+        return self.reformatter.reformat(frame, format="rgb24", threads=self.threads)
+
+
+def _rgb_view(frame) -> np.ndarray:
+    """``(H, W, 3)`` view of an rgb24 frame's pixels (copied once, into the output)."""
+    plane = frame.planes[0]
+    rows = np.frombuffer(plane, np.uint8)[: plane.line_size * frame.height].reshape(frame.height, plane.line_size)
+    return rows[:, : frame.width * 3].reshape(frame.height, frame.width, 3)

