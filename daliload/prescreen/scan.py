@@ -40,13 +40,13 @@ import multiprocessing as mp
 import os
 import signal
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 from daliload import dist
 from daliload.prescreen.deep import deep_check
-from daliload.prescreen.manifest import DeepRoute, FileRecord, Manifest, Probed
+from daliload.prescreen.manifest import FileRecord, Manifest, Probed, ProbeRows, RouteRow
 from daliload.prescreen.probe import ProbeResult, probe_file
 from daliload.prescreen.rules import ROUTES, Device, check_device, route_for
 from daliload.workerpool import WorkerPool
@@ -123,41 +123,42 @@ class ScanSummary:
         return "\n".join(lines)
 
 
-@dataclass(frozen=True)
-class ProbeTask:
-    """One file for a worker: probe it and, if ``deep_device`` is set, deep-check it there."""
+class ProbeTask(NamedTuple):
+    """One file for a worker: probe it and, if ``deep_device`` is set, deep-check it there.
 
-    record: FileRecord
+    A NamedTuple, not a dataclass: it crosses the process boundary twice per file.
+    """
+
+    index: int  # position of the file's FileRecord in the scanner's list
+    path: str
     deep_device: Device | None = None
     allow_dali: bool = True
     device_id: int = 0
     fault: str = ""
 
 
-def run_probe_task(task: ProbeTask) -> Probed:
-    """Worker entry point: probe one file (and deep-check it if asked)."""
+def run_probe_task(task: ProbeTask) -> tuple:
+    """Worker entry point: probe one file (and deep-check it if asked).
+
+    Returns:
+        :meth:`ProbeRows.as_tuple` of the result (plain tuples pickle fast).
+    """
     _apply_test_fault(task)
-    facts = probe_file(task.record.path)
-    deep_routes: tuple[DeepRoute, ...] = ()
+    facts = probe_file(task.path)
+    deep: tuple[RouteRow, ...] = ()
     if task.deep_device is not None:
         route, reason = route_for(facts, task.deep_device)
-        result = deep_check(
-            facts,
-            route,
-            reason,
-            task.deep_device,
-            allow_dali=task.allow_dali,
-            device_id=task.device_id,
-        )
-        deep_routes = (DeepRoute(task.deep_device, result.route, result.reason, result.checked),)
-    return Probed(task.record, facts, deep_routes)
+        result = deep_check(facts, route, reason, task.deep_device, allow_dali=task.allow_dali,
+                            device_id=task.device_id)  # fmt: skip
+        deep = ((task.deep_device, result.route, result.reason, int(result.checked)),)
+    return ProbeRows.of(facts, deep).as_tuple()
 
 
 def _apply_test_fault(task: ProbeTask) -> None:
     """The documented test-only hook (module docstring); only inside worker processes."""
     if not task.fault or mp.parent_process() is None:
         return
-    name = os.path.basename(task.record.path)
+    name = os.path.basename(task.path)
     for rule in task.fault.split(";"):
         kind, _, pattern = rule.partition(":")
         if pattern and fnmatch.fnmatch(name, pattern):
@@ -255,55 +256,46 @@ def _file_record(rec: Any) -> FileRecord:
     )
 
 
-def _failed(task: ProbeTask, reason: str) -> Probed:
-    return Probed(task.record, ProbeResult(task.record.path, reason=reason))
+def _failed(task: ProbeTask, reason: str) -> ProbeRows:
+    return ProbeRows.of(ProbeResult(task.path, reason=reason))
 
 
-def _execute(tasks: list[ProbeTask], workers: int, timeout_s: float) -> Iterator[Probed]:
+def _execute(tasks: list[ProbeTask], workers: int, timeout_s: float
+             ) -> Iterator[tuple[ProbeTask, ProbeRows]]:  # fmt: skip
     """Run the tasks; failures become ``bad`` files.
 
     A deep check that crashed or hung its worker is tried once more without DALI.
     """
     if workers == 0:
         for task in tasks:
-            yield run_probe_task(task)
+            yield task, ProbeRows(*run_probe_task(task))
         return
     retry: list[ProbeTask] = []
     errors = 0
-    with WorkerPool(
-        run_probe_task,
-        workers=min(workers, max(1, len(tasks))),
-        timeout_s=timeout_s,
-        preload=["daliload.prescreen.scan"],
-    ) as pool:
+    with WorkerPool(run_probe_task, workers=min(workers, max(1, len(tasks))), timeout_s=timeout_s,
+                    preload=["daliload.prescreen.scan"]) as pool:  # fmt: skip
         for attempt in (tasks, retry):
             if not attempt:
                 continue
             for outcome in pool.imap_unordered(attempt):
                 task: ProbeTask = outcome.item
+                failed = outcome.status in ("timeout", "crash")
                 if outcome.ok:
-                    yield outcome.value
-                elif (
-                    outcome.status in ("timeout", "crash") and task.deep_device and task.allow_dali
-                ):
-                    logger.info(
-                        "%s during the deep check of %s; retrying without DALI",
-                        outcome.status,
-                        task.record.path,
-                    )
-                    retry.append(replace(task, allow_dali=False))
-                elif outcome.status in ("timeout", "crash"):
-                    logger.info("%s: %s (%s)", outcome.status, task.record.path, outcome.error)
-                    yield _failed(task, outcome.status)
+                    yield task, ProbeRows(*outcome.value)
+                elif failed and task.deep_device and task.allow_dali:
+                    logger.info("%s during the deep check of %s; retrying without DALI",
+                                outcome.status, task.path)  # fmt: skip
+                    retry.append(task._replace(allow_dali=False))
+                elif failed:
+                    logger.info("%s: %s (%s)", outcome.status, task.path, outcome.error)
+                    yield task, _failed(task, outcome.status)
                 else:
                     errors += 1
-                    logger.warning("probe of %s raised %s", task.record.path, outcome.error)
-                    yield _failed(task, f"probe error: {outcome.error}")
+                    logger.warning("probe of %s raised %s", task.path, outcome.error)
+                    yield task, _failed(task, f"probe error: {outcome.error}")
     if errors:
-        logger.warning(
-            "%d file(s) made the probe raise; they are stored as bad with reason 'probe error'",
-            errors,
-        )
+        logger.warning("%d file(s) made the probe raise; they are stored as bad with reason "
+                       "'probe error'", errors)  # fmt: skip
 
 
 def scan(
@@ -389,7 +381,7 @@ def scan(
     device_id = dist.local_rank()
     with Manifest(manifest_path, writable=True) as manifest:
         known = manifest.known_files()
-        tasks: list[ProbeTask] = []
+        to_probe: list[FileRecord] = []
         relabelled: list[FileRecord] = []
         listed: set[str] = set()
         for rec in records:
@@ -404,13 +396,14 @@ def scan(
                 if old.meta != file_rec.meta():
                     relabelled.append(file_rec)
                 continue
-            tasks.append(
-                ProbeTask(file_rec, device if deep else None, device_id=device_id, fault=fault)
-            )
+            to_probe.append(file_rec)
         del known
         manifest.update_meta(relabelled)
+        tasks = [ProbeTask(i, rec.path, device if deep else None, device_id=device_id, fault=fault)
+                 for i, rec in enumerate(to_probe)]  # fmt: skip
         _probe_into(
             manifest,
+            to_probe,
             tasks,
             workers=workers,
             timeout_s=timeout_s,
@@ -451,6 +444,7 @@ def scan(
 
 def _probe_into(
     manifest: Manifest,
+    records: list[FileRecord],
     tasks: list[ProbeTask],
     *,
     workers: int,
@@ -468,8 +462,8 @@ def _probe_into(
     last_commit = time.monotonic()
     with tqdm(total=len(tasks), unit="file", desc=desc, disable=not progress, smoothing=0.1) as bar:
         try:
-            for probed in _execute(tasks, workers, timeout_s):
-                buffer.append(probed)
+            for task, rows in _execute(tasks, workers, timeout_s):
+                buffer.append(Probed(records[task.index], rows))
                 bar.update()
                 if len(buffer) >= chunk_size or time.monotonic() - last_commit > COMMIT_EVERY_S:
                     manifest.write_probed(buffer)
