@@ -509,10 +509,6 @@ class FallbackLoader:
         """Stop the workers (persistent ones included)."""
         self._drop_loader()
 
-    def __del__(self) -> None:
-        if getattr(self, "_loader", None) is not None:
-            self._drop_loader()
-
     def __iter__(self) -> Iterator[FallbackBatch]:
         self._failures = {}
         self._replacements = []

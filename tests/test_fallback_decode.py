@@ -249,3 +249,27 @@ def test_decode_error_survives_pickling():
 
     err = pickle.loads(pickle.dumps(DecodeError("/x/y.mp4", "no video stream")))
     assert isinstance(err, RuntimeError) and err.path == "/x/y.mp4" and str(err) == "/x/y.mp4: no video stream"
+
+
+GENERATED_KINDS = {  # what decode_window must do with each broken kind daliload.synth writes
+    "zero_bytes": "cannot open", "garbage": "cannot open", "header_only": "no video frames",
+    "no_video": "no video stream", "truncated": "decode failed",
+    "yuv444": None, "ten_bit": None, "vfr": None,  # readable: exact frames
+}
+
+
+def test_every_generated_broken_kind(tmp_path):
+    from daliload.synth.broken import BROKEN_KINDS, ClipContent, write_broken
+
+    assert set(BROKEN_KINDS) == set(GENERATED_KINDS)
+    for seed, kind in enumerate(BROKEN_KINDS):
+        path = tmp_path / f"{kind}.mp4"
+        write_broken(path, kind, ClipContent(1, 48, 128, 96, Fraction(30), seed))
+        late = [40, 44, 48, 52]
+        if GENERATED_KINDS[kind] is None:
+            assert read_clip(decode_window(path, late).frames) == [40, 44, 47, 47], kind
+            continue
+        if kind == "truncated":  # cut in the middle: the first half decodes
+            assert read_clip(decode_window(path, [0, 4, 8]).frames) == [0, 4, 8]
+        with pytest.raises(DecodeError, match=re.escape(str(path)) + ": " + GENERATED_KINDS[kind]):
+            decode_window(path, late)
