@@ -60,6 +60,13 @@ logger = logging.getLogger(__name__)
 _MAX_REORDER = 16
 
 
+#: Decoders for which switching ``skip_frame`` packet by packet is checked to
+#: skip exactly the packet's own frame. AV1 is not among them: libdav1d applies
+#: it to whichever frame it outputs next (and AV1 packets may carry hidden
+#: frames), so a wanted frame went missing; AV1 files decode every frame.
+SKIP_NONREF_DECODERS = frozenset({"h264", "hevc", "mpeg4", "vp8", "vp9"})
+
+
 class DecodeError(RuntimeError):
     """A file (or the window asked of it) could not be decoded.
 
@@ -417,6 +424,7 @@ class _Window:
         frames): the caller then tries the next strategy.
         """
         ctx = stream.codec_context
+        skip_nonref = self.skip_nonref and ctx.name in SKIP_NONREF_DECODERS
         need = set(wanted)
         last = max(wanted)
         got: dict = {}  # frame index -> rgb24 av.VideoFrame
@@ -438,7 +446,7 @@ class _Window:
 
         for packet in packets:
             self._check_deadline()
-            if self.skip_nonref:
+            if skip_nonref:
                 ctx.skip_frame = "DEFAULT" if index_of(packet.pts) in need else "NONREF"
             for frame in ctx.decode(packet):
                 done = take(frame)
