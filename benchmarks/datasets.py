@@ -284,4 +284,3 @@ def prepare_dataset(spec: DatasetSpec, data_dir: str | os.PathLike, *, workers: 
     tmp.write_text(json.dumps(meta, indent=1), encoding="utf-8")
     os.replace(tmp, folder / META_NAME)
     return load_dataset(folder)
-

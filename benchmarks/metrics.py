@@ -263,4 +263,3 @@ class ResourceMonitor:
         self._thread.join(timeout=5)
         if self._gpu is not None:
             self._gpu.close()
-

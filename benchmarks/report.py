@@ -24,6 +24,7 @@ import platform
 import shutil
 import statistics
 import subprocess
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -167,10 +168,15 @@ def markdown_report(result: dict) -> str:
     machine = result["machine"]
     settings = result["settings"]
     gpu = settings["device"] == "cuda"
+    load = ""
+    if machine.get("load_avg_start") is not None:
+        load = (f" Load average (1 min) {machine['load_avg_start']} at the start and "
+                f"{machine.get('load_avg_end')} at the end, on {machine['cpu_cores_usable']} cores.")
+    elapsed = f" The run took {result['elapsed_s']} s." if result.get("elapsed_s") else ""
     lines = [
         f"### {settings['device'].upper()} run `{result['name']}` — {machine_line(machine)}",
         "",
-        f"{versions_line(machine)}.",
+        f"{versions_line(machine)}.{load}{elapsed}",
         "",
         (f"Task: one random {settings['clip_len']}-frame window at stride {settings['frame_stride']} per video "
          f"(the same windows, crops and flips for every loader, seed {settings['seed']}), "
@@ -251,11 +257,12 @@ def write_plots(result: dict, folder: str | os.PathLike) -> list[str]:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
     except ImportError:
         return []
     folder = Path(folder)
     name = result["name"]
-    caption = machine_line(result["machine"])
+    caption = textwrap.fill(machine_line(result["machine"]), 100)
     ok = [m for m in result["measurements"] if m["status"] == "ok"]
     main = [m for m in ok if m["sweep"] == "main"]
     paths = []
@@ -301,6 +308,7 @@ def write_plots(result: dict, folder: str | os.PathLike) -> list[str]:
         points = sorted((m["workers"], m["figures"]["clips_per_s"]["median"]) for m in sweep_set
                         if m["loader"] == loader)
         axes[0].plot([p[0] for p in points], [p[1] for p in points], marker="o", label=loader)
+    axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))
     axes[0].set_xlabel("workers (DataLoader workers / DALI threads)")
     axes[0].set_ylabel("clips/s")
     axes[0].set_title(f"vs workers ({result['settings']['sweep_dataset']})", fontsize=9)
@@ -322,8 +330,9 @@ def write_plots(result: dict, folder: str | os.PathLike) -> list[str]:
         ax.set_title(title, fontsize=9)
         if present:
             ax.legend(fontsize=7)
-    axes[0].legend(fontsize=7)
-    fig.suptitle(f"Scaling — {caption}", fontsize=8)
+    if sweep_set:
+        axes[0].legend(fontsize=7)
+    fig.suptitle(f"Scaling, {result['settings']['device']} run — {caption}", fontsize=8)
     fig.tight_layout()
     paths.append(str(folder / f"{name}-scaling.png"))
     fig.savefig(paths[-1], dpi=110)

@@ -289,7 +289,8 @@ def test_gpu_script_says_exactly_which_wheels_are_missing(tmp_path):
     assert done.returncode == 3
     err = done.stderr
     assert "MISSING   nvidia-dali-cuda130 2.4.0 (required)" in done.stdout
-    assert "  nvidia_dali_cuda130-2.4.0-py3-none-manylinux_2_28_x86_64.whl    (nvidia-dali-cuda130==2.4.0, required" in err
+    dali = "nvidia_dali_cuda130-2.4.0-py3-none-manylinux_2_28_x86_64.whl"
+    assert f"  {dali}    (nvidia-dali-cuda130==2.4.0, required" in err
     assert "  av-18.1.0-cp311-abi3-manylinux_2_28_x86_64.whl    (av==18.1.0, required" in err
     assert "psutil==7.2.2, optional" in err
     assert "pip download --no-deps --only-binary=:all:" in err and "nvidia-dali-cuda130==2.4.0 av==18.1.0" in err

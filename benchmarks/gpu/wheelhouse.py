@@ -68,7 +68,10 @@ def _suffix(index: int) -> str:
 
 
 def split(path: Path, piece_mb: int = PIECE_MB) -> list[Path]:
-    """Cut ``path`` into ``path.part-aa``, ``-ab``, ... of at most ``piece_mb`` MB (10^6 bytes) and write ``path.sha256``."""
+    """Cut ``path`` into ``path.part-aa``, ``-ab``, ... of at most ``piece_mb`` MB (10^6 bytes).
+
+    Also writes ``path.sha256`` (``sha256sum`` format) for the reassembly check.
+    """
     size = piece_mb * 1000 * 1000
     pieces = []
     with open(path, "rb") as f:
