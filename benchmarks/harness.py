@@ -237,7 +237,9 @@ def run(args: argparse.Namespace) -> int:
     jobs = [Job(CEILINGS["cpu"], "ceiling", d, 1, "main") for d in datasets]
     if gpu:
         jobs += [Job(CEILINGS["cuda"], "ceiling", d, workers, "main") for d in datasets]
-    jobs += [Job(loader, "loader", d, workers, "main") for loader in args.loaders for d in datasets]
+    # Dataset by dataset, Kinetics-like first: a run cut short by --time-budget still
+    # compares every loader on the datasets it reached.
+    jobs += [Job(loader, "loader", d, workers, "main") for d in datasets for loader in args.loaders]
     if args.sweep_dataset in datasets:
         jobs += [Job(loader, "loader", args.sweep_dataset, w, "workers") for loader in args.loaders
                  for w in sweep_values if w != workers]
