@@ -196,7 +196,8 @@ def markdown_report(result: dict) -> str:
     dataset_order = {d["name"]: i for i, d in enumerate(result["datasets"])}
     loader_order = {name: i for i, name in enumerate(dict.fromkeys(m["loader"] for m in result["measurements"]))}
     rows = sorted((m for m in result["measurements"] if m["sweep"] == "main"),
-                  key=lambda m: (dataset_order.get(m["dataset"], 99), m["kind"] != "ceiling", loader_order[m["loader"]]))
+                  key=lambda m: (dataset_order.get(m["dataset"], 99), m["kind"] != "ceiling",
+                                 loader_order[m["loader"]]))
     for m in rows:
         if m["status"] != "ok":
             key = f"`{m['loader']}`" + ("" if m["status"] == "unavailable" else f" on `{m['dataset']}`")
