@@ -55,8 +55,10 @@ class DecodeSpec:
     Attributes:
         decoder: ``"auto"`` (default) decodes route ``dali`` with DALI when it
             is installed; ``"fallback"`` sends every file through PyAV.
-        dali_threads: DALI worker threads: clips decoded at once (on a GPU use
-            at least twice the NVDEC engine count). Default 4.
+        dali_threads: DALI worker threads: clips decoded at once. Default
+            ``None``: on a GPU ``min(batch_size, 16)`` (at least twice the 7
+            NVDEC engines of an H100/H200, so every engine has a session
+            decoding while another demuxes), on the CPU one per core.
         prefetch_batches: DALI batches in flight ahead of the one consumed. Default 2.
         fallback_workers: PyAV decoding processes. Default 2.
         fallback_threads: FFmpeg threads per fallback decode. Default 1.
@@ -66,7 +68,7 @@ class DecodeSpec:
     """
 
     decoder: DecoderChoice = "auto"
-    dali_threads: int = 4
+    dali_threads: int | None = None
     prefetch_batches: int = 2
     fallback_workers: int = 2
     fallback_threads: int = 1
@@ -78,6 +80,8 @@ class DecodeSpec:
             raise ValueError(f"decoder must be 'auto' or 'fallback', got {self.decoder!r}")
         for name in ("dali_threads", "prefetch_batches", "fallback_threads"):
             value = getattr(self, name)
+            if name == "dali_threads" and value is None:
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if not isinstance(self.fallback_workers, int) or self.fallback_workers < 0:
@@ -243,7 +247,10 @@ class KineticsDALILoader:
     scans and the other ranks wait for its manifest.
 
     Call :meth:`set_epoch` before each epoch, as with ``DistributedSampler``:
-    without it every epoch repeats the same plan.
+    without it every epoch repeats the same plan. An iteration abandoned in
+    the middle of an epoch (``break``) continues at the next unseen batch the
+    next time the loader is iterated, exactly as after :meth:`load_state_dict`;
+    :meth:`set_epoch` with another epoch starts that epoch from its beginning.
 
     Raises:
         FileNotFoundError: ``source`` does not exist.
@@ -532,9 +539,16 @@ class KineticsDALILoader:
             self._dali = DaliClipDecoder(
                 self.output, batch_size=self.batch_size, device=self.device,
                 device_id=self.local_rank if self.device == "gpu" else None,
-                num_threads=self.decode.dali_threads, prefetch_queue_depth=self.decode.prefetch_batches,
+                num_threads=self._dali_threads(), prefetch_queue_depth=self.decode.prefetch_batches,
             )
         return self._dali
+
+    def _dali_threads(self) -> int:
+        if self.decode.dali_threads is not None:
+            return self.decode.dali_threads
+        if self.device == "gpu":
+            return min(self.batch_size, 16)
+        return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
     def _warn_failures(self) -> None:
         failures = self._counters.failures

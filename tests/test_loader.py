@@ -113,6 +113,7 @@ def test_epochs_reshuffle_and_resume_mid_epoch(dataset):
     state = loader.state_dict()
     assert state["epoch"] == 1 and state["next_batch"] == 1
     rest = [(v.clone(), l.clone()) for v, l in it]
+    assert loader.state_dict()["next_batch"] == 0  # the epoch finished: the next pass starts it again
 
     resumed = make_loader(dataset)
     resumed.load_state_dict(state)
