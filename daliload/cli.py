@@ -16,6 +16,8 @@ COMMANDS: dict[str, str] = {
     "synth": "daliload.synth.cli",
     "bench": "daliload.bench_cli",
     "scan": "daliload.prescreen.cli",
+    "preview": "daliload.preview",
+    "demo": "daliload.demo",
 }
 
 
