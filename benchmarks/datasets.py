@@ -11,6 +11,9 @@ Every dataset is a folder of clips rendered by :func:`daliload.synth.render_clip
         ...
         meta.json            the spec and, per clip, frames, fps, size, keyframes;
                              written last, so a folder without it is incomplete
+        kinetics/            the same clips as ROOT/train/<class>/<file> links, made
+                             when a loader that scans a dataset root needs them
+                             (see kinetics_layout)
 
 :func:`daliload.synth.dataset.generate_dataset` writes a Kinetics folder layout
 but has no GOP setting, and the GOP is one of the things measured here, so
@@ -241,6 +244,50 @@ def _write_clip(root: str, spec: DatasetSpec, index: int) -> dict:
     return asdict(BenchVideo(path=path.name, label=label, num_frames=num_frames, fps=float(spec.fps),
                              width=spec.width, height=spec.height, keyframes=keyframes,
                              size_bytes=path.stat().st_size))
+
+
+def class_folder(label: int) -> str:
+    """The class folder of ``label`` in :func:`kinetics_layout` (zero-padded: sorts as the labels)."""
+    return f"class{label:03d}"
+
+
+def layout_relpath(video: BenchVideo) -> str:
+    """Where :func:`kinetics_layout` puts ``video``, relative to its root."""
+    return f"train/{class_folder(video.label)}/{os.path.basename(video.path)}"
+
+
+def loader_order(dataset: Dataset) -> list[int]:
+    """Indices of ``dataset.videos`` in the order daliload's manifest lists the Kinetics layout.
+
+    The manifest (like :func:`daliload.index.load_index`) lists a split sorted
+    by path; planning over the videos in this order draws the same windows,
+    crops and flips as :class:`daliload.KineticsDALILoader` does on
+    :func:`kinetics_layout`. Worked example: clips 0..3 with labels 0, 1, 2, 0
+    sort as ``class000/clip000, class000/clip003, class001/clip001,
+    class002/clip002``, so the order is ``[0, 3, 1, 2]``.
+    """
+    return sorted(range(len(dataset.videos)), key=lambda i: layout_relpath(dataset.videos[i]))
+
+
+def kinetics_layout(dataset: Dataset) -> Path:
+    """The dataset as a Kinetics folder layout, for loaders that scan one; returns its root.
+
+    Symbolic links, made once, beside the clips::
+
+        DATASET/kinetics/                 the root to give the loader
+          train/class000/clip000.mp4  ->  ../../../clip000.mp4
+          train/class001/clip001.mp4  ->  ../../../clip001.mp4
+          ...
+          .daliload/manifest.sqlite       written by the loader's scan
+    """
+    root = Path(dataset.root) / "kinetics"
+    for video in dataset.videos:
+        link = root / layout_relpath(video)
+        if link.is_symlink() or link.exists():
+            continue
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(video.path, link.parent))
+    return root
 
 
 def load_dataset(folder: str | os.PathLike) -> Dataset:

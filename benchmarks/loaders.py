@@ -51,12 +51,12 @@ LOADERS: dict[str, str] = {
     "torchcodec-cuda": "benchmarks.peers.torchcodec_peer:TorchCodecCUDA",
     "decord-cpu": "benchmarks.peers.decord_peer:DecordCPU",
     "dali-readers-video": "benchmarks.peers.dali_reader:DaliReadersVideo",
-    # ---- daliload's own loaders: the lead adds their adapters here -------------------
-    # (the module docstring says what an adapter gets and must yield; DALI adapters
-    #  set knob = "DALI threads", the DALI-on-CPU one codecs = ("vp8", "vp9", "mjpeg"))
-    # "daliload-dali-cpu": "benchmarks.peers.daliload_adapters:DaliloadDaliCPU",
-    # "daliload-fallback": "benchmarks.peers.daliload_adapters:DaliloadFallback",
-    # "daliload-dali-gpu": "benchmarks.peers.daliload_adapters:DaliloadDaliGPU",
+    # ---- daliload's own loaders (benchmarks.peers.daliload_peer) ---------------------
+    # the whole loader (its own plan, which is the run's), then each of its paths alone
+    "daliload": "benchmarks.peers.daliload_peer:Daliload",
+    "daliload-dali-gpu": "benchmarks.peers.daliload_peer:DaliloadDaliGPU",
+    "daliload-dali-cpu": "benchmarks.peers.daliload_peer:DaliloadDaliCPU",
+    "daliload-fallback": "benchmarks.peers.daliload_peer:DaliloadFallback",
     # ----------------------------------------------------------------------------------
 }
 

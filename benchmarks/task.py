@@ -4,9 +4,10 @@ Per video, one random ``clip_len``-frame window at ``frame_stride``, a random
 crop after a random short-side resize (:class:`daliload.plan.AugmentSpec`'s
 ``short_side_jitter``), a random horizontal flip, normalisation, batches of
 ``batch_size``. The windows are drawn ONCE per run from ``seed`` by
-:func:`daliload.plan.make_train_plan` (epoch 0, one rank) and written to a
-plan file that every loader's process reads, so all loaders decode the same
-frames and cut the same pixels.
+:func:`daliload.plan.make_train_plan` (epoch 0, one rank, over the videos in
+the order daliload's own loader lists them, so its plan is this plan) and
+written to a plan file that every loader's process reads, so all loaders
+decode the same frames and cut the same pixels.
 
 Loaders that decode frames themselves and hand over ``uint8`` RGB frames use
 :func:`transform_clip` for the rest, so they also spend the same work on it;
@@ -20,7 +21,7 @@ from __future__ import annotations
 import bisect
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Callable, Sequence
 
 from daliload.plan import AugmentSpec, ClipSpec, CropBox, OutputSpec, Sample, make_train_plan
@@ -75,10 +76,26 @@ class TaskSpec:
         return (3, self.clip_len, self.crop_size, self.crop_size)
 
 
-def make_plan(videos: Sequence, task: TaskSpec) -> list[Sample]:
-    """One sample per video, shuffled: the run's windows, crops and flips."""
-    return make_train_plan(videos, seed=task.seed, epoch=0, rank=0, world_size=1,
-                           clip=task.clip, augment=task.augment)
+def make_plan(videos: Sequence, task: TaskSpec, order: Sequence[int] | None = None) -> list[Sample]:
+    """One sample per video, shuffled: the run's windows, crops and flips.
+
+    Args:
+        videos: the dataset's videos; ``Sample.video_index`` indexes this sequence.
+        task: the task (its seed draws the plan).
+        order: plan over ``[videos[i] for i in order]``, as a loader that lists
+            the videos in that order plans them (window, crop and flip draws
+            are keyed by a video's place in the list). The harness passes
+            :func:`benchmarks.datasets.loader_order`, so the run's plan is the
+            one :class:`daliload.KineticsDALILoader` draws for epoch 0 with the
+            same seed. The samples still carry the indices and paths of ``videos``.
+    """
+    listed = list(videos) if order is None else [videos[i] for i in order]
+    samples = make_train_plan(listed, seed=task.seed, epoch=0, rank=0, world_size=1,
+                              clip=task.clip, augment=task.augment)
+    if order is None:
+        return samples
+    return [replace(s, video_index=order[s.video_index], path=videos[order[s.video_index]].path)
+            for s in samples]
 
 
 def write_plan(path: str | os.PathLike, samples: Sequence[Sample], task: TaskSpec) -> None:

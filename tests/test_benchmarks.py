@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -14,12 +15,13 @@ import numpy as np
 import pytest
 
 from benchmarks import harness
-from benchmarks.datasets import DatasetSpec, prepare_dataset, probe_keyframes
+from benchmarks.datasets import BenchVideo, Dataset, DatasetSpec, kinetics_layout, loader_order, prepare_dataset, probe_keyframes
 from benchmarks.loaders import LOADERS, LoadedBatch, LoaderConfig, load_adapter
 from benchmarks.measure import _check_batch
 from benchmarks.metrics import summarize
 from benchmarks.task import PlanDataset, TaskSpec, make_plan, seek_decode_estimate
 from daliload.framecode import read_code
+from daliload.index import load_index
 from daliload.plan import CropBox, Sample
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,7 +45,7 @@ def test_smoke_run_reports_every_peer(tmp_path):
     results, md = tmp_path / "results", tmp_path / "RESULTS.md"
     code = harness.main([
         "--device", "cpu", "--datasets", "h264-gop250", "--clips", "3", "--duration", "1", "--size", "128x96",
-        "--batch-size", "2", "--workers", "1", "--no-sweeps", "--runs", "1", "--warmup", "0",
+        "--batch-size", "2", "--workers", "0", "--no-sweeps", "--runs", "1", "--warmup", "0",
         "--data-dir", str(tmp_path / "data"), "--results-dir", str(results), "--results-md", str(md),
         "--name", "smoke", "--machine", "test machine", "--timeout", "120"])
     assert code == 0
@@ -73,6 +75,15 @@ def test_smoke_run_reports_every_peer(tmp_path):
             assert m["reason"]
     # The GPU-only peers say why they did not run on a CPU run.
     assert "GPU only" in by_loader["dali-readers-video"]["reason"]
+    assert "GPU only" in by_loader["daliload-dali-gpu"]["reason"]
+    assert by_loader["daliload-dali-cpu"]["reason"] == "does not decode h264 (decodes vp8, vp9, mjpeg)"
+    # daliload's fallback decodes only up to each window's end: fewer frames than whole files.
+    fallback = by_loader["daliload-fallback"]
+    assert fallback["status"] == "ok" and fallback["figures"]["frames_counted"] is True
+    assert 0 < fallback["runs"][0]["frames_decoded"] < 90
+    # The whole loader planned the run's windows itself (it refuses to run otherwise).
+    whole = by_loader["daliload"]
+    assert whole["status"] == "ok" and whole["plan_windows"] is True and whole["runs"][0]["clips"] == 3
     # The blog approach decodes whole files: 30 frames per clip, 30 - 8 distinct used frames wasted.
     blog = by_loader["blog-pyav"]
     assert blog["status"] == "ok" and blog["runs"][0]["frames_decoded"] == 90
@@ -105,6 +116,19 @@ def test_report_from_rebuilds_the_table(tmp_path):
     assert "- `decord-cpu`: unavailable: decord does not import" in md.read_text()
 
 
+def test_results_md_keeps_the_newest_run_of_each_name(tmp_path):
+    from benchmarks.report import append_markdown
+
+    md = tmp_path / "RESULTS.md"
+    md.write_text("# Results\n\n## Loaders\n\n### CPU run `cpu` — old machine\n\nold table\n\n"
+                  "## Fallback\n\nfallback table\n")
+    append_markdown(md, "### CPU run `cpu` — new machine\n\nnew table\n")
+    assert md.read_text() == ("# Results\n\n## Loaders\n\n### CPU run `cpu` — new machine\n\nnew table\n\n"
+                              "## Fallback\n\nfallback table\n")
+    append_markdown(md, "### CUDA run `gpu` — a GPU\n\ngpu table\n")  # another name: appended
+    assert md.read_text().endswith("fallback table\n\n### CUDA run `gpu` — a GPU\n\ngpu table\n")
+
+
 @pytest.mark.parametrize("peer", ["blog-pyav", "torchcodec-cpu", "decord-cpu"])
 def test_peer_decodes_the_planned_frames(make_clip, peer):
     reason = _available(peer)
@@ -130,6 +154,91 @@ def test_peers_give_the_same_clip_for_the_same_sample(tiny_dataset):
     for name, clip in clips.items():
         diff = (clip.float() - reference.float()).abs()
         assert diff.mean() < 0.01, name  # same decoded pixels, same transform
+
+
+# --- daliload's own adapters -------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_vp9(tmp_path_factory):
+    spec = DatasetSpec(name="vp9", codec="vp9", width=128, height=96, gop=250, num_clips=3, duration_s=2.0)
+    return prepare_dataset(spec, tmp_path_factory.mktemp("bench-vp9"), workers=1)
+
+
+def _readable_plan(dataset, task):
+    """The run's plan with crops that keep the frame-code strip (the top rows, full width)."""
+    samples = make_plan(dataset.videos, task, loader_order(dataset))
+    return [dataclasses.replace(s, crop=CropBox.full()) for s in samples]
+
+
+def _assert_planned_frames(adapter_name, dataset, workers):
+    task = TaskSpec(batch_size=2, seed=5)
+    samples = _readable_plan(dataset, task)
+    assert {s.flip for s in samples} == {True, False}  # both flips are checked
+    adapter = load_adapter(adapter_name)(dataset, samples, LoaderConfig(task=task, workers=workers, device="cpu"))
+    try:
+        batches = list(adapter.epoch())
+    finally:
+        adapter.close()
+    videos = [clip for b in batches for clip in b.videos]
+    assert [b.num_clips for b in batches] == [2, 1]
+    assert len(videos) == 3 and tuple(videos[0].shape) == (3, 16, 224, 224)
+    for clip, sample in zip(videos, samples):
+        planned = sample.frame_indices(dataset.videos[sample.video_index].num_frames)
+        codes = [read_code(clip[:, t], layout="CHW") for t in range(clip.shape[1])]
+        assert [c.index for c in codes] == planned, (adapter_name, sample)
+        assert all(c.flipped is sample.flip for c in codes)
+    return batches
+
+
+def test_daliload_dali_cpu_adapter_decodes_the_planned_frames(tiny_vp9):
+    if _available("daliload-dali-cpu"):
+        pytest.skip(_available("daliload-dali-cpu"))
+    batches = _assert_planned_frames("daliload-dali-cpu", tiny_vp9, workers=1)
+    assert all(b.frames_decoded is None for b in batches)  # DALI cannot tell: the report estimates
+
+
+@pytest.mark.parametrize("codec", ["h264", "vp9"])
+def test_daliload_fallback_adapter_decodes_the_planned_frames(tiny_dataset, tiny_vp9, codec):
+    dataset = tiny_dataset if codec == "h264" else tiny_vp9
+    batches = _assert_planned_frames("daliload-fallback", dataset, workers=0)
+    # It counts what it decodes: at least each window's span from frame 0 (GOP 250), never past its end.
+    decoded = sum(b.frames_decoded for b in batches)
+    assert 3 * 16 <= decoded <= 3 * 60
+
+
+def test_daliload_adapter_runs_its_own_plan_which_is_the_runs(tiny_vp9):
+    if _available("daliload"):
+        pytest.skip(_available("daliload"))
+    task = TaskSpec(batch_size=2, seed=5)
+    samples = make_plan(tiny_vp9.videos, task, loader_order(tiny_vp9))
+    config = LoaderConfig(task=task, workers=1, device="cpu")
+    adapter = load_adapter("daliload")(tiny_vp9, samples, config)
+    try:
+        batches = list(adapter.epoch())
+        stats = adapter.stats()
+    finally:
+        adapter.close()
+    assert [b.num_clips for b in batches] == [2, 1]
+    assert (stats.clips_dali, stats.clips_fallback) == (3, 0)  # VP9 routes to DALI on the CPU
+    # Another seed draws other windows: the adapter refuses to time them under the run's name.
+    other = make_plan(tiny_vp9.videos, TaskSpec(batch_size=2, seed=6), loader_order(tiny_vp9))
+    with pytest.raises(ValueError, match="daliload's own plan differs from the run's plan at position 0"):
+        load_adapter("daliload")(tiny_vp9, other, config)
+
+
+def test_loader_order_is_the_order_daliload_lists_the_layout(tmp_path):
+    spec = DatasetSpec(name="f", codec="h264", width=64, height=48, gop=16, num_clips=4, duration_s=1.0)
+    videos = []
+    for i, label in enumerate([0, 1, 2, 0]):  # files are only listed here, never decoded
+        path = tmp_path / f"clip{i:03d}.mp4"
+        path.write_bytes(b"x")
+        videos.append(BenchVideo(str(path), label, 30, 30.0, 64, 48, (0,), 1))
+    dataset = Dataset(spec, str(tmp_path), tuple(videos))
+    assert loader_order(dataset) == [0, 3, 1, 2]  # the worked example of its docstring
+    index = load_index(kinetics_layout(dataset), "train")
+    assert [os.path.realpath(r.path) for r in index.records] == [videos[i].path for i in [0, 3, 1, 2]]
+    assert [r.label for r in index.records] == [0, 0, 1, 2]
+    assert kinetics_layout(dataset) == tmp_path / "kinetics"  # made once, reused
 
 
 def test_transform_applies_crop_and_flip():
