@@ -4,10 +4,12 @@
 
     1. generate (or reuse) the datasets               benchmarks.datasets
     2. draw ONE plan per dataset from --seed          benchmarks.task
+       (the plan daliload's loader draws itself for epoch 0)
     3. ceilings: plain decoding of the same files     benchmarks.ceiling
     4. every loader on every dataset, --workers       benchmarks.loaders / peers
     5. the workers sweep on --sweep-dataset
-    6. JSON + markdown (appended to RESULTS.md) + PNG plots   benchmarks.report
+    6. JSON, markdown, PNG plots                      benchmarks.report
+       (the run's section in RESULTS.md replaces the last run of the same name)
 
 Each measurement runs in its own process (``python -m benchmarks.measure``)
 with a timeout; a loader that cannot run here is listed with the reason, one
@@ -100,13 +102,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--duration", type=float, default=10.0, help="seconds per clip (default 10, as Kinetics)")
     g.add_argument("--size", type=_size, default=None,
                    help="WIDTHxHEIGHT replacing 340x256 (tests use tiny frames); 720p keeps its size")
-    g.add_argument("--batch-size", type=int, default=None, help="clips per batch (default: 4 on CPU, 32 on GPU)")
+    g.add_argument("--batch-size", type=int, default=None, help="clips per batch (default: 2 on CPU, 32 on GPU)")
     g.add_argument("--seed", type=int, default=0, help="draws the datasets' content and the plan (default 0)")
     g.add_argument("--data-dir", default=str(REPO_ROOT / "bench_out" / "datasets"),
                    help="where generated datasets are cached (default bench_out/datasets)")
     g.add_argument("--gen-workers", type=int, default=None, help="encoder processes (default: usable cores)")
     g = parser.add_argument_group("timing")
-    g.add_argument("--runs", type=int, default=3, help="timed epochs per measurement (default 3)")
+    g.add_argument("--runs", type=int, default=None,
+                   help="timed epochs per measurement (default: 2 on CPU, 3 on GPU)")
     g.add_argument("--warmup", type=int, default=1, help="untimed epochs first (default 1)")
     g.add_argument("--timeout", type=float, default=300.0, help="seconds per measurement before it is killed")
     g.add_argument("--time-budget", type=float, default=None,
@@ -116,8 +119,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--machine", default="", help="a label for the machine, e.g. '2-core CPU VM, no GPU'")
     g.add_argument("--results-dir", default=str(REPO_ROOT / "benchmarks" / "results"))
     g.add_argument("--results-md", default=str(REPO_ROOT / "benchmarks" / "RESULTS.md"),
-                   help="markdown file the table is appended to")
-    g.add_argument("--no-md", action="store_true", help="do not append to --results-md")
+                   help="markdown file the run's section goes to (replacing the previous run of the same name)")
+    g.add_argument("--no-md", action="store_true", help="do not write to --results-md")
     g.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
     g.add_argument("--report-from", default=None, metavar="JSON",
                    help="measure nothing: make the table and plots of an earlier run's JSON (e.g. one cut short)")
@@ -177,7 +180,7 @@ def _run_child(job_file: Path, log_file: Path, timeout: float) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from benchmarks.datasets import prepare_dataset, standard_specs
+    from benchmarks.datasets import loader_order, prepare_dataset, standard_specs
     from benchmarks.loaders import CEILINGS, LOADERS, LoaderConfig, load_adapter
     from benchmarks.report import derive_figures, machine_info
     from benchmarks.task import TaskSpec, make_plan, seek_decode_estimate, write_plan
@@ -200,9 +203,11 @@ def run(args: argparse.Namespace) -> int:
     cores = _usable_cores()
     workers = args.workers if args.workers is not None else min(8 if gpu else 2, cores)
     sweep_values = [] if args.no_sweeps else (args.sweep_workers or _default_sweep(cores, device))
-    # On a 2-core machine 16 clips per dataset keep a run in minutes; batches of 4 give
-    # each of 2 workers several batches per epoch (batch 32 would leave one idle).
-    task = TaskSpec(batch_size=args.batch_size or (32 if gpu else 4), seed=args.seed)
+    # On a 2-core machine 16 clips per dataset and 2 timed epochs keep a run near 6 minutes;
+    # batches of 2 give each of 2 workers batches in every dataset, the 4-clip 720p one
+    # included (a batch of 4 there is the whole epoch: one worker would do it all).
+    task = TaskSpec(batch_size=args.batch_size or (32 if gpu else 2), seed=args.seed)
+    runs = args.runs or (3 if gpu else 2)
     name = args.name or ("gpu" if gpu else "cpu")
     results_dir = Path(args.results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
@@ -211,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
     machine = machine_info(args.machine)
     machine["load_avg_start"] = _load_average()
     print(f"benchmark {name}: device {device}, {cores} usable cores, workers {workers}, "
-          f"batch {task.batch_size}, runs {args.runs} after {args.warmup} warm-up", flush=True)
+          f"batch {task.batch_size}, runs {runs} after {args.warmup} warm-up", flush=True)
 
     specs = standard_specs(args.datasets, num_clips=args.clips or (64 if gpu else 16),
                            num_clips_hd=args.clips_hd or (32 if gpu else 4), duration_s=args.duration,
@@ -220,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
     for spec in specs:
         t0 = time.monotonic()
         dataset = prepare_dataset(spec, args.data_dir, workers=args.gen_workers or cores)
-        samples = make_plan(dataset.videos, task)
+        samples = make_plan(dataset.videos, task, loader_order(dataset))  # = daliload's own plan
         plan_file = work_dir / f"plan-{spec.name}.json"
         write_plan(plan_file, samples, task)
         used = estimate = 0
@@ -247,7 +252,7 @@ def run(args: argparse.Namespace) -> int:
     result = {
         "name": name, "machine": machine,
         "settings": {"device": device, "workers": workers, "sweep_workers": sweep_values,
-                     "sweep_dataset": args.sweep_dataset, "runs": args.runs, "warmup": args.warmup,
+                     "sweep_dataset": args.sweep_dataset, "runs": runs, "warmup": args.warmup,
                      **dataclasses.asdict(task)},
         "datasets": [dataclasses.asdict(d.spec) | {"root": d.root, "total_frames": d.total_frames,
                                                    **per_dataset[n]} for n, d in datasets.items()],
@@ -282,7 +287,7 @@ def run(args: argparse.Namespace) -> int:
             job_file.write_text(json.dumps({
                 "adapter": job.adapter, "kind": job.kind, "dataset": datasets[job.dataset].root,
                 "plan": str(plans[job.dataset]), "workers": job.workers, "device": device,
-                "warmup": args.warmup, "runs": args.runs, "probe": cls.name not in probed,
+                "warmup": args.warmup, "runs": runs, "probe": cls.name not in probed,
                 "out": str(out_file)}), encoding="utf-8")
             t0 = time.monotonic()
             failure = _run_child(job_file, work_dir / f"{stem}.log", args.timeout)
@@ -316,7 +321,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _finish(result: dict, args: argparse.Namespace, json_path: Path, results_dir: Path) -> None:
-    """Plots, the JSON with their names, the markdown table (printed and appended)."""
+    """Plots, the JSON with their names, the markdown table (printed and written to RESULTS.md)."""
     from benchmarks.report import append_markdown, markdown_report, write_plots
 
     if not args.no_plots:
@@ -327,7 +332,7 @@ def _finish(result: dict, args: argparse.Namespace, json_path: Path, results_dir
     print(text)
     if not args.no_md:
         append_markdown(args.results_md, text)
-        print(f"appended to {args.results_md}")
+        print(f"written to {args.results_md}")
     print(f"results: {json_path}" + (f"; plots: {', '.join(result['plots'])}" if result["plots"] else ""))
 
 

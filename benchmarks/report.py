@@ -244,13 +244,26 @@ def markdown_report(result: dict) -> str:
 
 
 def append_markdown(path: str | os.PathLike, text: str) -> None:
-    """Append ``text`` to ``path`` (created with a title if missing)."""
+    """Put a run's section (``text``, from :func:`markdown_report`) into ``path``: newest run only.
+
+    The section of an earlier run of the same device and name (its heading,
+    ``### CPU run `cpu` — ...``, up to the next heading of level 2 or 3) is
+    replaced, where it stands; otherwise the section is appended. A missing
+    file is created with a title.
+    """
     path = Path(path)
-    head = "" if path.exists() else (
-        "# Benchmark results\n\nEach section is one run of `python -m benchmarks` (newest last), "
-        "with the machine it ran on. Compare loaders within a run, not across runs.\n")
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(head + "\n" + text)
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True) if path.exists() else [
+        "# Benchmark results\n", "\n", "The newest run of each benchmark, with the machine it ran on. "
+        "Compare loaders within a run, not across runs.\n"]
+    heading = text.split(" — ", 1)[0]  # "### CPU run `cpu`"
+    start = next((i for i, line in enumerate(lines) if line.startswith(heading + " ")), None)
+    section = [line + "\n" for line in text.rstrip("\n").split("\n")]
+    if start is None:
+        lines += ["\n"] + section
+    else:
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith(("## ", "### "))), len(lines))
+        lines[start:end] = section + (["\n"] if end < len(lines) else [])
+    path.write_text("".join(lines), encoding="utf-8")
 
 
 def write_plots(result: dict, folder: str | os.PathLike) -> list[str]:
