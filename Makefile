@@ -1,6 +1,7 @@
 # The two commands the README promises on a fresh machine:
 #   make demo   - set up .venv, generate a Kinetics-like dataset, run the main job on it
 #   make test   - set up .venv and run the test suite (what CI runs)
+#   make bench  - set up .venv, add the optional peers, run the CPU benchmark (minutes)
 # TORCH_SPEC defaults to the CPU wheel these machines carry; on a GPU host pass
 # e.g. TORCH_SPEC=torch and DALI_EXTRA=cuda12 to match the driver.
 PYTHON ?= python3
@@ -9,8 +10,10 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 DALI_EXTRA ?= cuda13
 DEMO_DIR ?= demo_out
+# Extra options for `python -m benchmarks` (see --help), e.g. BENCH_ARGS="--device cuda".
+BENCH_ARGS ?= --device cpu
 
-.PHONY: venv demo test clean
+.PHONY: venv demo test bench clean
 
 venv: $(VENV)/.installed
 
@@ -26,6 +29,24 @@ demo: venv
 
 test: venv
 	$(PY) -m pytest -q
+
+# The peers install without their dependencies, so torch is never replaced: torchcodec
+# 0.13.0 is the newest wheel that imports beside a CPU torch 2.13, and it needs
+# FFmpeg's shared libraries from the system. A peer that does not install or import
+# is listed in the results with the reason; the run goes on.
+bench: venv
+	-$(PY) -m pip install -q --no-deps torchcodec==0.13.0
+	-$(PY) -m pip install -q --no-deps decord==0.6.0
+	@if ldconfig -p 2>/dev/null | grep -q libavcodec; then \
+		echo "FFmpeg shared libraries found (torchcodec needs them)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get install -y -q ffmpeg || { apt-get update -q && apt-get install -y -q ffmpeg; } \
+			|| echo "apt-get install ffmpeg failed: torchcodec will be listed as unavailable"; \
+	else \
+		echo "no FFmpeg shared libraries, and not root with apt-get to install them:" \
+			"torchcodec will be listed as unavailable (install ffmpeg to include it)"; \
+	fi
+	$(PY) -m benchmarks $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR)
