@@ -102,7 +102,7 @@ class DemoResult:
         val_top1: validation top-1 after the last epoch, 0..1.
         chance: share of the largest class among the usable val videos.
         epochs: epochs trained.
-        clips_per_s: training throughput of the last epoch, clips/s over all ranks.
+        clips_per_s: training throughput over all epochs, clips/s (all ranks).
         dali_share: share of training clips DALI decoded, over all epochs.
         report_dir: the report folder.
         seconds: wall time of the whole demo.
@@ -163,6 +163,14 @@ def run_demo(config: DemoConfig, *, echo: Callable[[str], None] = logger.info) -
     clips_dali = sum(r["clips_dali"] for r in history)
     clips_fallback = sum(r["clips_fallback"] for r in history)
     dali_share = clips_dali / max(1, clips_dali + clips_fallback)
+    train_seconds = sum(r["train_seconds"] for r in history)
+    throughput = {
+        "clips_per_s": sum(r["clips_per_s"] * r["train_seconds"] for r in history) / train_seconds,
+        # every epoch has the same number of steps
+        "data_wait_ms_per_step": sum(r["data_wait_ms_per_step"] for r in history) / len(history),
+        "data_wait_share": sum(r["data_wait_share"] * r["train_seconds"]
+                               for r in history) / train_seconds,
+    }
     failures = sorted({(os.path.relpath(f["path"], data), f["reason"])
                        for stats in metrics["loader_stats"] for f in stats["failures"]})
     seconds["report"] = time.perf_counter() - t0
@@ -176,8 +184,7 @@ def run_demo(config: DemoConfig, *, echo: Callable[[str], None] = logger.info) -
         "dataset": dataset,
         "scan": {k: v for k, v in scanned.items() if k != "chance"},
         "training": {"epochs": len(history), "val_top1": last.get("val_top1"),
-                     "chance": scanned["chance"], "clips_per_s": last["clips_per_s"],
-                     "data_wait_ms_per_step": last["data_wait_ms_per_step"], "history": history},
+                     "chance": scanned["chance"], **throughput, "history": history},
         "loader": {"clips_dali": clips_dali, "clips_fallback": clips_fallback,
                    "dali_share": dali_share,
                    "run_time_failures": [{"path": p, "reason": r} for p, r in failures]},
@@ -190,8 +197,9 @@ def run_demo(config: DemoConfig, *, echo: Callable[[str], None] = logger.info) -
     echo("")
     echo(f"validation top-1: {last.get('val_top1', float('nan')):.3f} after {len(history)} epochs "
          f"(chance {scanned['chance']:.3f}; {last.get('val_clips', 0)} val clips)")
-    echo(f"throughput: {last['clips_per_s']:.1f} clips/s training, data wait "
-         f"{last['data_wait_ms_per_step']:.0f} ms/step ({last['data_wait_share']:.0%} of the time)")
+    echo(f"throughput: {throughput['clips_per_s']:.1f} clips/s over all epochs (last epoch "
+         f"{last['clips_per_s']:.1f}); data wait {throughput['data_wait_ms_per_step']:.0f} "
+         f"ms/step, {throughput['data_wait_share']:.0%} of the training time")
     echo(f"loader: {clips_dali} clips by DALI ({device}), {clips_fallback} by the PyAV fallback "
          f"({dali_share:.0%} DALI) over all epochs")
     echo(f"rejected by the pre-screen: {len(scanned['bad_files'])}")
@@ -202,7 +210,8 @@ def run_demo(config: DemoConfig, *, echo: Callable[[str], None] = logger.info) -
         echo(f"  {path}: {reason}")
     echo("time: " + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items()))
     return DemoResult(val_top1=float(last.get("val_top1", float("nan"))), chance=scanned["chance"],
-                      epochs=len(history), clips_per_s=last["clips_per_s"], dali_share=dali_share,
+                      epochs=len(history), clips_per_s=throughput["clips_per_s"],
+                      dali_share=dali_share,
                       report_dir=str(report_dir), seconds=seconds["total"])
 
 

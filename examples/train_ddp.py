@@ -402,6 +402,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.resume is not None and (args.resume != "auto" or checkpoint_path.exists()):
         if not checkpoint_path.is_file():
             raise FileNotFoundError(f"--resume: no checkpoint at {checkpoint_path}")
+        # weights_only=False: our own file, which also holds plain Python objects (history, args).
         checkpoint = torch.load(checkpoint_path, map_location=env.device, weights_only=False)
         if len(checkpoint["loader"]) != env.world_size:
             saved_ranks = len(checkpoint["loader"])
@@ -420,7 +421,11 @@ def main(argv: list[str] | None = None) -> dict:
     log(f"{len(classes)} classes; {steps_per_epoch} steps/epoch of {args.batch_size} clips x "
         f"{env.world_size} rank(s); model {args.model} ({num_params / 1e6:.2f} M params) on "
         f"{env.device}" + (f" with {amp_dtype} autocast" if amp_dtype else ""))
-    metrics: dict = {}
+    metrics = {"args": vars(args), "classes": classes, "world_size": env.world_size,
+               "history": history, "loader_stats": []}
+    if start_epoch >= args.epochs:
+        log(f"nothing to do: the checkpoint is at epoch {start_epoch - 1} "
+            f"of --epochs {args.epochs}")
     started = time.perf_counter()
     for epoch in range(start_epoch, args.epochs):
         train_loader.set_epoch(epoch)
@@ -455,7 +460,7 @@ def main(argv: list[str] | None = None) -> dict:
                 f"--max-minutes {args.max_minutes:g}")
             break
 
-    if history:
+    if metrics["loader_stats"]:
         log("loader, last epoch (rank 0):\n" + train_loader.stats().format())
     train_loader.close()
     if val_loader is not None:

@@ -169,11 +169,23 @@ def test_checkpoint_survives_a_kill_during_save(tmp_path):
     assert len(leftovers) == 1 and leftovers[0].startswith(".checkpoint.pt.")
 
 
-def test_resume_from_a_missing_checkpoint_names_it(dataset, tmp_path):
+def test_resume_errors_name_the_problem(dataset, tmp_path, capsys):
+    args = [str(dataset), "--out", str(tmp_path), "--device", "cpu", "--fallback-workers", "0",
+            "--epochs", "2", *CLIP]
     missing = tmp_path / "nope.pt"
     with pytest.raises(FileNotFoundError, match=f"no checkpoint at {missing}"):
-        train_ddp.main([str(dataset), "--out", str(tmp_path), "--device", "cpu",
-                        "--resume", str(missing), "--fallback-workers", "0", *CLIP])
+        train_ddp.main([*args, "--resume", str(missing)])
+    two_ranks = tmp_path / "two_ranks.pt"
+    train_ddp.save_checkpoint(two_ranks, {"loader": [{}, {}]})
+    with pytest.raises(ValueError, match="written by a job of 2 ranks, this one has 1: resume"):
+        train_ddp.main([*args, "--resume", str(two_ranks)])
+    # --resume without a value and no checkpoint yet starts from scratch; with one at the
+    # last epoch there is nothing left to train.
+    finished = tmp_path / "finished"
+    train_ddp.main([*args, "--out", str(finished), "--resume", "--epochs", "1", "--no-val"])
+    metrics = train_ddp.main([*args, "--out", str(finished), "--resume", "--epochs", "1"])
+    assert [r["epoch"] for r in metrics["history"]] == [0] and metrics["loader_stats"] == []
+    assert "nothing to do: the checkpoint is at epoch 0 of --epochs 1" in capsys.readouterr().out
 
 
 def test_bad_inputs_give_clear_errors(tmp_path, capsys, monkeypatch):
@@ -319,6 +331,7 @@ def test_demo_end_to_end_in_miniature(tmp_path):
     assert loader["dali_share"] == pytest.approx(result.dali_share)
     text = "\n".join(lines)
     assert "validation top-1:" in text and f"(chance {result.chance:.3f}" in text
+    assert f"throughput: {result.clips_per_s:.1f} clips/s over all epochs" in text
     assert f"rejected by the pre-screen: {len(bad)}" in text
     for name, reason in bad.items():
         assert f"{name}: {reason}" in text
