@@ -22,9 +22,11 @@ Four steps, each printed as it runs:
         training_curve.png  loss and top-1 per epoch, with chance level
         metrics.json        every number printed, and the per-epoch history
 
-The defaults fit a 2-core CPU machine in under 10 minutes: 170x128 clips (half
-of Kinetics' 340x256, and inside NVDEC's VP9 minimum of 128x128 on a GPU),
-8-frame clips at stride 8 cropped to 80x80, and the small 3D CNN.
+The defaults fit a 2-core CPU machine in under 10 minutes: 6 classes of 32
+files at 170x128 (half of Kinetics' 340x256, and inside NVDEC's VP9 minimum of
+128x128 on a GPU), 8-frame clips at stride 8 cropped to 80x80, 15 epochs of the
+small 3D CNN. On a shared 2-core VM without a GPU the whole demo took 3.5
+minutes and reached 0.96-0.98 validation top-1 (chance 0.17).
 """
 
 from __future__ import annotations

@@ -7,9 +7,11 @@ backend), or with plain ``python`` for one process::
     torchrun --nproc_per_node=8 examples/train_ddp.py /data/kinetics700 \\
         --model r2plus1d_18 --epochs 45 --batch-size 32 --clip-len 16 --crop-size 112 \\
         --short-side 128 160
-    torchrun --nproc_per_node=2 examples/train_ddp.py demo_out/data --device cpu \\
-        --clip-len 8 --crop-size 80 --short-side 88 112 --batch-size 8 --epochs 2
-    python examples/train_ddp.py demo_out/data ... --resume       # continue where it stopped
+    # on a CPU, the data `daliload demo` generates (val top-1 0.96 in about a minute on 2 cores):
+    torchrun --nproc_per_node=2 examples/train_ddp.py demo_out/data --device cpu --epochs 15 \\
+        --batch-size 4 --clip-len 8 --frame-stride 8 --crop-size 80 --short-side 88 112 \\
+        --lr 0.05 --fallback-workers 0
+    # the same command with --resume continues from OUT/checkpoint.pt after a stop
 
 What it writes under ``--out`` (rank 0 only)::
 
@@ -127,6 +129,8 @@ def build_model(name: str, num_classes: int) -> nn.Module:
 
 @dataclasses.dataclass(frozen=True)
 class DistEnv:
+    """Where this process runs: global rank, world size, rank on its node, torch device."""
+
     rank: int
     world_size: int
     local_rank: int
