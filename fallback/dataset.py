@@ -69,6 +69,8 @@ REASON_TIMEOUT = "timeout"
 REASON_WORKER_DIED = "worker died"
 
 _FAULT_PREFIX = "fault:"
+#: Module the forkserver imports once so every worker starts with torch and PyAV loaded.
+FORKSERVER_PRELOAD = "fallback.dataset"
 #: How long a lost connection to a worker may wait for that worker's death to show.
 _DEATH_GRACE_S = 2.0
 #: Failure limit of :func:`make_fallback_loader` when none is given.
@@ -470,6 +472,12 @@ class FallbackLoader:
         self.max_failures = max_failures
         self.max_failure_fraction = max_failure_fraction
         self._ctx = multiprocessing.get_context(multiprocessing_context) if num_workers > 0 else None
+        if num_workers > 0 and multiprocessing_context == "forkserver":
+            # Workers are forked from one forkserver per process; with torch and PyAV
+            # imported there once, a new epoch's workers start in ~0.1 s instead of
+            # ~3.5 s (measured on 2 cores). Only takes effect if the server is not
+            # running yet; daliload's scan preloads the same module for that reason.
+            self._ctx.set_forkserver_preload([FORKSERVER_PRELOAD])
         if num_workers > 0:
             dataset._board = _ProgressBoard(self._ctx, num_workers)
         self._batches = _ResumableBatches(len(dataset), batch_size)
