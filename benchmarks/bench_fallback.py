@@ -27,6 +27,7 @@ import argparse
 import datetime
 import json
 import multiprocessing
+import os
 import platform
 import random
 import resource
@@ -286,6 +287,9 @@ def markdown(r: dict) -> str:
     lines = [
         f"### fallback benchmark ({r['machine']}, {r['date']})",
         "",
+        *([f"Load average (1 min) {r['load_average_1min']['start']:.1f} at the start, "
+           f"{r['load_average_1min']['end']:.1f} at the end, on {r['load_average_1min']['cores']} cores.", ""]
+          if "load_average_1min" in r else []),
         f"{r['params']['videos']} generated clips {WIDTH}x{HEIGHT}, {NUM_FRAMES} frames, H.264 GOP 250 with "
         f"B-frames; {r['params']['clips']} windows of {CLIP_LEN} frames at stride {STRIDE}.",
         f"Ceiling (plain sequential PyAV, 1 process, 1 thread, no RGB): {ce['frames_per_s']:.0f} frames/s "
@@ -347,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     started = time.perf_counter()
+    load_start = os.getloadavg()[0]  # a shared machine: how busy it was, to read the numbers by
     with tempfile.TemporaryDirectory(prefix="bench_fallback_") as tmp:
         root = args.data_dir or Path(tmp)
         paths = make_videos(root, args.videos)
@@ -366,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         result["per_clip"] = measure_per_clip(samples, output, result["ceiling"]["frames_per_s"], args.runs)
         result["loaders"] = measure_loaders(samples, output, args.workers, args.batch_size, args.passes)
     result["seconds"] = time.perf_counter() - started
+    result["load_average_1min"] = {"start": load_start, "end": os.getloadavg()[0], "cores": os.cpu_count()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(markdown(result))
