@@ -510,29 +510,18 @@ def ensure_manifest(
     """
     check_device(device)
     path = Path(manifest_path) if manifest_path is not None else default_manifest_path(root)
+
+    def run_scan() -> None:
+        scan(root, manifest_path=path, device=device, deep=deep, workers=workers, splits=splits,
+             progress=True if progress is None else progress)
+
     if not dist.is_distributed():
-        scan(
-            root,
-            manifest_path=path,
-            device=device,
-            deep=deep,
-            workers=workers,
-            splits=splits,
-            progress=True if progress is None else progress,
-        )
+        run_scan()
         return path
     status: tuple[str, str] = ("ok", str(path))
     if dist.rank() == 0:
         try:
-            scan(
-                root,
-                manifest_path=path,
-                device=device,
-                deep=deep,
-                workers=workers,
-                splits=splits,
-                progress=True if progress is None else progress,
-            )
+            run_scan()
         except BaseException as err:
             dist.broadcast_object(
                 ("error", f"{type(err).__name__}: {err}")
