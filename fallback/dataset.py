@@ -319,6 +319,8 @@ class ClipDataset(Dataset):
         #: slot index -> reason, for samples that killed or hung a worker: never decoded again.
         self.known_bad: dict[int, str] = {}
         self._board: _ProgressBoard | None = None
+        #: pid of the process that iterates the loader; its workers exit when it is gone.
+        self._owner_pid: int | None = None
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -402,6 +404,28 @@ def _worker_init(worker_id: int) -> None:
     board = getattr(info.dataset, "_board", None)
     if board is not None:
         board.register(worker_id)
+    owner = getattr(info.dataset, "_owner_pid", None)
+    if owner is not None:
+        threading.Thread(target=_exit_when_gone, args=(owner,), name="daliload-owner-watch",
+                         daemon=True).start()
+
+
+def _exit_when_gone(pid: int, poll_s: float = 1.0) -> None:
+    """Worker side: exit once the process iterating the loader has died.
+
+    torch's own watchdog compares ``os.getppid()`` with the pid it saw at
+    start, but a forkserver worker's parent is the forkserver, which outlives a
+    killed training process; without this, a ``kill -9`` of the trainer left
+    its decoding workers running (seen on 2 cores, several minutes later).
+    """
+    while True:
+        time.sleep(poll_s)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            os._exit(0)
+        except PermissionError:  # the pid was reused by another user's process
+            os._exit(0)
 
 
 def _inject_fault(path: str) -> None:
@@ -480,6 +504,7 @@ class FallbackLoader:
             self._ctx.set_forkserver_preload([FORKSERVER_PRELOAD])
         if num_workers > 0:
             dataset._board = _ProgressBoard(self._ctx, num_workers)
+            dataset._owner_pid = os.getpid()
         self._batches = _ResumableBatches(len(dataset), batch_size)
         self._loader: DataLoader | None = None
         self._failures: dict[int, Failure] = {}
