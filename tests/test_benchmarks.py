@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from benchmarks import harness
-from benchmarks.datasets import BenchVideo, Dataset, DatasetSpec, kinetics_layout, loader_order, prepare_dataset, probe_keyframes
+from benchmarks.datasets import (BenchVideo, Dataset, DatasetSpec, kinetics_layout, loader_order, prepare_dataset,
+                                 probe_keyframes)
 from benchmarks.loaders import LOADERS, LoadedBatch, LoaderConfig, load_adapter
 from benchmarks.measure import _check_batch
 from benchmarks.metrics import summarize
