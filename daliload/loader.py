@@ -33,7 +33,8 @@ import torch
 from daliload import dist
 from daliload.plan import AugmentSpec, ClipSpec, OutputSpec, Sample, make_train_plan, make_val_plan
 from daliload.prescreen import Manifest, ManifestEntry, ensure_manifest
-from fallback import Failure, StreamHint, decode_sample, make_fallback_loader
+from fallback import (Failure, NoReplacementError, StreamHint, TooManyFailuresError, decode_sample,
+                      make_fallback_loader)
 from fallback.decode import DecodeError
 
 logger = logging.getLogger(__name__)
@@ -312,7 +313,9 @@ class KineticsDALILoader:
             raise ValueError("device='gpu' needs a CUDA GPU visible to torch; use device='cpu' or 'auto'")
         self.device: Literal["gpu", "cpu"] = device
         self.rank, self.world_size, self.local_rank = dist.rank(), dist.world_size(), dist.local_rank()
-        self.torch_device = torch.device(f"cuda:{self.local_rank}") if device == "gpu" else torch.device("cpu")
+        # One GPU per process is visible under some launchers (SLURM --gpus-per-task): wrap around.
+        self.device_id = self.local_rank % torch.cuda.device_count() if device == "gpu" else None
+        self.torch_device = torch.device(f"cuda:{self.device_id}") if device == "gpu" else torch.device("cpu")
         self.dali_enabled = self.decode.decoder == "auto" and _dali_usable()
 
         if source.is_file() and source.suffix in _MANIFEST_SUFFIXES:
@@ -341,6 +344,8 @@ class KineticsDALILoader:
         self._counters = _Counters()
         self._counters_epoch = 0
         self._dali = None  # DaliClipDecoder, built on first use
+        self._active: Iterator | None = None  # the live pass over an epoch, if any
+        self._flat_plan: list[Sample] = []
         if self.rejected and self.rank == 0:
             logger.info("%d file(s) of split %r rejected by the pre-screen", len(self.rejected), split)
 
@@ -374,7 +379,12 @@ class KineticsDALILoader:
     # -- checkpointing --------------------------------------------------------------
 
     def state_dict(self) -> dict:
-        """Where the loader is: the epoch and the next batch to yield, plus what must match on resume."""
+        """Where the loader is: the epoch and the next batch to yield, plus what must match on resume.
+
+        ``next_batch == len(self)`` means the epoch is finished; a later pass
+        over the same epoch starts it again, and :meth:`set_epoch` with the next
+        epoch starts that one.
+        """
         return {"epoch": self.epoch, "next_batch": self._start_batch, "seed": self.seed,
                 "world_size": self.world_size, "num_videos": len(self.videos), "batch_size": self.batch_size}
 
@@ -410,10 +420,20 @@ class KineticsDALILoader:
     # -- iteration ------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        # One live pass at a time: passes share the DALI decoder's queue of batches in flight.
+        if self._active is not None:
+            self._active.close()
+        self._active = self._epoch_pass()
+        return self._active
+
+    def _epoch_pass(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         batches = self.plan()
+        if self._start_batch >= len(batches):
+            self._start_batch = 0  # the epoch was finished: this is a new pass over it
         start = self._start_batch
         self._counters = _Counters(batches=0)
         self._counters_epoch = self.epoch
+        self._flat_plan = [s for b in batches for s in b]
         todo = batches[start:]
         dali_parts = [[s for s in b if self._use_dali[s.path]] for b in todo]
         fallback_samples = [s for b in todo for s in b if not self._use_dali[s.path]]
@@ -428,10 +448,12 @@ class KineticsDALILoader:
                             decoder.submit(dali_parts[submitted])
                         submitted += 1
                 videos, labels = self._assemble(batch, dali_parts[i], decoder, fallback_iter)
+                self._check_failure_limit()
+                # Set before yielding: a state_dict() taken while the caller holds this batch
+                # resumes after it. After the last batch it equals len(self): epoch finished.
                 self._start_batch = start + i + 1
                 self._counters.batches += 1
                 yield videos, labels
-            self._start_batch = 0
         finally:
             if decoder is not None:
                 while decoder.pending:  # drop what was submitted ahead for an abandoned epoch
@@ -446,6 +468,7 @@ class KineticsDALILoader:
 
     def _assemble(self, batch, dali_part, decoder, fallback_iter) -> tuple[torch.Tensor, torch.Tensor]:
         rows: dict[int, tuple[torch.Tensor, int]] = {}
+        decoded = None
         if dali_part:
             t0 = time.perf_counter()
             try:
@@ -455,18 +478,29 @@ class KineticsDALILoader:
                 logger.warning("DALI batch failed, decoding its %d clip(s) with the fallback: %s",
                                len(dali_part), err.reason)
                 for sample in dali_part:
-                    rows[sample.position] = self._decode_here(sample, batch)
+                    rows[sample.position] = self._decode_here(sample)
                     self._counters.clips_redecoded += 1
             else:
                 self._counters.dali_wait_s += time.perf_counter() - t0
+                if decoded.samples != tuple(dali_part):
+                    raise RuntimeError("internal error: DALI returned another batch than the one "
+                                       f"expected ({len(decoded.samples)} vs {len(dali_part)} samples)")
                 for k, sample in enumerate(decoded.samples):
-                    rows[sample.position] = (decoded.videos[k], int(decoded.labels[k]))
+                    # The label comes from the plan: reading DALI's would sync the GPU per row.
+                    rows[sample.position] = (decoded.videos[k], sample.label)
                 self._counters.clips_dali += len(decoded.samples)
         for sample in batch:
             if sample.position in rows:
                 continue
             t0 = time.perf_counter()
-            video, label = next(fallback_iter)
+            try:
+                video, label = next(fallback_iter)
+            except NoReplacementError as err:
+                # Every remaining fallback-route sample failed: look further, in the whole plan.
+                logger.warning("%s; decoding in this process", err)
+                self._counters.failures.extend(err.failures)
+                fallback_iter = self._fallback_iter([])
+                video, label = self._decode_here(sample)
             self._counters.fallback_wait_s += time.perf_counter() - t0
             rows[sample.position] = (video, label)
             self._counters.clips_fallback += 1
@@ -475,19 +509,24 @@ class KineticsDALILoader:
         labels = torch.empty(len(batch), dtype=torch.int64)
         for k, sample in enumerate(batch):
             video, label = rows[sample.position]
-            # The copy also detaches DALI rows from DALI's reusable output buffer.
             videos[k].copy_(video, non_blocking=True)
             labels[k] = PADDING_LABEL if (self.label_padding and sample.is_padding) else label
+        if decoded is not None and videos.is_cuda:
+            # DALI rows live in DALI's output buffer, which its next run may overwrite from
+            # its own stream: wait for the copies before letting go of that buffer.
+            torch.cuda.current_stream(videos.device).synchronize()
         return videos, labels.to(self.torch_device, non_blocking=True)
 
     def _fallback_iter(self, samples: list[Sample]) -> Iterator[tuple[torch.Tensor, int]]:
         if not samples:
             return iter(())
+        paths = {s.path for s in samples}
         loader = make_fallback_loader(
             samples, self.output, batch_size=1, num_workers=self.decode.fallback_workers,
             prefetch_factor=4, timeout_s=self.decode.timeout_s,
-            max_failure_fraction=self.decode.max_failure_fraction, threads=self.decode.fallback_threads,
-            hints=self._hints, pin_memory=self.device == "gpu",
+            # The limit applies to the whole epoch (_check_failure_limit), not to this subset.
+            max_failure_fraction=1.0, threads=self.decode.fallback_threads,
+            hints={p: h for p, h in self._hints.items() if p in paths}, pin_memory=self.device == "gpu",
         )
 
         def items() -> Iterator[tuple[torch.Tensor, int]]:
@@ -505,11 +544,19 @@ class KineticsDALILoader:
 
         return items()
 
-    def _decode_here(self, sample: Sample, batch: Sequence[Sample]) -> tuple[torch.Tensor, int]:
+    def _check_failure_limit(self) -> None:
+        """Raise once more of this epoch's samples failed than ``max_failure_fraction`` allows (at least 1)."""
+        failures = self._counters.failures
+        total = len(self._flat_plan)
+        limit = max(1.0, self.decode.max_failure_fraction * total)
+        if len(failures) > limit:
+            raise TooManyFailuresError(failures, total, f"max_failure_fraction="
+                                       f"{self.decode.max_failure_fraction} of {total} samples")
+
+    def _decode_here(self, sample: Sample) -> tuple[torch.Tensor, int]:
         """Decode one sample in this process with the fallback; on failure, the next plan sample that decodes."""
-        plan = [s for b in self.plan() for s in b]
+        plan = self._flat_plan
         start = next((i for i, s in enumerate(plan) if s.position == sample.position), 0)
-        tries = 0
         for offset in range(len(plan)):
             candidate = plan[(start + offset) % len(plan)]
             try:
@@ -517,14 +564,7 @@ class KineticsDALILoader:
                                       timeout_s=self.decode.timeout_s, hint=self._hints.get(candidate.path))
             except DecodeError as err:
                 self._counters.failures.append(Failure(candidate.path, err.reason, candidate.position))
-                tries += 1
-                limit = max(1, int(self.decode.max_failure_fraction * len(plan)))
-                if len(self._counters.failures) > limit:
-                    raise RuntimeError(
-                        f"{len(self._counters.failures)} samples failed to decode this epoch, more than "
-                        f"max_failure_fraction={self.decode.max_failure_fraction} of {len(plan)}:\n"
-                        + "\n".join(f"  {f.path}: {f.reason}" for f in self._counters.failures[:20])
-                    ) from err
+                self._check_failure_limit()
                 continue
             if offset:
                 self._counters.replaced += 1
@@ -538,7 +578,7 @@ class KineticsDALILoader:
 
             self._dali = DaliClipDecoder(
                 self.output, batch_size=self.batch_size, device=self.device,
-                device_id=self.local_rank if self.device == "gpu" else None,
+                device_id=self.device_id,
                 num_threads=self._dali_threads(), prefetch_queue_depth=self.decode.prefetch_batches,
             )
         return self._dali

@@ -15,6 +15,7 @@ from daliload.framecode import read_code
 from daliload.loader import PADDING_LABEL, DecodeSpec, KineticsDALILoader, ScanSpec, split_batches
 from daliload.plan import AugmentSpec, CropBox, OutputSpec, Sample
 from daliload.prescreen import Manifest
+from fallback import TooManyFailuresError
 
 RAW = OutputSpec(size=(48, 64), mean=(0, 0, 0), std=(1, 1, 1), dtype="float32")
 # Centre crop with the frames' own 4:3 aspect = the whole frame, so the frame code stays readable.
@@ -114,7 +115,7 @@ def test_epochs_reshuffle_and_resume_mid_epoch(dataset):
     state = loader.state_dict()
     assert state["epoch"] == 1 and state["next_batch"] == 1
     rest = [(v.clone(), l.clone()) for v, l in it]
-    assert loader.state_dict()["next_batch"] == 0  # the epoch finished: the next pass starts it again
+    assert loader.state_dict()["next_batch"] == len(plan1)  # finished, not "not started"
 
     resumed = make_loader(dataset)
     resumed.load_state_dict(state)
@@ -124,6 +125,44 @@ def test_epochs_reshuffle_and_resume_mid_epoch(dataset):
         assert torch.equal(v1, v2) and torch.equal(l1, l2)
     with pytest.raises(ValueError, match="seed=0, this loader has seed=9"):
         make_loader(dataset, seed=9).load_state_dict(state)
+
+
+def test_a_pass_that_stops_at_the_last_batch_does_not_empty_the_next(dataset):
+    loader = make_loader(dataset, "val", batch_size=2)
+    first = [l.clone() for _, (_, l) in zip(range(len(loader)), loader)]  # never asks past the end
+    second = [l for _, l in loader]
+    assert len(first) == len(second) == len(loader)
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
+
+
+def test_a_new_pass_closes_the_old_one(dataset):
+    loader = make_loader(dataset)
+    stale = iter(loader)
+    next(stale)
+    frames = {v.path: v.num_frames for v in loader.videos}
+    fresh = list(loader)  # continues the epoch where the stale pass stopped
+    assert len(fresh) == len(loader) - 1
+    for (videos, labels), batch in zip(fresh, loader.plan()[1:]):
+        check_batch(videos, labels, batch, frames)
+    with pytest.raises(StopIteration):
+        next(stale)
+
+
+def test_failure_limit_counts_the_whole_epoch(dataset, tmp_path):
+    """One broken file must not stop an epoch whose fallback share is small; too many must, by name."""
+    root = tmp_path / "copy"
+    shutil.copytree(dataset, root, ignore=shutil.ignore_patterns(".daliload"))
+    loader = make_loader(root)  # default max_failure_fraction 0.05, at least one failure allowed
+    fallback_paths = sorted(v.path for v in loader.videos if v.route == "fallback")
+    Path(fallback_paths[0]).unlink()
+    with pytest.warns(RuntimeWarning, match="failed to decode"):
+        assert len(list(loader)) == len(loader)
+    assert [f.path for f in loader.stats().failures] == [fallback_paths[0]]
+    for path in fallback_paths[1:3]:
+        Path(path).unlink()
+    with pytest.raises(TooManyFailuresError, match="failed to decode") as info:
+        list(loader)
+    assert set(fallback_paths[:3]) & {f.path for f in info.value.failures}
 
 
 def test_file_broken_after_the_scan_is_replaced_and_reported(dataset, tmp_path):
