@@ -467,3 +467,25 @@ def test_ensure_manifest_scans_on_rank_0_only(dataset, tmp_path):
         results[1]["error"].startswith("RuntimeError: rank 0 failed to scan ")
         and "nope" in results[1]["error"]
     )
+
+
+def test_concurrent_ensure_manifest_calls_take_turns(small_kinetics, tmp_path):
+    """Processes without a process group (e.g. ranks before init) never scan one manifest at once."""
+    import subprocess
+    import sys
+
+    manifest = tmp_path / "m.sqlite"
+    code = ("import sys; from daliload.prescreen import ensure_manifest; "
+            "ensure_manifest(sys.argv[1], device='cpu', manifest_path=sys.argv[2], workers=0, progress=False)")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(small_kinetics), str(manifest)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(3)]
+    for proc in procs:
+        out, _ = proc.communicate(timeout=300)
+        assert proc.returncode == 0, out[-3000:]
+    from daliload.prescreen import Manifest
+
+    with Manifest(manifest) as m:
+        entries = m.entries("train", device="cpu")
+        assert len(entries) == len({e.path for e in entries}) > 0
+        assert m.last_scan["probed"] == 0  # the last one to get the lock found everything done
+    assert (tmp_path / "m.sqlite.lock").exists()

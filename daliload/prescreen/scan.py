@@ -33,6 +33,7 @@ the worker with SIGKILL, ``slow`` sleeps :data:`SLOW_FAULT_S` before probing
 
 from __future__ import annotations
 
+import fcntl
 import fnmatch
 import hashlib
 import logging
@@ -512,8 +513,17 @@ def ensure_manifest(
     path = Path(manifest_path) if manifest_path is not None else default_manifest_path(root)
 
     def run_scan() -> None:
-        scan(root, manifest_path=path, device=device, deep=deep, workers=workers, splits=splits,
-             progress=True if progress is None else progress)
+        # One scan per manifest at a time, also across processes that share no process
+        # group (torchrun ranks before init_process_group, several jobs on one dataset):
+        # the others wait here, then find nothing left to probe and read the same result.
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.with_name(path.name + ".lock"), "a+b") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                scan(root, manifest_path=path, device=device, deep=deep, workers=workers, splits=splits,
+                     progress=True if progress is None else progress)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
 
     if not dist.is_distributed():
         run_scan()
