@@ -159,8 +159,15 @@ def test_hang_and_crash_cost_one_file_each(dataset, make_clip, monkeypatch):
     assert routes["a_h264.mp4"] == ("dali", "")
     assert summary.files == {"dali": 3, "fallback": 2, "bad": 3}
 
-    # A fixed file (the fault gone, the file rewritten) is probed again and recovers.
+    # A hang or crash is not cached as the file's verdict: the next scan, with the
+    # files untouched and the fault gone, probes exactly those two again.
     monkeypatch.delenv(FAULT_ENV)
+    again = scan(dataset, device="gpu", workers=1, progress=False)
+    assert again.probed == 2
+    assert _routes(summary.manifest_path, "gpu")["stuck.mp4"] == ("dali", "")
+    assert scan(dataset, device="gpu", workers=1, progress=False).probed == 0
+
+    # A fixed file (the file rewritten) is probed again and recovers.
     for name in ("stuck.mp4", "boom.mp4"):
         shutil.copyfile(_clip(make_clip, "vp9"), dataset / "train" / "bowling" / name)
     assert scan(dataset, device="gpu", workers=1, progress=False).probed == 2

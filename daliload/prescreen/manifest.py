@@ -475,6 +475,18 @@ class Manifest:
                 ),
             )
 
+    def transient_failures(self) -> set[str]:
+        """Paths marked ``bad`` only because their probe hung, crashed or raised.
+
+        Those verdicts say more about the machine at the time (overload, a
+        flaky mount) than about the file, so a re-scan probes them again even
+        when size and mtime are unchanged.
+        """
+        rows = self._conn.execute(
+            "SELECT DISTINCT path FROM routes WHERE route = 'bad' AND "
+            "(reason IN ('timeout', 'crash') OR reason LIKE 'probe error:%')")
+        return {path for (path,) in rows}
+
     def known_files(self) -> dict[str, KnownFile]:
         """Every stored file, keyed by path: size, mtime, index metadata, deep-checked devices."""
         deep: dict[str, set[str]] = {}

@@ -385,6 +385,7 @@ def scan(
     device_id = dist.local_rank()
     with Manifest(manifest_path, writable=True) as manifest:
         known = manifest.known_files()
+        retry = manifest.transient_failures()
         to_probe: list[FileRecord] = []
         relabelled: list[FileRecord] = []
         listed: set[str] = set()
@@ -396,6 +397,7 @@ def scan(
                 old is not None
                 and (old.size_bytes, old.mtime_ns) == (file_rec.size_bytes, file_rec.mtime_ns)
                 and (not deep or device in old.deep_devices)
+                and file_rec.path not in retry
             ):
                 if old.meta != file_rec.meta():
                     relabelled.append(file_rec)
