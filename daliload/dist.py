@@ -9,6 +9,7 @@ is already loaded or installed; nothing here initializes a process group.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -67,7 +68,7 @@ def barrier() -> None:
         dist.barrier()
 
 
-def broadcast_object(obj: T, *, src: int = 0) -> T:
+def broadcast_object(obj: T, *, src: int = 0, group: Any | None = None) -> T:
     """Send a picklable object from rank ``src`` to every rank; returns it on all.
 
     Also a barrier: every rank waits until ``src`` has sent. Without a process
@@ -77,5 +78,18 @@ def broadcast_object(obj: T, *, src: int = 0) -> T:
     if dist is None:
         return obj
     box = [obj]
-    dist.broadcast_object_list(box, src=src)
+    dist.broadcast_object_list(box, src=src, group=group)
     return box[0]
+
+
+def patient_group(timeout_s: float) -> Any | None:
+    """A gloo process group whose collectives wait up to ``timeout_s`` seconds.
+
+    For waits longer than the default group allows (its timeout is often 10
+    minutes with NCCL), such as ranks waiting for rank 0 to scan a dataset.
+    Every rank must call this at the same point. ``None`` without a process group.
+    """
+    dist = _dist()
+    if dist is None:
+        return None
+    return dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))

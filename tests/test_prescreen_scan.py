@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -430,14 +431,18 @@ def _ddp_rank(rank: int, world: int, init_file: str, root: str, out_dir: str) ->
 
     scan_module = importlib.import_module("daliload.prescreen.scan")  # the module, not the function
 
+    # The default group gives up after 3 s; rank 0's scan takes longer than that, as a
+    # first scan of a real dataset outlasts NCCL's default 10 minutes.
     torch_dist.init_process_group(
-        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world
+        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
+        timeout=timedelta(seconds=3),
     )
     calls = []
     real_scan = scan_module.scan
 
     def counting_scan(*args, **kwargs):
         calls.append(args[0])
+        time.sleep(5)
         return real_scan(*args, **kwargs)
 
     scan_module.scan = counting_scan

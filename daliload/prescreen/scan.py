@@ -55,6 +55,9 @@ from daliload.workerpool import WorkerPool
 logger = logging.getLogger(__name__)
 
 FAULT_ENV = "DALILOAD_TEST_PROBE_FAULT"
+#: How long other ranks wait for rank 0's scan in :func:`ensure_manifest` (seconds).
+SCAN_WAIT_S = 12 * 3600
+
 #: Per-file time limits (seconds) when ``timeout_s`` is not given.
 PROBE_TIMEOUT_S = 30.0
 DEEP_TIMEOUT_S = 120.0
@@ -495,7 +498,7 @@ def ensure_manifest(
 
     Under an initialized ``torch.distributed`` process group, global rank 0
     scans (probing only new or changed files) while the other ranks wait for it
-    (bounded by the process group's timeout) and then get its manifest path; if
+    (up to :data:`SCAN_WAIT_S`, on a gloo group of their own) and then get its manifest path; if
     rank 0 fails, every rank raises. Without a process group this process scans.
 
     Args:
@@ -530,16 +533,18 @@ def ensure_manifest(
     if not dist.is_distributed():
         run_scan()
         return path
+    # A first scan of a large dataset outlasts the default group's timeout (often 10
+    # minutes with NCCL): the other ranks wait on a gloo group that allows SCAN_WAIT_S.
+    group = dist.patient_group(SCAN_WAIT_S)
     status: tuple[str, str] = ("ok", str(path))
     if dist.rank() == 0:
         try:
             run_scan()
         except BaseException as err:
-            dist.broadcast_object(
-                ("error", f"{type(err).__name__}: {err}")
-            )  # release the waiting ranks
+            # release the waiting ranks
+            dist.broadcast_object(("error", f"{type(err).__name__}: {err}"), group=group)
             raise
-    status = dist.broadcast_object(status)
+    status = dist.broadcast_object(status, group=group)
     if status[0] != "ok":
         raise RuntimeError(f"rank 0 failed to scan {root}: {status[1]}")
     return Path(status[1])
