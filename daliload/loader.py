@@ -322,7 +322,8 @@ class KineticsDALILoader:
             manifest_path = source
         else:
             manifest_path = ensure_manifest(source, device=device, manifest_path=self.scan.manifest_path,
-                                            deep=self.scan.deep, workers=self.scan.workers)
+                                            deep=self.scan.deep, workers=self.scan.workers,
+                                            splits=tuple(dict.fromkeys(("train", "val", split))))
         self.manifest_path = Path(manifest_path)
         with Manifest(self.manifest_path) as manifest:
             known_splits = manifest.splits()

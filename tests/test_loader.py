@@ -254,3 +254,12 @@ def test_gpu_samples_match_the_plan(dataset):
         check_batch(videos.cpu(), labels.cpu(), batch, frames)
     # On a GPU, H.264 goes to NVDEC too: only the 4:4:4 / 10-bit / VFR oddities need the fallback.
     assert loader.stats().clips_dali > loader.stats().clips_fallback
+
+
+def test_a_test_split_is_scanned_on_demand(small_kinetics, tmp_path):
+    root = tmp_path / "with_test"
+    shutil.copytree(small_kinetics, root, ignore=shutil.ignore_patterns(".daliload"))
+    shutil.copytree(root / "val", root / "test")
+    loader = make_loader(root, "test", batch_size=2)
+    assert {Path(v.path).parts[-3] for v in loader.videos} == {"test"}
+    assert len(list(loader)) == len(loader)
