@@ -130,6 +130,9 @@ class LoaderStats:
         device: ``"gpu"`` or ``"cpu"``: where DALI decodes and tensors live.
         dali_enabled: whether DALI decoded anything this run (False without
             DALI installed, or with ``decoder="fallback"``).
+        rerouted: files of route ``dali`` whose DALI batch failed and that
+            DALI named or the fallback could not decode either; they go
+            through the fallback for the rest of this run.
     """
 
     epoch: int
@@ -144,6 +147,7 @@ class LoaderStats:
     fallback_wait_s: float
     device: str
     dali_enabled: bool
+    rerouted: tuple[str, ...] = ()
 
     @property
     def dali_share(self) -> float:
@@ -159,6 +163,9 @@ class LoaderStats:
             f"waiting: DALI {self.dali_wait_s:.2f} s, fallback {self.fallback_wait_s:.2f} s; "
             f"re-decoded after a DALI failure: {self.clips_redecoded}; replaced: {self.replaced}",
         ]
+        if self.rerouted:
+            lines.append(f"sent to the fallback after failing in DALI ({len(self.rerouted)}): "
+                         + ", ".join(self.rerouted[:5]) + (" ..." if len(self.rerouted) > 5 else ""))
         if self.failures:
             lines.append(f"failed at run time ({len(self.failures)}):")
             lines += [f"  {f.path}: {f.reason}" for f in self.failures[:10]]
@@ -346,6 +353,7 @@ class KineticsDALILoader:
         self._counters_epoch = 0
         self._dali = None  # DaliClipDecoder, built on first use
         self._active: Iterator | None = None  # the live pass over an epoch, if any
+        self._rerouted: set[str] = set()  # dali-route files sent to the fallback after failing in DALI
         self._flat_plan: list[Sample] = []
         if self.rejected and self.rank == 0:
             logger.info("%d file(s) of split %r rejected by the pre-screen", len(self.rejected), split)
@@ -416,6 +424,7 @@ class KineticsDALILoader:
             clips_fallback=c.clips_fallback, clips_redecoded=c.clips_redecoded, replaced=c.replaced,
             failures=tuple(c.failures), rejected=self.rejected, dali_wait_s=c.dali_wait_s,
             fallback_wait_s=c.fallback_wait_s, device=self.device, dali_enabled=self.dali_enabled,
+            rerouted=tuple(sorted(self._rerouted)),
         )
 
     # -- iteration ------------------------------------------------------------------------
@@ -478,9 +487,20 @@ class KineticsDALILoader:
                 self._counters.dali_wait_s += time.perf_counter() - t0
                 logger.warning("DALI batch failed, decoding its %d clip(s) with the fallback: %s",
                                len(dali_part), err.reason)
+                # A file DALI cannot decode (damaged after the scan, or mid-stream where only
+                # --deep looks) would fail every batch it joins: once known, it goes to the
+                # fallback for the rest of the run, so the whole-batch re-decode is paid once.
+                # Known = named by DALI, or failing in the fallback too.
+                culprits = {err.culprit.path} if err.culprit is not None else set()
                 for sample in dali_part:
+                    before = len(self._counters.failures)
                     rows[sample.position] = self._decode_here(sample)
                     self._counters.clips_redecoded += 1
+                    if any(f.path == sample.path for f in self._counters.failures[before:]):
+                        culprits.add(sample.path)
+                for path in culprits:
+                    self._use_dali[path] = False
+                self._rerouted |= culprits
             else:
                 self._counters.dali_wait_s += time.perf_counter() - t0
                 if decoded.samples != tuple(dali_part):

@@ -183,6 +183,14 @@ def test_file_broken_after_the_scan_is_replaced_and_reported(dataset, tmp_path):
     assert {dali_victim, fallback_victim} <= failed
     assert stats.replaced >= 2
     assert stats.clips_redecoded >= 1  # the DALI batch with the bad file went through the fallback
+    # DALI named the culprit: it goes to the fallback from now on, its batch-mates stay on DALI.
+    assert stats.rerouted == (dali_victim,)
+    loader.set_epoch(1)
+    with pytest.warns(RuntimeWarning, match="failed to decode"):
+        assert len(list(loader)) == len(loader)
+    again = loader.stats()
+    assert again.clips_redecoded == 0 and again.clips_dali > 0
+    assert dali_victim in {f.path for f in again.failures}
 
 
 def test_without_dali_everything_goes_through_the_fallback(dataset, monkeypatch):
