@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import shutil
-import warnings
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 from daliload import loader as loader_mod
 from daliload.framecode import read_code
-from daliload.loader import PADDING_LABEL, DecodeSpec, KineticsDALILoader, ScanSpec, split_batches
+from daliload.loader import PADDING_LABEL, DecodeSpec, KineticsDALILoader, split_batches
 from daliload.plan import AugmentSpec, CropBox, OutputSpec, Sample
 from daliload.prescreen import Manifest
 from fallback import TooManyFailuresError

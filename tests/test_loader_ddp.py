@@ -9,7 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 WORKER = Path(__file__).parent / "ddp" / "loader_worker.py"
 EPOCHS = 2
