@@ -355,6 +355,7 @@ class KineticsDALILoader:
         self._active: Iterator | None = None  # the live pass over an epoch, if any
         self._rerouted: set[str] = set()  # dali-route files sent to the fallback after failing in DALI
         self._flat_plan: list[Sample] = []
+        self._fallback_exhausted = False
         if self.rejected and self.rank == 0:
             logger.info("%d file(s) of split %r rejected by the pre-screen", len(self.rejected), split)
 
@@ -444,6 +445,7 @@ class KineticsDALILoader:
         self._counters = _Counters(batches=0)
         self._counters_epoch = self.epoch
         self._flat_plan = [s for b in batches for s in b]
+        self._fallback_exhausted = False
         todo = batches[start:]
         dali_parts = [[s for s in b if self._use_dali[s.path]] for b in todo]
         fallback_samples = [s for b in todo for s in b if not self._use_dali[s.path]]
@@ -514,14 +516,19 @@ class KineticsDALILoader:
             if sample.position in rows:
                 continue
             t0 = time.perf_counter()
-            try:
-                video, label = next(fallback_iter)
-            except NoReplacementError as err:
-                # Every remaining fallback-route sample failed: look further, in the whole plan.
-                logger.warning("%s; decoding in this process", err)
-                self._counters.failures.extend(err.failures)
-                fallback_iter = self._fallback_iter([])
+            if self._fallback_exhausted:
                 video, label = self._decode_here(sample)
+            else:
+                try:
+                    video, label = next(fallback_iter)
+                except NoReplacementError as err:
+                    # No fallback-route sample left that decodes: the fallback loader has
+                    # stopped, so this and the epoch's remaining fallback-route samples are
+                    # decoded here, with replacements searched over the whole plan.
+                    logger.warning("%s; decoding the rest in this process", err)
+                    self._counters.failures.extend(err.failures)
+                    self._fallback_exhausted = True
+                    video, label = self._decode_here(sample)
             self._counters.fallback_wait_s += time.perf_counter() - t0
             rows[sample.position] = (video, label)
             self._counters.clips_fallback += 1
@@ -570,7 +577,8 @@ class KineticsDALILoader:
         failures = self._counters.failures
         total = len(self._flat_plan)
         limit = max(1.0, self.decode.max_failure_fraction * total)
-        if len(failures) > limit:
+        # A sample met again as a replacement candidate counts once.
+        if len({(f.path, f.position) for f in failures}) > limit:
             raise TooManyFailuresError(failures, total, f"max_failure_fraction="
                                        f"{self.decode.max_failure_fraction} of {total} samples")
 

@@ -208,7 +208,13 @@ class FallbackStats:
 class NoReplacementError(RuntimeError):
     """No decodable replacement was found for a failed sample."""
 
-    def __init__(self, slot_position: int, failures: Sequence[Failure]) -> None:
+    def __init__(self, slot_position: int | str, failures: Sequence[Failure] = ()) -> None:
+        if isinstance(slot_position, str):
+            # Raised in a DataLoader worker, torch re-raises it in the main process as
+            # exc_type(message): keep the type (callers catch it), the details are in the text.
+            self.slot_position, self.failures = None, tuple(failures)
+            super().__init__(slot_position)
+            return
         self.slot_position = slot_position
         self.failures = tuple(failures)
         super().__init__(f"plan position {slot_position}: no decodable replacement among the next "

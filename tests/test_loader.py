@@ -163,6 +163,22 @@ def test_failure_limit_counts_the_whole_epoch(dataset, tmp_path):
     assert set(fallback_paths[:3]) & {f.path for f in info.value.failures}
 
 
+def test_epoch_survives_losing_every_fallback_file(dataset, tmp_path):
+    """With no fallback-route file left, replacements come from the rest of the plan."""
+    root = tmp_path / "copy"
+    shutil.copytree(dataset, root, ignore=shutil.ignore_patterns(".daliload"))
+    loader = make_loader(root, decode=DecodeSpec(max_failure_fraction=1.0))
+    gone = {v.path for v in loader.videos if v.route == "fallback"}
+    for path in gone:
+        Path(path).unlink()
+    with pytest.warns(RuntimeWarning, match="failed to decode"):
+        batches = list(loader)
+    assert len(batches) == len(loader) and all(v.shape[0] == 4 for v, _ in batches)
+    stats = loader.stats()
+    assert {f.path for f in stats.failures} == gone
+    assert stats.replaced >= len(gone)
+
+
 def test_file_broken_after_the_scan_is_replaced_and_reported(dataset, tmp_path):
     root = tmp_path / "copy"
     shutil.copytree(dataset, root, ignore=shutil.ignore_patterns(".daliload"))
