@@ -34,13 +34,10 @@ from pathlib import Path
 from typing import Sequence
 
 from benchmarks.datasets import STANDARD
+from daliload.workerpool import usable_cores
 
 HELP = "benchmark daliload against the video loaders people use, on generated datasets"
 REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def _usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def _int_list(text: str) -> list[int]:
@@ -200,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
             return 2
     device = _resolve_device(args.device)
     gpu = device == "cuda"
-    cores = _usable_cores()
+    cores = usable_cores()
     workers = args.workers if args.workers is not None else min(8 if gpu else 2, cores)
     sweep_values = [] if args.no_sweeps else (args.sweep_workers or _default_sweep(cores, device))
     # On a 2-core machine 16 clips per dataset and 2 timed epochs keep a run near 6 minutes;

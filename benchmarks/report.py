@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Sequence
 
 from benchmarks.metrics import Summary, summarize
+from daliload.workerpool import usable_cores
 
 _PACKAGES = ("torch", "av", "numpy", "nvidia-dali-cuda130", "nvidia-dali-cuda120", "torchcodec", "decord",
              "psutil")
@@ -74,7 +75,7 @@ def machine_info(label: str = "") -> dict:
                                 capture_output=True, text=True, timeout=30, check=False)
         if result.returncode == 0 and result.stdout.strip():
             gpu = result.stdout.strip().splitlines()[0]
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    usable = usable_cores()
     return {
         "label": label,
         "cpu_model": cpu_model,

@@ -31,8 +31,10 @@ from typing import Iterator, Literal, Sequence
 import torch
 
 from daliload import dist
-from daliload.plan import AugmentSpec, ClipSpec, OutputSpec, Sample, make_train_plan, make_val_plan
+from daliload.plan import (AugmentSpec, ClipSpec, OutputSpec, Sample, make_train_plan, make_val_plan,
+                           samples_per_rank)
 from daliload.prescreen import Manifest, ManifestEntry, ensure_manifest
+from daliload.workerpool import usable_cores
 from fallback import (Failure, NoReplacementError, StreamHint, TooManyFailuresError, decode_sample,
                       make_fallback_loader)
 from fallback.decode import DecodeError
@@ -345,8 +347,7 @@ class KineticsDALILoader:
             raise ValueError(f"split {split!r} of {self.manifest_path} has no decodable video "
                              f"({len(self.rejected)} rejected by the pre-screen)")
         self._use_dali = {e.path: (e.route == "dali" and self.dali_enabled) for e in self.videos}
-        self._hints = {e.path: _hint(e) for e in self.videos}
-        self._hints = {p: h for p, h in self._hints.items() if h is not None}
+        self._hints = {e.path: hint for e in self.videos if (hint := _hint(e)) is not None}
         self.epoch = 0
         self._start_batch = 0
         self._counters = _Counters()
@@ -373,7 +374,7 @@ class KineticsDALILoader:
         return split_batches(samples, self.batch_size, self.last_batch)
 
     def __len__(self) -> int:
-        per_rank = math.ceil(len(self.videos) / self.world_size)
+        per_rank = samples_per_rank(len(self.videos), self.world_size)
         if self.last_batch == "drop":
             return per_rank // self.batch_size
         return math.ceil(per_rank / self.batch_size)
@@ -617,7 +618,7 @@ class KineticsDALILoader:
             return self.decode.dali_threads
         if self.device == "gpu":
             return min(self.batch_size, 16)
-        return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+        return usable_cores()
 
     def _warn_failures(self) -> None:
         failures = self._counters.failures

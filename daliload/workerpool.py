@@ -36,6 +36,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import multiprocessing as mp
+import os
 import signal
 import sys
 import time
@@ -81,6 +82,14 @@ class TaskOutcome(Generic[T, R]):
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def _die_with_parent() -> None:

@@ -50,7 +50,7 @@ from daliload.prescreen.deep import deep_check
 from daliload.prescreen.manifest import FileRecord, Manifest, Probed, ProbeRows, RouteRow
 from daliload.prescreen.probe import ProbeResult, probe_file
 from daliload.prescreen.rules import ROUTES, Device, check_device, route_for
-from daliload.workerpool import WorkerPool
+from daliload.workerpool import WorkerPool, usable_cores
 
 logger = logging.getLogger(__name__)
 
@@ -188,10 +188,7 @@ def default_manifest_path(root: str | os.PathLike) -> Path:
 
 def default_workers() -> int:
     """Worker processes for a scan: the CPU cores this process may use."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    return usable_cores()
 
 
 def _records_from_root(
