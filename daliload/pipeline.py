@@ -341,7 +341,7 @@ class DaliClipDecoder:
         try:
             videos_tl, labels_tl = self._pipe.outputs()
         except RuntimeError as err:
-            reason = _short_reason(str(err))
+            reason = dali_error_reason(str(err))
             match = re.search(r"sample #(\d+)", str(err))
             culprit = None
             if match and int(match.group(1)) < len(entry.samples):
@@ -441,7 +441,7 @@ def _read_file(path: str) -> np.ndarray:
     return data
 
 
-def _short_reason(message: str) -> str:
+def dali_error_reason(message: str) -> str:
     """DALI's error text without the pipeline-definition traceback and C++ context lines."""
     tail = message.rsplit("encountered:", 1)[-1]
     noise = ("C++ context", "Current pipeline object", "Critical error")
