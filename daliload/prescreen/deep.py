@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from daliload.pipeline import dali_error_reason, import_dali
 from daliload.prescreen.probe import ProbeResult
 from daliload.prescreen.rules import Device, Route
 
@@ -36,9 +37,8 @@ WINDOW_FRAMES = 8
 #: Reason kept on a ``dali`` route whose DALI check could not run.
 DALI_MISSING = "deep check skipped: nvidia-dali is not installed"
 
-_pipelines: dict[tuple[str, int | None], Any] = (
-    {}
-)  # per worker process: (backend, device_id) -> pipeline
+#: Per worker process: (backend, device_id) -> pipeline.
+_pipelines: dict[tuple[str, int | None], Any] = {}
 
 
 @dataclass(frozen=True)
@@ -68,24 +68,12 @@ def windows(num_frames: int) -> tuple[tuple[int, int], tuple[int, int]]:
     return (0, length), (num_frames - length, length)
 
 
-def _dali_error_text(err: BaseException) -> str:
-    """The line of a DALI error that says what failed (the text opens with a traceback)."""
-    text = str(err)
-    if "encountered:" in text:
-        text = text.split("encountered:", 1)[1]
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith(("Critical error", "Current pipeline", "C++ context")):
-            return line
-    return type(err).__name__
-
-
 def _dali_pipeline(device: Device, device_id: int) -> Any:
     key = ("mixed" if device == "gpu" else "cpu", device_id if device == "gpu" else None)
     if key not in _pipelines:
-        from nvidia.dali import fn, pipeline_def, types  # lazy: only deep checks need DALI
+        pipeline_mod, fn, types = import_dali()  # lazy: only deep checks need DALI
 
-        @pipeline_def(batch_size=2, num_threads=1, device_id=key[1], prefetch_queue_depth=1)
+        @pipeline_mod.pipeline_def(batch_size=2, num_threads=1, device_id=key[1], prefetch_queue_depth=1)
         def window_pipeline():
             encoded = fn.external_source(name="encoded", dtype=types.UINT8, ndim=1)
             start = fn.external_source(name="start", dtype=types.INT32, ndim=0)
@@ -104,7 +92,8 @@ def dali_check(facts: ProbeResult, device: Device, *, device_id: int = 0) -> str
     """Decode both windows with DALI. Returns ``""`` on success, else what failed.
 
     Raises:
-        ImportError: ``nvidia-dali`` is not installed.
+        ImportError: ``nvidia-dali`` is not installed (the message says which
+            ``pip install`` fixes it).
     """
     pipe = _dali_pipeline(device, device_id)
     encoded = np.fromfile(facts.path, dtype=np.uint8)
@@ -117,7 +106,7 @@ def dali_check(facts: ProbeResult, device: Device, *, device_id: int = 0) -> str
     except RuntimeError as err:
         # DALI calls a pipeline that raised "no longer valid": the next file gets a fresh one.
         _pipelines.clear()
-        return f"DALI ({device}) failed: {_dali_error_text(err)}"
+        return f"DALI ({device}) failed: {dali_error_reason(str(err) or type(err).__name__)}"
     got = [shape[0] for shape in frames.shape()]
     if got != [head_len, tail_len]:
         return f"DALI ({device}) returned {got} frames for windows of {[head_len, tail_len]}"
