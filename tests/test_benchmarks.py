@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import os
@@ -312,15 +313,44 @@ def test_summary_median_and_spread():
     assert summarize([]) is None
 
 
-def test_daliload_bench_is_wired(monkeypatch, capsys):
+def test_daliload_bench_says_where_the_benchmarks_are_and_imports_none(capsys):
     from daliload import bench_cli
     from daliload.cli import build_parser
 
-    args = build_parser().parse_args(["bench", "--runs", "2", "--datasets", "vp9"])
-    assert args.runs == 2 and args.datasets == ["vp9"] and args._run is bench_cli.run
-    monkeypatch.setattr(bench_cli, "_harness", lambda: None)  # as in an installed wheel
+    args = build_parser().parse_args(["bench"])
+    assert args._run is bench_cli.run
     assert bench_cli.run(args) == 2
-    assert "benchmarks ship only in the source repository" in capsys.readouterr().err
+    message = capsys.readouterr().err
+    assert "benchmarks/ of the daliload source repository" in message
+    assert "`python -m benchmarks`" in message and "`make bench`" in message
+    # From the repository root, where `benchmarks` is importable: the command still imports none of it.
+    probe = ("import json, sys\n"
+             "import daliload.cli\n"
+             "code = daliload.cli.main(['bench'])\n"
+             "print(json.dumps([code, sorted(m for m in sys.modules if m.split('.')[0] == 'benchmarks')]))\n")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == [2, []]
+    assert "python -m benchmarks" in done.stderr
+
+
+def test_the_package_never_imports_the_benchmarks():
+    # DESIGN.md, Layers: benchmarks import daliload, never the other way round.
+    offenders = []
+    for folder in ("daliload", "fallback"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    names = [node.module or ""] if node.level == 0 else []
+                elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    names = [node.value]  # importlib.import_module("benchmarks...")
+                else:
+                    continue
+                offenders += [f"{path.relative_to(REPO)}:{node.lineno}: {name}" for name in names
+                              if name == "benchmarks" or name.startswith("benchmarks.")]
+    assert offenders == []
 
 
 # --- the GPU script's wheel handling, on the CPU -------------------------------------------
