@@ -1,6 +1,6 @@
 """The benchmark run: datasets, one plan, every loader, ceilings, sweeps, report.
 
-``python -m benchmarks`` (or ``daliload bench`` in a source checkout) runs::
+``python -m benchmarks`` (from the repository root; ``make bench`` sets up and runs it) runs::
 
     1. generate (or reuse) the datasets               benchmarks.datasets
     2. draw ONE plan per dataset from --seed          benchmarks.task
@@ -31,10 +31,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from benchmarks.datasets import STANDARD
 from daliload.workerpool import usable_cores
+
+if TYPE_CHECKING:
+    from benchmarks.datasets import Dataset
+    from benchmarks.loaders import LoaderAdapter
+    from benchmarks.task import TaskSpec
+    from daliload.plan import Sample
 
 HELP = "benchmark daliload against the video loaders people use, on generated datasets"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -73,7 +79,7 @@ def _size(text: str) -> tuple[int, int]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The benchmark's options (shared by ``python -m benchmarks`` and ``daliload bench``)."""
+    """The options of ``python -m benchmarks``."""
     from benchmarks.loaders import LOADERS
 
     g = parser.add_argument_group("what to run")
@@ -176,139 +182,239 @@ def _run_child(job_file: Path, log_file: Path, timeout: float) -> str | None:
     return None
 
 
-def run(args: argparse.Namespace) -> int:
+@dataclasses.dataclass(frozen=True)
+class RunSetup:
+    """What a run resolved from its options and this machine."""
+
+    name: str
+    device: str
+    cores: int
+    workers: int
+    sweep_values: list[int]
+    task: TaskSpec
+    runs: int
+
+
+@dataclasses.dataclass
+class RunState:
+    """The datasets and plans a run measures on, and what its measurements learnt so far."""
+
+    args: argparse.Namespace
+    setup: RunSetup
+    work_dir: Path
+    started: float
+    datasets: dict[str, Dataset]
+    plans: dict[str, Path]
+    frame_counts: dict[str, dict[str, int]]  # per dataset: frames_used, seek_estimate
+    unavailable: dict[str, str] = dataclasses.field(default_factory=dict)  # loader -> why it cannot run here
+    probed: set[str] = dataclasses.field(default_factory=set)  # loaders whose probe already ran
+
+
+def _unknown_name(args: argparse.Namespace) -> str | None:
+    """Why --datasets or --loaders names something that does not exist, or None."""
+    from benchmarks.loaders import LOADERS
+
+    for name in args.datasets:
+        if name not in STANDARD:
+            return f"unknown dataset {name!r}; choose from {', '.join(STANDARD)}"
+    for name in args.loaders:
+        if name not in LOADERS:
+            return f"unknown loader {name!r}; registered: {', '.join(LOADERS)}"
+    return None
+
+
+def _resolve_setup(args: argparse.Namespace) -> RunSetup:
+    """The device, workers, sweep, task and runs of this run: the options, or the device's defaults."""
+    from benchmarks.task import TaskSpec
+
+    device = _resolve_device(args.device)
+    gpu = device == "cuda"
+    cores = usable_cores()
+    workers = args.workers if args.workers is not None else min(8 if gpu else 2, cores)
+    # On a 2-core machine 16 clips per dataset and 2 timed epochs keep a run near 6 minutes;
+    # batches of 2 give each of 2 workers batches in every dataset, the 4-clip 720p one
+    # included (a batch of 4 there is the whole epoch: one worker would do it all).
+    return RunSetup(
+        name=args.name or ("gpu" if gpu else "cpu"), device=device, cores=cores, workers=workers,
+        sweep_values=[] if args.no_sweeps else (args.sweep_workers or _default_sweep(cores, device)),
+        task=TaskSpec(batch_size=args.batch_size or (32 if gpu else 2), seed=args.seed),
+        runs=args.runs or (3 if gpu else 2))
+
+
+def _plan_frame_counts(dataset: Dataset, samples: Sequence[Sample]) -> dict[str, int]:
+    """Distinct frames the plan's clips use, and the frames a seek to the keyframe before each window decodes."""
+    from benchmarks.task import seek_decode_estimate
+
+    used = estimate = 0
+    for sample in samples:
+        video = dataset.videos[sample.video_index]
+        indices = sample.frame_indices(video.num_frames)
+        used += len(set(indices))
+        estimate += seek_decode_estimate(indices, video.keyframes)
+    return {"frames_used": used, "seek_estimate": estimate}
+
+
+def _prepare_datasets(args: argparse.Namespace, setup: RunSetup, work_dir: Path, started: float) -> RunState:
+    """Generate (or reuse) the datasets and write ONE plan per dataset: daliload's own plan for epoch 0."""
     from benchmarks.datasets import loader_order, prepare_dataset, standard_specs
-    from benchmarks.loaders import CEILINGS, LOADERS, LoaderConfig, load_adapter
-    from benchmarks.report import derive_figures, machine_info
-    from benchmarks.task import TaskSpec, make_plan, seek_decode_estimate, write_plan
+    from benchmarks.task import make_plan, write_plan
+
+    gpu = setup.device == "cuda"
+    specs = standard_specs(args.datasets, num_clips=args.clips or (64 if gpu else 16),
+                           num_clips_hd=args.clips_hd or (32 if gpu else 4), duration_s=args.duration,
+                           seed=args.seed, size=args.size)
+    state = RunState(args, setup, work_dir, started, datasets={}, plans={}, frame_counts={})
+    for spec in specs:
+        t0 = time.monotonic()
+        dataset = prepare_dataset(spec, args.data_dir, workers=args.gen_workers or setup.cores)
+        samples = make_plan(dataset.videos, setup.task, loader_order(dataset))  # = daliload's own plan
+        plan_file = work_dir / f"plan-{spec.name}.json"
+        write_plan(plan_file, samples, setup.task)
+        state.datasets[spec.name], state.plans[spec.name] = dataset, plan_file
+        state.frame_counts[spec.name] = _plan_frame_counts(dataset, samples)
+        print(f"  dataset {spec.name}: {len(dataset.videos)} clips, {dataset.total_frames} frames, "
+              f"ready in {time.monotonic() - t0:.1f} s ({dataset.root})", flush=True)
+    return state
+
+
+def _jobs(args: argparse.Namespace, setup: RunSetup, datasets: Sequence[str]) -> list[Job]:
+    """Ceilings, then every loader dataset by dataset, then the workers sweep."""
+    from benchmarks.loaders import CEILINGS
+
+    jobs = [Job(CEILINGS["cpu"], "ceiling", d, 1, "main") for d in datasets]
+    if setup.device == "cuda":
+        jobs += [Job(CEILINGS["cuda"], "ceiling", d, setup.workers, "main") for d in datasets]
+    # Dataset by dataset, Kinetics-like first: a run cut short by --time-budget still
+    # compares every loader on the datasets it reached.
+    jobs += [Job(loader, "loader", d, setup.workers, "main") for d in datasets for loader in args.loaders]
+    if args.sweep_dataset in datasets:
+        jobs += [Job(loader, "loader", args.sweep_dataset, w, "workers") for loader in args.loaders
+                 for w in setup.sweep_values if w != setup.workers]
+    return jobs
+
+
+def _new_result(state: RunState, machine: dict) -> dict:
+    """The run's JSON before its first measurement: machine, settings, datasets."""
+    from benchmarks.loaders import CEILINGS, load_adapter
+
+    setup, args = state.setup, state.args
+    return {
+        "name": setup.name, "machine": machine,
+        "settings": {"device": setup.device, "workers": setup.workers, "sweep_workers": setup.sweep_values,
+                     "sweep_dataset": args.sweep_dataset, "runs": setup.runs, "warmup": args.warmup,
+                     **dataclasses.asdict(setup.task)},
+        "datasets": [dataclasses.asdict(d.spec) | {"root": d.root, "total_frames": d.total_frames,
+                                                   **state.frame_counts[n]} for n, d in state.datasets.items()],
+        "ceiling_used": load_adapter(CEILINGS[setup.device]).name,
+        "measurements": [],
+        "plots": [],
+    }
+
+
+def _new_record(cls: type[LoaderAdapter], job: Job) -> dict:
+    """A measurement's record before it runs: what was asked, and what the adapter is."""
+    return {"loader": cls.name, "kind": job.kind, "dataset": job.dataset, "workers": job.workers,
+            "sweep": job.sweep, "summary": cls.summary, "plan_windows": cls.plan_windows,
+            "knob": cls.knob, "counts_frames": cls.counts_frames, "dataset_specific": False,
+            "status": "ok", "reason": None, "figures": None}
+
+
+def _why_not_measured(cls: type[LoaderAdapter], job: Job, state: RunState) -> dict | None:
+    """The status and reason of a job that will not run (cannot here, or out of time), or None."""
+    from benchmarks.loaders import LoaderConfig
+
+    config = LoaderConfig(task=state.setup.task, workers=job.workers, device=state.setup.device)  # type: ignore[arg-type]
+    spec = state.datasets[job.dataset].spec
+    reason = cls.skip_reason(spec, config)
+    if reason is not None:
+        on_gpu = cls.skip_reason(spec, dataclasses.replace(config, device="cuda"))
+        return {"status": "unavailable", "reason": reason, "dataset_specific": on_gpu is not None}
+    if cls.name in state.unavailable:
+        return {"status": "unavailable", "reason": state.unavailable[cls.name]}
+    budget = state.args.time_budget
+    if budget is not None and time.monotonic() - state.started > budget:
+        return {"status": "skipped", "reason": f"time budget of {budget:g} s used up"}
+    return None
+
+
+def _measure(cls: type[LoaderAdapter], job: Job, number: int, state: RunState) -> dict:
+    """Run one job in its own process; its status, reason, runs and figures to add to the record."""
+    from benchmarks.report import derive_figures
+
+    stem = f"{number:03d}-{cls.name}-{job.dataset}-w{job.workers}"
+    job_file, out_file = state.work_dir / f"{stem}.job.json", state.work_dir / f"{stem}.result.json"
+    job_file.write_text(json.dumps({
+        "adapter": job.adapter, "kind": job.kind, "dataset": state.datasets[job.dataset].root,
+        "plan": str(state.plans[job.dataset]), "workers": job.workers, "device": state.setup.device,
+        "warmup": state.args.warmup, "runs": state.setup.runs, "probe": cls.name not in state.probed,
+        "out": str(out_file)}), encoding="utf-8")
+    failure = _run_child(job_file, state.work_dir / f"{stem}.log", state.args.timeout)
+    if failure is not None:
+        return {"status": "failed", "reason": failure}
+    measured = json.loads(out_file.read_text(encoding="utf-8"))
+    if measured["status"] == "unavailable":
+        state.unavailable[cls.name] = measured["reason"]
+    else:
+        state.probed.add(cls.name)
+    if measured["status"] == "ok":
+        counts = state.frame_counts[job.dataset]
+        ceiling = job.kind == "ceiling"
+        estimate = counts["seek_estimate"] if cls.plan_windows and not ceiling else None
+        figures = derive_figures(measured["runs"], estimated_decoded=estimate,
+                                 frames_used=None if ceiling else counts["frames_used"])
+        measured = measured | {"figures": dataclasses.asdict(figures)}
+    return measured
+
+
+def _measure_all(jobs: Sequence[Job], result: dict, json_path: Path, state: RunState) -> None:
+    """Every job in turn, into result["measurements"]; the JSON is rewritten after each."""
+    from benchmarks.loaders import load_adapter
+
+    for number, job in enumerate(jobs, 1):
+        cls = load_adapter(job.adapter)
+        if job.kind == "loader" and job.sweep == "workers" and cls.knob is None:
+            continue
+        record = _new_record(cls, job)
+        why_not = _why_not_measured(cls, job, state)
+        if why_not is not None:
+            record |= why_not
+        else:
+            t0 = time.monotonic()
+            record |= _measure(cls, job, number, state)
+            record["elapsed_s"] = round(time.monotonic() - t0, 1)
+        result["measurements"].append(record)
+        _print_record(record, number, len(jobs))
+        _fill_ratios(result)
+        json_path.write_text(json.dumps(result, indent=1), encoding="utf-8")
+
+
+def run(args: argparse.Namespace) -> int:
+    from benchmarks.report import machine_info
 
     started = time.monotonic()
     if args.report_from:
         result = json.loads(Path(args.report_from).read_text(encoding="utf-8"))
         _finish(result, args, Path(args.report_from), Path(args.report_from).parent)
         return 0
-    for name in args.datasets:
-        if name not in STANDARD:
-            print(f"unknown dataset {name!r}; choose from {', '.join(STANDARD)}", file=sys.stderr)
-            return 2
-    for name in args.loaders:
-        if name not in LOADERS:
-            print(f"unknown loader {name!r}; registered: {', '.join(LOADERS)}", file=sys.stderr)
-            return 2
-    device = _resolve_device(args.device)
-    gpu = device == "cuda"
-    cores = usable_cores()
-    workers = args.workers if args.workers is not None else min(8 if gpu else 2, cores)
-    sweep_values = [] if args.no_sweeps else (args.sweep_workers or _default_sweep(cores, device))
-    # On a 2-core machine 16 clips per dataset and 2 timed epochs keep a run near 6 minutes;
-    # batches of 2 give each of 2 workers batches in every dataset, the 4-clip 720p one
-    # included (a batch of 4 there is the whole epoch: one worker would do it all).
-    task = TaskSpec(batch_size=args.batch_size or (32 if gpu else 2), seed=args.seed)
-    runs = args.runs or (3 if gpu else 2)
-    name = args.name or ("gpu" if gpu else "cpu")
+    unknown = _unknown_name(args)
+    if unknown is not None:
+        print(unknown, file=sys.stderr)
+        return 2
+    setup = _resolve_setup(args)
     results_dir = Path(args.results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
-    work_dir = Path(args.data_dir) / "runs" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    work_dir = Path(args.data_dir) / "runs" / f"{setup.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     work_dir.mkdir(parents=True, exist_ok=True)
     machine = machine_info(args.machine)
     machine["load_avg_start"] = _load_average()
-    print(f"benchmark {name}: device {device}, {cores} usable cores, workers {workers}, "
-          f"batch {task.batch_size}, runs {runs} after {args.warmup} warm-up", flush=True)
+    print(f"benchmark {setup.name}: device {setup.device}, {setup.cores} usable cores, workers {setup.workers}, "
+          f"batch {setup.task.batch_size}, runs {setup.runs} after {args.warmup} warm-up", flush=True)
 
-    specs = standard_specs(args.datasets, num_clips=args.clips or (64 if gpu else 16),
-                           num_clips_hd=args.clips_hd or (32 if gpu else 4), duration_s=args.duration,
-                           seed=args.seed, size=args.size)
-    datasets, plans, per_dataset = {}, {}, {}
-    for spec in specs:
-        t0 = time.monotonic()
-        dataset = prepare_dataset(spec, args.data_dir, workers=args.gen_workers or cores)
-        samples = make_plan(dataset.videos, task, loader_order(dataset))  # = daliload's own plan
-        plan_file = work_dir / f"plan-{spec.name}.json"
-        write_plan(plan_file, samples, task)
-        used = estimate = 0
-        for sample in samples:
-            video = dataset.videos[sample.video_index]
-            indices = sample.frame_indices(video.num_frames)
-            used += len(set(indices))
-            estimate += seek_decode_estimate(indices, video.keyframes)
-        datasets[spec.name], plans[spec.name] = dataset, plan_file
-        per_dataset[spec.name] = {"frames_used": used, "seek_estimate": estimate}
-        print(f"  dataset {spec.name}: {len(dataset.videos)} clips, {dataset.total_frames} frames, "
-              f"ready in {time.monotonic() - t0:.1f} s ({dataset.root})", flush=True)
-
-    jobs = [Job(CEILINGS["cpu"], "ceiling", d, 1, "main") for d in datasets]
-    if gpu:
-        jobs += [Job(CEILINGS["cuda"], "ceiling", d, workers, "main") for d in datasets]
-    # Dataset by dataset, Kinetics-like first: a run cut short by --time-budget still
-    # compares every loader on the datasets it reached.
-    jobs += [Job(loader, "loader", d, workers, "main") for d in datasets for loader in args.loaders]
-    if args.sweep_dataset in datasets:
-        jobs += [Job(loader, "loader", args.sweep_dataset, w, "workers") for loader in args.loaders
-                 for w in sweep_values if w != workers]
-
-    result = {
-        "name": name, "machine": machine,
-        "settings": {"device": device, "workers": workers, "sweep_workers": sweep_values,
-                     "sweep_dataset": args.sweep_dataset, "runs": runs, "warmup": args.warmup,
-                     **dataclasses.asdict(task)},
-        "datasets": [dataclasses.asdict(d.spec) | {"root": d.root, "total_frames": d.total_frames,
-                                                   **per_dataset[n]} for n, d in datasets.items()],
-        "ceiling_used": load_adapter(CEILINGS[device]).name,
-        "measurements": [],
-        "plots": [],
-    }
-    json_path = results_dir / f"{name}.json"
-    unavailable: dict[str, str] = {}
-    probed: set[str] = set()
-    for number, job in enumerate(jobs, 1):
-        cls = load_adapter(job.adapter)
-        if job.kind == "loader" and job.sweep == "workers" and cls.knob is None:
-            continue
-        config = LoaderConfig(task=task, workers=job.workers, device=device)  # type: ignore[arg-type]
-        record = {"loader": cls.name, "kind": job.kind, "dataset": job.dataset, "workers": job.workers,
-                  "sweep": job.sweep, "summary": cls.summary, "plan_windows": cls.plan_windows,
-                  "knob": cls.knob, "counts_frames": cls.counts_frames, "dataset_specific": False,
-                  "status": "ok", "reason": None, "figures": None}
-        reason = cls.skip_reason(datasets[job.dataset].spec, config)
-        if reason is not None:
-            record |= {"status": "unavailable", "reason": reason,
-                       "dataset_specific": cls.skip_reason(datasets[job.dataset].spec,
-                                                           dataclasses.replace(config, device="cuda")) is not None}
-        elif cls.name in unavailable:
-            record |= {"status": "unavailable", "reason": unavailable[cls.name]}
-        elif args.time_budget is not None and time.monotonic() - started > args.time_budget:
-            record |= {"status": "skipped", "reason": f"time budget of {args.time_budget:g} s used up"}
-        else:
-            stem = f"{number:03d}-{cls.name}-{job.dataset}-w{job.workers}"
-            job_file, out_file = work_dir / f"{stem}.job.json", work_dir / f"{stem}.result.json"
-            job_file.write_text(json.dumps({
-                "adapter": job.adapter, "kind": job.kind, "dataset": datasets[job.dataset].root,
-                "plan": str(plans[job.dataset]), "workers": job.workers, "device": device,
-                "warmup": args.warmup, "runs": runs, "probe": cls.name not in probed,
-                "out": str(out_file)}), encoding="utf-8")
-            t0 = time.monotonic()
-            failure = _run_child(job_file, work_dir / f"{stem}.log", args.timeout)
-            if failure is not None:
-                record |= {"status": "failed", "reason": failure}
-            else:
-                measured = json.loads(out_file.read_text(encoding="utf-8"))
-                record |= measured
-                if measured["status"] == "unavailable":
-                    unavailable[cls.name] = measured["reason"]
-                else:
-                    probed.add(cls.name)
-                if measured["status"] == "ok":
-                    numbers = per_dataset[job.dataset]
-                    ceiling = job.kind == "ceiling"
-                    estimate = numbers["seek_estimate"] if cls.plan_windows and not ceiling else None
-                    figures = derive_figures(measured["runs"], estimated_decoded=estimate,
-                                             frames_used=None if ceiling else numbers["frames_used"])
-                    record["figures"] = dataclasses.asdict(figures)
-            record["elapsed_s"] = round(time.monotonic() - t0, 1)
-        result["measurements"].append(record)
-        _print_record(record, number, len(jobs))
-        _fill_ratios(result)
-        json_path.write_text(json.dumps(result, indent=1), encoding="utf-8")
+    state = _prepare_datasets(args, setup, work_dir, started)
+    jobs = _jobs(args, setup, list(state.datasets))
+    result = _new_result(state, machine)
+    json_path = results_dir / f"{setup.name}.json"
+    _measure_all(jobs, result, json_path, state)
 
     result["machine"]["load_avg_end"] = _load_average()
     result["elapsed_s"] = round(time.monotonic() - started)

@@ -13,7 +13,7 @@ Loaders that decode frames themselves and hand over ``uint8`` RGB frames use
 :func:`transform_clip` for the rest, so they also spend the same work on it;
 :class:`PlanDataset` is the map-style ``torch.utils.data.Dataset`` they share.
 
-Torch is imported lazily: the orchestrator and ``daliload bench --help`` never need it.
+Torch is imported lazily: the orchestrator and ``python -m benchmarks --help`` never need it.
 """
 
 from __future__ import annotations
