@@ -164,17 +164,16 @@ def _fmt_summary(summary: Summary | None) -> str:
     return f"{text} ±{summary.spread_pct:.0f}%" if summary.n > 1 else text
 
 
-def markdown_report(result: dict) -> str:
-    """The run as markdown: machine, settings, main table, workers sweep, what did not run."""
+def _intro_lines(result: dict) -> list[str]:
+    """The section's heading (device, name, machine), versions, load, duration and the task."""
     machine = result["machine"]
     settings = result["settings"]
-    gpu = settings["device"] == "cuda"
     load = ""
     if machine.get("load_avg_start") is not None:
         load = (f" Load average (1 min) {machine['load_avg_start']} at the start and "
                 f"{machine.get('load_avg_end')} at the end, on {machine['cpu_cores_usable']} cores.")
     elapsed = f" The run took {result['elapsed_s']} s." if result.get("elapsed_s") else ""
-    lines = [
+    return [
         f"### {settings['device'].upper()} run `{result['name']}` — {machine_line(machine)}",
         "",
         f"{versions_line(machine)}.{load}{elapsed}",
@@ -188,11 +187,43 @@ def markdown_report(result: dict) -> str:
                      for d in result["datasets"]) + "."),
         "",
     ]
+
+
+def _not_run_key(m: dict) -> str:
+    """How the "Not measured here" list names a measurement: the loader, and the dataset where it matters."""
+    key = f"`{m['loader']}`" + ("" if m["status"] == "unavailable" else f" on `{m['dataset']}`")
+    if m["status"] == "unavailable" and m.get("dataset_specific"):
+        key = f"`{m['loader']}` on `{m['dataset']}`"
+    return key
+
+
+def _table_row(m: dict, gpu: bool) -> str:
+    """One ok measurement as a row of the main table (``~``: estimated frames, †: its own windows)."""
+    f = m["figures"]
+    frames = _fmt_summary(Summary(**f["frames_per_s"])) if f["frames_per_s"] else "–"
+    if f["frames_per_s"] and not f["frames_counted"]:
+        frames = "~" + frames
+    waste = f["waste_per_clip"]
+    waste_text = "–" if waste is None else ("~" if not f["frames_counted"] else "") + _fmt(waste, 0)
+    name = m["loader"] + ("" if m["plan_windows"] else " †")
+    row = [m["dataset"], f"**{name}**" if m["kind"] == "ceiling" else name,
+           str(m["workers"]) if m["knob"] else "–",
+           _fmt_summary(Summary(**f["clips_per_s"])), _fmt(f["ratio_clips"], 2), frames,
+           _fmt(f["ratio_frames"], 2), waste_text, _fmt(f["peak_rss_mb"], 0),
+           _fmt(Summary(**f["cores_busy"]).median, 2)]
+    if gpu:
+        row += [_fmt(f["gpu_mem_peak_mb"], 0), _fmt(f["nvdec_util_pct"], 0)]
+    return "| " + " | ".join(row) + " |"
+
+
+def _main_table(result: dict) -> tuple[list[str], dict[str, str]]:
+    """The main table (ceilings first within each dataset) and, by name, the measurements that did not run."""
+    gpu = result["settings"]["device"] == "cuda"
     header = ["dataset", "loader", "workers", "clips/s", "x ceil", "decoded frames/s", "x ceil",
               "waste frames/clip", "peak RSS MiB", "cores busy"]
     if gpu:
         header += ["GPU mem MiB", "NVDEC %"]
-    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     not_run: dict[str, str] = {}
     dataset_order = {d["name"]: i for i, d in enumerate(result["datasets"])}
     loader_order = {name: i for i, name in enumerate(dict.fromkeys(m["loader"] for m in result["measurements"]))}
@@ -201,40 +232,37 @@ def markdown_report(result: dict) -> str:
                                  loader_order[m["loader"]]))
     for m in rows:
         if m["status"] != "ok":
-            key = f"`{m['loader']}`" + ("" if m["status"] == "unavailable" else f" on `{m['dataset']}`")
-            if m["status"] == "unavailable" and m.get("dataset_specific"):
-                key = f"`{m['loader']}` on `{m['dataset']}`"
-            not_run.setdefault(key, f"{m['status']}: {m['reason']}")
+            not_run.setdefault(_not_run_key(m), f"{m['status']}: {m['reason']}")
             continue
-        f = m["figures"]
-        frames = _fmt_summary(Summary(**f["frames_per_s"])) if f["frames_per_s"] else "–"
-        if f["frames_per_s"] and not f["frames_counted"]:
-            frames = "~" + frames
-        waste = f["waste_per_clip"]
-        waste_text = "–" if waste is None else ("~" if not f["frames_counted"] else "") + _fmt(waste, 0)
-        name = m["loader"] + ("" if m["plan_windows"] else " †")
-        row = [m["dataset"], f"**{name}**" if m["kind"] == "ceiling" else name,
-               str(m["workers"]) if m["knob"] else "–",
-               _fmt_summary(Summary(**f["clips_per_s"])), _fmt(f["ratio_clips"], 2), frames,
-               _fmt(f["ratio_frames"], 2), waste_text, _fmt(f["peak_rss_mb"], 0),
-               _fmt(Summary(**f["cores_busy"]).median, 2)]
-        if gpu:
-            row += [_fmt(f["gpu_mem_peak_mb"], 0), _fmt(f["nvdec_util_pct"], 0)]
-        lines.append("| " + " | ".join(row) + " |")
+        lines.append(_table_row(m, gpu))
     lines += ["", "Ceilings (bold) are files/s and frames/s of plain decoding; `x ceil` divides by the ceiling "
               f"of the same dataset ({'GPU: ' if gpu else ''}{result['ceiling_used']}). `~`: the loader cannot "
               "count decoded frames; credited with a seek to the keyframe before the window. "
               "† picks its own windows (not the plan's)."]
+    return lines, not_run
+
+
+def _sweep_table(result: dict) -> list[str]:
+    """Clips/s per loader against workers on the sweep dataset; nothing with fewer than two worker counts."""
+    settings = result["settings"]
     sweep = [m for m in result["measurements"] if m["kind"] == "loader" and m["status"] == "ok"
              and m["dataset"] == settings["sweep_dataset"] and m["knob"]]
     workers = sorted({m["workers"] for m in sweep})
-    if len(workers) > 1:
-        lines += ["", f"Clips/s against workers (DataLoader workers or DALI threads), `{settings['sweep_dataset']}`:",
-                  "", "| loader | " + " | ".join(str(w) for w in workers) + " |",
-                  "|---|" + "---|" * len(workers)]
-        for loader in dict.fromkeys(m["loader"] for m in sweep):
-            cells = {m["workers"]: _fmt(m["figures"]["clips_per_s"]["median"]) for m in sweep if m["loader"] == loader}
-            lines.append(f"| {loader} | " + " | ".join(cells.get(w, "–") for w in workers) + " |")
+    if len(workers) <= 1:
+        return []
+    lines = ["", f"Clips/s against workers (DataLoader workers or DALI threads), `{settings['sweep_dataset']}`:",
+             "", "| loader | " + " | ".join(str(w) for w in workers) + " |",
+             "|---|" + "---|" * len(workers)]
+    for loader in dict.fromkeys(m["loader"] for m in sweep):
+        cells = {m["workers"]: _fmt(m["figures"]["clips_per_s"]["median"]) for m in sweep if m["loader"] == loader}
+        lines.append(f"| {loader} | " + " | ".join(cells.get(w, "–") for w in workers) + " |")
+    return lines
+
+
+def markdown_report(result: dict) -> str:
+    """The run as markdown: machine, settings, main table, workers sweep, what did not run."""
+    table, not_run = _main_table(result)
+    lines = _intro_lines(result) + table + _sweep_table(result)
     if not_run:
         lines += ["", "Not measured here:", ""]
         lines += [f"- {key}: {why}" for key, why in not_run.items()]
@@ -267,14 +295,109 @@ def append_markdown(path: str | os.PathLike, text: str) -> None:
     path.write_text("".join(lines), encoding="utf-8")
 
 
+def _datasets_and_loaders(main: list[dict]) -> tuple[list[str], list[str]]:
+    """The datasets, and the loaders (not ceilings), of the main measurements, in the order they ran."""
+    datasets = list(dict.fromkeys(m["dataset"] for m in main))
+    loaders = list(dict.fromkeys(m["loader"] for m in main if m["kind"] == "loader"))
+    return datasets, loaders
+
+
+def _plot_loaders(plt, result: dict, main: list[dict], caption: str, path: Path) -> None:
+    """Bars of clips/s (median, range) per loader and dataset, each dataset's ceiling dashed across."""
+    datasets, loaders = _datasets_and_loaders(main)
+    fig, ax = plt.subplots(figsize=(max(7, 1.8 * len(datasets)), 4.5))
+    width = 0.8 / len(loaders)
+    for k, loader in enumerate(loaders):
+        xs, ys, errs = [], [], []
+        for i, dataset in enumerate(datasets):
+            match = [m for m in main if m["loader"] == loader and m["dataset"] == dataset]
+            if match:
+                s = match[0]["figures"]["clips_per_s"]
+                xs.append(i + (k - (len(loaders) - 1) / 2) * width)
+                ys.append(s["median"])
+                errs.append([[s["median"] - s["low"]], [s["high"] - s["median"]]])
+        if xs:
+            lower = [e[0][0] for e in errs]
+            upper = [e[1][0] for e in errs]
+            ax.bar(xs, ys, width, yerr=[lower, upper], capsize=2, label=loader)
+    for i, dataset in enumerate(datasets):
+        ceiling = [m for m in main if m["kind"] == "ceiling" and m["dataset"] == dataset
+                   and m["loader"] == result["ceiling_used"]]
+        if ceiling:
+            value = ceiling[0]["figures"]["clips_per_s"]["median"]
+            ax.hlines(value, i - 0.45, i + 0.45, colors="black", linestyles="dashed",
+                      label="ceiling (whole files/s)" if i == 0 else None)
+    ax.set_xticks(range(len(datasets)), datasets)
+    ax.set_ylabel("clips/s (median, range)")
+    ax.set_title(f"Loaders on the same plan, {result['settings']['device']} run\n{caption}", fontsize=8)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(str(path), dpi=110)
+    plt.close(fig)
+
+
+def _plot_workers_sweep(ax, result: dict, ok: list[dict]) -> bool:
+    """Clips/s against workers, one line per loader with a workers knob, on the sweep dataset; whether any."""
+    from matplotlib.ticker import MaxNLocator
+
+    sweep_set = [m for m in ok if m["kind"] == "loader" and m["dataset"] == result["settings"]["sweep_dataset"]
+                 and m["knob"]]
+    for loader in dict.fromkeys(m["loader"] for m in sweep_set):
+        points = sorted((m["workers"], m["figures"]["clips_per_s"]["median"]) for m in sweep_set
+                        if m["loader"] == loader)
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=loader)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("workers (DataLoader workers / DALI threads)")
+    ax.set_ylabel("clips/s")
+    ax.set_title(f"vs workers ({result['settings']['sweep_dataset']})", fontsize=9)
+    return bool(sweep_set)
+
+
+def _plot_dataset_pair(ax, main: list[dict], title: str, pair: tuple[str, str], metric: str) -> None:
+    """Bars of ``metric`` per loader for two datasets that differ in one property (resolution, GOP)."""
+    datasets, loaders = _datasets_and_loaders(main)
+    present = [d for d in pair if d in datasets]
+    width = 0.8 / max(1, len(present))
+    names = [lo for lo in loaders if any(m["loader"] == lo and m["dataset"] in present for m in main)]
+    for j, dataset in enumerate(present):
+        values = []
+        for loader in names:
+            match = [m for m in main if m["loader"] == loader and m["dataset"] == dataset]
+            figure = match[0]["figures"][metric] if match else None
+            values.append(figure["median"] if figure else 0.0)
+        ax.bar([i + (j - (len(present) - 1) / 2) * width for i in range(len(names))], values, width,
+               label=dataset)
+    ax.set_xticks(range(len(names)), names, rotation=20, fontsize=7)
+    ax.set_title(title, fontsize=9)
+    if present:
+        ax.legend(fontsize=7)
+
+
+def _plot_scaling(plt, result: dict, ok: list[dict], main: list[dict], caption: str, path: Path) -> None:
+    """Three panels: clips/s against workers, against resolution, against GOP length."""
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+    swept = _plot_workers_sweep(axes[0], result, ok)
+    _plot_dataset_pair(axes[1], main, "vs resolution: decoded frames/s", ("h264-gop250", "h264-720p"),
+                       "frames_per_s")
+    _plot_dataset_pair(axes[2], main, "vs GOP length: clips/s", ("h264-gop250", "h264-gop16"), "clips_per_s")
+    if swept:
+        axes[0].legend(fontsize=7)
+    fig.suptitle(f"Scaling, {result['settings']['device']} run — {caption}", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(str(path), dpi=110)
+    plt.close(fig)
+
+
 def write_plots(result: dict, folder: str | os.PathLike) -> list[str]:
-    """PNG plots of the run; returns their paths (empty without matplotlib)."""
+    """PNG plots of the run (``NAME-loaders.png`` if any loader ran, ``NAME-scaling.png``); returns their paths.
+
+    Empty without matplotlib.
+    """
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        from matplotlib.ticker import MaxNLocator
     except ImportError:
         return []
     folder = Path(folder)
@@ -283,75 +406,9 @@ def write_plots(result: dict, folder: str | os.PathLike) -> list[str]:
     ok = [m for m in result["measurements"] if m["status"] == "ok"]
     main = [m for m in ok if m["sweep"] == "main"]
     paths = []
-
-    datasets = list(dict.fromkeys(m["dataset"] for m in main))
-    loaders = list(dict.fromkeys(m["loader"] for m in main if m["kind"] == "loader"))
-    if datasets and loaders:
-        fig, ax = plt.subplots(figsize=(max(7, 1.8 * len(datasets)), 4.5))
-        width = 0.8 / len(loaders)
-        for k, loader in enumerate(loaders):
-            xs, ys, errs = [], [], []
-            for i, dataset in enumerate(datasets):
-                match = [m for m in main if m["loader"] == loader and m["dataset"] == dataset]
-                if match:
-                    s = match[0]["figures"]["clips_per_s"]
-                    xs.append(i + (k - (len(loaders) - 1) / 2) * width)
-                    ys.append(s["median"])
-                    errs.append([[s["median"] - s["low"]], [s["high"] - s["median"]]])
-            if xs:
-                lower = [e[0][0] for e in errs]
-                upper = [e[1][0] for e in errs]
-                ax.bar(xs, ys, width, yerr=[lower, upper], capsize=2, label=loader)
-        for i, dataset in enumerate(datasets):
-            ceiling = [m for m in main if m["kind"] == "ceiling" and m["dataset"] == dataset
-                       and m["loader"] == result["ceiling_used"]]
-            if ceiling:
-                value = ceiling[0]["figures"]["clips_per_s"]["median"]
-                ax.hlines(value, i - 0.45, i + 0.45, colors="black", linestyles="dashed",
-                          label="ceiling (whole files/s)" if i == 0 else None)
-        ax.set_xticks(range(len(datasets)), datasets)
-        ax.set_ylabel("clips/s (median, range)")
-        ax.set_title(f"Loaders on the same plan, {result['settings']['device']} run\n{caption}", fontsize=8)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
+    if any(m["kind"] == "loader" for m in main):  # then there are datasets too
         paths.append(str(folder / f"{name}-loaders.png"))
-        fig.savefig(paths[-1], dpi=110)
-        plt.close(fig)
-
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
-    sweep_set = [m for m in ok if m["kind"] == "loader" and m["dataset"] == result["settings"]["sweep_dataset"]
-                 and m["knob"]]
-    for loader in dict.fromkeys(m["loader"] for m in sweep_set):
-        points = sorted((m["workers"], m["figures"]["clips_per_s"]["median"]) for m in sweep_set
-                        if m["loader"] == loader)
-        axes[0].plot([p[0] for p in points], [p[1] for p in points], marker="o", label=loader)
-    axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes[0].set_xlabel("workers (DataLoader workers / DALI threads)")
-    axes[0].set_ylabel("clips/s")
-    axes[0].set_title(f"vs workers ({result['settings']['sweep_dataset']})", fontsize=9)
-    for ax, (title, pair, metric) in zip(axes[1:], [
-            ("vs resolution: decoded frames/s", ("h264-gop250", "h264-720p"), "frames_per_s"),
-            ("vs GOP length: clips/s", ("h264-gop250", "h264-gop16"), "clips_per_s")]):
-        present = [d for d in pair if d in datasets]
-        width = 0.8 / max(1, len(present))
-        names = [lo for lo in loaders if any(m["loader"] == lo and m["dataset"] in present for m in main)]
-        for j, dataset in enumerate(present):
-            values = []
-            for loader in names:
-                match = [m for m in main if m["loader"] == loader and m["dataset"] == dataset]
-                figure = match[0]["figures"][metric] if match else None
-                values.append(figure["median"] if figure else 0.0)
-            ax.bar([i + (j - (len(present) - 1) / 2) * width for i in range(len(names))], values, width,
-                   label=dataset)
-        ax.set_xticks(range(len(names)), names, rotation=20, fontsize=7)
-        ax.set_title(title, fontsize=9)
-        if present:
-            ax.legend(fontsize=7)
-    if sweep_set:
-        axes[0].legend(fontsize=7)
-    fig.suptitle(f"Scaling, {result['settings']['device']} run — {caption}", fontsize=8)
-    fig.tight_layout()
+        _plot_loaders(plt, result, main, caption, Path(paths[-1]))
     paths.append(str(folder / f"{name}-scaling.png"))
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    _plot_scaling(plt, result, ok, main, caption, Path(paths[-1]))
     return paths
