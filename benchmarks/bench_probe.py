@@ -26,6 +26,7 @@ the probe, so Kinetics-700 (~650k files) screens in minutes on a 16-core host.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -109,7 +110,7 @@ def _deep_all(paths: list[str], device: str) -> None:
             raise RuntimeError(f"{path}: deep check gave {deep}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--clips", type=int, default=32, help="clips to generate (half H.264, half VP9)"
@@ -137,82 +138,82 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out", type=Path, default=Path(__file__).parent / "results" / "probe.json"
     )
-    args = parser.parse_args(argv)
+    return parser
 
-    load_start = os.getloadavg()[0]
-    with tempfile.TemporaryDirectory(prefix="bench_probe_") as tmp:
-        root = args.data or Path(tmp) / "clips"
-        if not _files(root):
-            start = time.perf_counter()
-            _generate(root, args.clips, seed=0)
-            print(
-                f"generated {args.clips} clips in {time.perf_counter() - start:.0f} s",
-                file=sys.stderr,
+
+def _clips(root: Path, clips: int) -> dict[str, list[str]]:
+    """The clips under ``root`` by codec, generated first if there are none."""
+    if not _files(root):
+        start = time.perf_counter()
+        _generate(root, clips, seed=0)
+        print(
+            f"generated {clips} clips in {time.perf_counter() - start:.0f} s",
+            file=sys.stderr,
+        )
+    return _files(root)
+
+
+def _measure_probe_and_deep(args: argparse.Namespace, by_codec: dict[str, list[str]], results: dict) -> None:
+    """Probe (and deep-check) rates per codec and for all clips, into results["probe"] and results["deep"]."""
+    every = [p for paths in by_codec.values() for p in paths]
+    real = [str(p) for p in args.real if p.is_file()]
+    if real:  # real downloads have smaller keyframes than the noisy generated content
+        results["probe"]["real kinetics h264"] = _rate(functools.partial(_probe_all, real), len(real),
+                                                       args.runs * 10)
+    for codec, paths in [*by_codec.items(), ("all", every)]:
+        results["probe"][codec] = _rate(functools.partial(_probe_all, paths), len(paths), args.runs)
+        if not args.no_deep:
+            results["deep"][codec] = _rate(
+                functools.partial(_deep_all, paths, args.device), len(paths), max(1, args.runs // 2)
             )
-        by_codec = _files(root)
-        every = [p for paths in by_codec.values() for p in paths]
 
-        results: dict = {"probe": {}, "deep": {}, "scan": {}}
-        real = [str(p) for p in args.real if p.is_file()]
-        if real:  # real downloads have smaller keyframes than the noisy generated content
-            results["probe"]["real kinetics h264"] = _rate(lambda: _probe_all(real), len(real),
-                                                           args.runs * 10)
-        for codec, paths in [*by_codec.items(), ("all", every)]:
-            results["probe"][codec] = _rate(lambda: _probe_all(paths), len(paths), args.runs)
-            if not args.no_deep:
-                results["deep"][codec] = _rate(
-                    lambda: _deep_all(paths, args.device), len(paths), max(1, args.runs // 2)
-                )
 
-        # Hard links give the scan enough files to amortize starting its workers.
-        scan_root = Path(tmp) / "scan"
-        for copy in range(args.scan_copies):
-            for path in every:
-                link = scan_root / "train" / f"copy{copy}" / Path(path).name
-                link.parent.mkdir(parents=True, exist_ok=True)
-                os.link(path, link)
-        scan_files = len(every) * args.scan_copies
+def _link_copies(paths: list[str], scan_root: Path, copies: int) -> int:
+    """Hard-link ``copies`` copies of ``paths`` under ``scan_root/train``; returns the number of files."""
+    for copy in range(copies):
+        for path in paths:
+            link = scan_root / "train" / f"copy{copy}" / Path(path).name
+            link.parent.mkdir(parents=True, exist_ok=True)
+            os.link(path, link)
+    return len(paths) * copies
 
-        parent_cpu: list[float] = []
 
-        def one_scan() -> None:
-            start_cpu = time.process_time()
-            manifest = Path(tmp) / f"m{time.monotonic_ns()}.sqlite"
-            summary = scan(scan_root, manifest_path=manifest, device=args.device,
-                           workers=args.workers, splits=("train",), progress=False)
-            if summary.probed != scan_files:
-                raise RuntimeError(f"scan probed {summary.probed} of {scan_files} files")
-            parent_cpu.append(time.process_time() - start_cpu)
+def _measure_scan(args: argparse.Namespace, every: list[str], tmp: Path) -> dict:
+    """The whole scan's rate on the wall clock, per core used, and its supervisor's CPU cost per file."""
+    # Hard links give the scan enough files to amortize starting its workers.
+    scan_root = tmp / "scan"
+    scan_files = _link_copies(every, scan_root, args.scan_copies)
+    parent_cpu: list[float] = []
 
-        # Workers are other processes: the scan is timed on the wall clock.
-        scan_rate = _rate(one_scan, scan_files, max(1, args.runs // 2), clock=time.perf_counter)
-        cores = min(args.workers, default_workers())
-        scan_rate["workers"] = args.workers
-        # The supervisor's own cost (stat, IPC, SQLite, progress): what caps a many-core scan.
-        scan_rate["parent_cpu_ms_per_file"] = 1000 * statistics.median(parent_cpu) / scan_files
-        scan_rate["median_files_per_s_per_core"] = scan_rate["median_files_per_s"] / cores
-        results["scan"]["all"] = scan_rate
+    def one_scan() -> None:
+        start_cpu = time.process_time()
+        manifest = tmp / f"m{time.monotonic_ns()}.sqlite"
+        summary = scan(scan_root, manifest_path=manifest, device=args.device,
+                       workers=args.workers, splits=("train",), progress=False)
+        if summary.probed != scan_files:
+            raise RuntimeError(f"scan probed {summary.probed} of {scan_files} files")
+        parent_cpu.append(time.process_time() - start_cpu)
 
-    report = {
-        "benchmark": "bench_probe",
-        "date": date.today().isoformat(),
-        "machine": args.machine,
-        "clips": {codec: len(paths) for codec, paths in by_codec.items()},
-        "clip": "340x256, 10 s, 30 fps, keyframe every 250 frames, no audio",
-        "deep_device": args.device,
-        "target_files_per_s_per_core": TARGET_FILES_PER_S,
-        "load_average_1min": {"start": load_start, "end": os.getloadavg()[0]},
-        "results": results,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    # Workers are other processes: the scan is timed on the wall clock.
+    scan_rate = _rate(one_scan, scan_files, max(1, args.runs // 2), clock=time.perf_counter)
+    cores = min(args.workers, default_workers())
+    scan_rate["workers"] = args.workers
+    # The supervisor's own cost (stat, IPC, SQLite, progress): what caps a many-core scan.
+    scan_rate["parent_cpu_ms_per_file"] = 1000 * statistics.median(parent_cpu) / scan_files
+    scan_rate["median_files_per_s_per_core"] = scan_rate["median_files_per_s"] / cores
+    return scan_rate
 
+
+def _print_table(args: argparse.Namespace, report: dict) -> None:
+    """The report as a markdown table with the load, the scan supervisor's cost and the verdict."""
+    results = report["results"]
+    cores = min(args.workers, default_workers())
     print(
         f"\nPre-screen throughput, {args.machine}, {report['date']} "
         f"({', '.join(f'{n} {c}' for c, n in report['clips'].items())} clips, 340x256 10 s)\n"
     )
     print(
-        f"load average {load_start:.1f} at start, {os.getloadavg()[0]:.1f} at end "
+        f"load average {report['load_average_1min']['start']:.1f} at start, {os.getloadavg()[0]:.1f} at end "
         f"({default_workers()} cores)\n"
     )
     print("| measurement | clips | files/s per core (median) | spread (min..max) |")
@@ -239,6 +240,32 @@ def main(argv: list[str] | None = None) -> int:
         f"{TARGET_FILES_PER_S:.0f} files/s target; "
         f"JSON in {args.out}"
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    load_start = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="bench_probe_") as tmp:
+        by_codec = _clips(args.data or Path(tmp) / "clips", args.clips)
+        results: dict = {"probe": {}, "deep": {}, "scan": {}}
+        _measure_probe_and_deep(args, by_codec, results)
+        every = [p for paths in by_codec.values() for p in paths]
+        results["scan"]["all"] = _measure_scan(args, every, Path(tmp))
+
+    report = {
+        "benchmark": "bench_probe",
+        "date": date.today().isoformat(),
+        "machine": args.machine,
+        "clips": {codec: len(paths) for codec, paths in by_codec.items()},
+        "clip": "340x256, 10 s, 30 fps, keyframe every 250 frames, no audio",
+        "deep_device": args.device,
+        "target_files_per_s_per_core": TARGET_FILES_PER_S,
+        "load_average_1min": {"start": load_start, "end": os.getloadavg()[0]},
+        "results": results,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    _print_table(args, report)
     return 0
 
 
