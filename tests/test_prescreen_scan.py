@@ -19,7 +19,7 @@ import pytest
 from daliload import dist
 from daliload.cli import main
 from daliload.index import VideoRecord, load_index
-from daliload.prescreen import Manifest, default_manifest_path, ensure_manifest, scan
+from daliload.prescreen import Manifest, ScanSpec, default_manifest_path, ensure_manifest, scan
 from daliload.prescreen.cli import JSON_FIELDS
 from daliload.prescreen.manifest import SCHEMA_VERSION
 from daliload.prescreen.scan import FAULT_ENV
@@ -447,10 +447,11 @@ def _ddp_rank(rank: int, world: int, init_file: str, root: str, out_dir: str) ->
 
     scan_module.scan = counting_scan
     result = {"rank": dist.rank(), "world": dist.world_size()}
-    result["path"] = str(ensure_manifest(root, device="cpu", workers=1, progress=False))
+    result["path"] = str(ensure_manifest(root, device="cpu", scan=ScanSpec(workers=1), progress=False))
     try:
         ensure_manifest(
-            os.path.join(root, "nope"), device="cpu", workers=0, manifest_path=result["path"]
+            os.path.join(root, "nope"), device="cpu",
+            scan=ScanSpec(workers=0, manifest_path=result["path"]),
         )
     except (RuntimeError, FileNotFoundError) as err:
         result["error"] = f"{type(err).__name__}: {err}"
@@ -487,8 +488,9 @@ def test_concurrent_ensure_manifest_calls_take_turns(small_kinetics, tmp_path):
     import sys
 
     manifest = tmp_path / "m.sqlite"
-    code = ("import sys; from daliload.prescreen import ensure_manifest; "
-            "ensure_manifest(sys.argv[1], device='cpu', manifest_path=sys.argv[2], workers=0, progress=False)")
+    code = ("import sys; from daliload.prescreen import ScanSpec, ensure_manifest; "
+            "ensure_manifest(sys.argv[1], device='cpu', scan=ScanSpec(manifest_path=sys.argv[2], workers=0), "
+            "progress=False)")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(small_kinetics), str(manifest)],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(3)]
     for proc in procs:

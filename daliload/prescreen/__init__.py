@@ -1,8 +1,10 @@
 """The pre-screen: probe every file once, route it to DALI, the fallback, or out.
 
 See :mod:`.probe` (what a file is), :mod:`.rules` (the capability table),
-:mod:`.deep` (the ``--deep`` check), :mod:`.manifest` (the SQLite manifest) and
-:mod:`.scan` (the parallel, resumable scan).
+:mod:`.deep` (the ``--deep`` check), :mod:`.manifest` (the SQLite manifest),
+:mod:`.rows` (what a scan stores per file), :mod:`.probe_pool` (probing in
+worker processes) and :mod:`.scan` (the resumable scan, :class:`ScanSpec` and
+:func:`ensure_manifest`).
 """
 
 from daliload.prescreen.manifest import SCHEMA_VERSION, Manifest, ManifestEntry
@@ -17,7 +19,7 @@ from daliload.prescreen.rules import (
     Route,
     route_for,
 )
-from daliload.prescreen.scan import ScanSummary, default_manifest_path, ensure_manifest, scan
+from daliload.prescreen.scan import ScanSpec, ScanSummary, default_manifest_path, ensure_manifest, scan
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -33,6 +35,7 @@ __all__ = [
     "Device",
     "Route",
     "route_for",
+    "ScanSpec",
     "ScanSummary",
     "default_manifest_path",
     "ensure_manifest",

@@ -29,7 +29,8 @@ scan completes, the file is switched back to a single self-contained file
 (rollback journal), which read-only and network file systems handle best.
 
 Readers (:class:`Manifest` with ``writable=False``, the default) open the file
-read-only and never probe.
+read-only and never probe. What a scan hands over to be stored (a file's
+index record, its facts as column values) is defined in :mod:`.rows`.
 """
 
 from __future__ import annotations
@@ -43,29 +44,28 @@ from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 from urllib.parse import quote
 
-from daliload.prescreen.probe import ProbeResult
+from daliload.prescreen.rows import (
+    FACT_COLUMNS,
+    META_COLUMNS,
+    FileRecord,
+    KnownFile,
+    Probed,
+    ProbeRows,  # noqa: F401 (re-exported: benchmarks/bench_probe.py imports it from here)
+    facts_from_row,
+)
 from daliload.prescreen.rules import DEVICES, RULES_VERSION, Device, Route, check_device, route_for
 
 logger = logging.getLogger(__name__)
 
-#: Bump on any change to the tables below.
+#: Bump on any change to the tables below (or to the columns :mod:`.rows` fills).
 SCHEMA_VERSION = 1
 
-#: ProbeResult fields stored in ``files``; the column of ``reason`` is ``probe_reason``.
-_FACT_FIELDS = (
-    "reason", "container", "codec", "profile", "pix_fmt", "bit_depth", "chroma", "width", "height",
-    "rotation", "interlaced", "fps", "base_fps", "num_frames", "duration_s", "keyframes", "vfr",
-    "has_video",
-)  # fmt: skip
-_FACT_COLUMNS = ("probe_reason",) + _FACT_FIELDS[1:]
-_BOOL_FIELDS = frozenset({"interlaced", "vfr", "has_video"})
 #: Probe facts a ManifestEntry carries under the same name.
 _ENTRY_FACTS = (
     "num_frames", "fps", "width", "height", "codec", "profile", "pix_fmt", "bit_depth", "chroma",
     "rotation", "interlaced", "duration_s", "keyframes", "vfr", "base_fps", "container",
 )  # fmt: skip
-_META_COLUMNS = ("split", "label", "class_name", "youtube_id", "time_start", "time_end")
-_FILE_COLUMNS = ("path", "size_bytes", "mtime_ns") + _META_COLUMNS + _FACT_COLUMNS
+_FILE_COLUMNS = ("path", "size_bytes", "mtime_ns") + META_COLUMNS + FACT_COLUMNS
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -161,107 +161,6 @@ class ManifestEntry:
     youtube_id: str | None = None
     time_start: float | None = None
     time_end: float | None = None
-
-
-@dataclass(frozen=True)
-class FileRecord:
-    """What the scanner knows of a file before probing it (from the dataset index and ``stat``)."""
-
-    path: str
-    size_bytes: int
-    mtime_ns: int
-    split: str
-    label: int
-    class_name: str
-    youtube_id: str | None = None
-    time_start: float | None = None
-    time_end: float | None = None
-
-    def meta(self) -> tuple:
-        """The index columns, in ``_META_COLUMNS`` order."""
-        return (self.split, self.label, self.class_name, self.youtube_id, self.time_start,
-                self.time_end)  # fmt: skip
-
-
-#: One ``routes`` row without its path: ``(device, route, reason, deep)``; ``deep`` is 1 when
-#: the ``--deep`` check decoded the file on that device, 0 for a rules-only route (or a deep
-#: check that could not run, e.g. DALI missing: the next deep scan tries again).
-RouteRow = tuple[str, str, str, int]
-
-
-@dataclass(frozen=True)
-class ProbeRows:
-    """What probing one file produced, as ``files`` and ``routes`` column values.
-
-    Plain tuples on purpose: workers send these back to the scanner, and a tuple
-    pickles about 15 times faster than a dataclass.
-
-    Attributes:
-        facts: the fact columns (``_FACT_COLUMNS`` order).
-        routes: one :data:`RouteRow` per device.
-    """
-
-    facts: tuple
-    routes: tuple[RouteRow, ...]
-
-    @classmethod
-    def of(cls, facts: ProbeResult, deep: Sequence[RouteRow] = ()) -> "ProbeRows":
-        """Rows for ``facts``, routed by the rules on each device unless ``deep`` has a row."""
-        by_device = {row[0]: row for row in deep}
-        routes = tuple(by_device.get(device) or (device, *route_for(facts, device), 0)
-                       for device in DEVICES)  # fmt: skip
-        return cls(_fact_values(facts), routes)
-
-    def as_tuple(self) -> tuple:
-        return (self.facts, self.routes)
-
-
-@dataclass(frozen=True)
-class Probed:
-    """A probed file, ready to store: its index record and its rows."""
-
-    record: FileRecord
-    rows: ProbeRows
-
-
-@dataclass(frozen=True)
-class KnownFile:
-    """A manifest row as the scanner needs it to decide whether to probe again."""
-
-    size_bytes: int
-    mtime_ns: int
-    meta: tuple
-    deep_devices: frozenset[str]
-
-
-def _keyframes_text(keyframes: Sequence[int]) -> str:
-    return ",".join(str(k) for k in keyframes)
-
-
-def _keyframes_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(k) for k in text.split(",")) if text else ()
-
-
-def _fact_values(facts: ProbeResult) -> tuple:
-    """The ``files`` fact columns of ``facts``, as SQLite values."""
-    values = []
-    for name in _FACT_FIELDS:
-        value = getattr(facts, name)
-        if name == "keyframes":
-            value = _keyframes_text(value)
-        elif name in _BOOL_FIELDS:
-            value = int(value)
-        values.append(value)
-    return tuple(values)
-
-
-def _facts_from_row(path: str, row: Sequence) -> ProbeResult:
-    """Inverse of :func:`_fact_values`."""
-    fields = dict(zip(_FACT_FIELDS, row))
-    fields["keyframes"] = _keyframes_tuple(fields["keyframes"])
-    for name in _BOOL_FIELDS:
-        fields[name] = bool(fields[name])
-    return ProbeResult(path, **fields)
 
 
 class Manifest:
@@ -383,7 +282,7 @@ class Manifest:
     @staticmethod
     def _entry(row: Sequence) -> ManifestEntry:
         file = dict(zip(_FILE_COLUMNS, row))
-        facts = _facts_from_row(file["path"], row[len(_FILE_COLUMNS) - len(_FACT_COLUMNS) :])
+        facts = facts_from_row(file["path"], row[len(_FILE_COLUMNS) - len(FACT_COLUMNS) :])
         route, reason, deep = row[len(_FILE_COLUMNS) :]
         return ManifestEntry(
             path=file["path"], label=file["label"], class_name=file["class_name"],
@@ -462,14 +361,14 @@ class Manifest:
         logger.info(
             "capability rules changed: re-routing every file of %s from its stored facts", self.path
         )
-        query = f"SELECT path, {', '.join(_FACT_COLUMNS)} FROM files"
+        query = f"SELECT path, {', '.join(FACT_COLUMNS)} FROM files"
         with self._transaction() as conn:
             rows = conn.execute(query).fetchall()
             conn.execute("DELETE FROM routes")
             conn.executemany(
                 "INSERT INTO routes VALUES (?, ?, ?, ?, 0)",
                 (
-                    (row[0], device, *route_for(_facts_from_row(row[0], row[1:]), device))
+                    (row[0], device, *route_for(facts_from_row(row[0], row[1:]), device))
                     for row in rows
                     for device in DEVICES
                 ),
@@ -492,7 +391,7 @@ class Manifest:
         deep: dict[str, set[str]] = {}
         for path, device in self._conn.execute("SELECT path, device FROM routes WHERE deep = 1"):
             deep.setdefault(path, set()).add(device)
-        columns = ", ".join(("path", "size_bytes", "mtime_ns") + _META_COLUMNS)
+        columns = ", ".join(("path", "size_bytes", "mtime_ns") + META_COLUMNS)
         return {
             row[0]: KnownFile(row[1], row[2], tuple(row[3:]), frozenset(deep.get(row[0], ())))
             for row in self._conn.execute(f"SELECT {columns} FROM files")
@@ -515,7 +414,7 @@ class Manifest:
         rows = [(*rec.meta(), rec.path) for rec in records]
         if rows:
             with self._transaction() as conn:
-                assignments = ", ".join(c + " = ?" for c in _META_COLUMNS)
+                assignments = ", ".join(c + " = ?" for c in META_COLUMNS)
                 conn.executemany(
                     f"UPDATE files SET {assignments} WHERE path = ?",
                     rows,

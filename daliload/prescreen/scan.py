@@ -3,8 +3,9 @@
 :func:`scan` lists the dataset (through :func:`daliload.index.load_index`, or
 an explicit list of records), ``stat``s every file, and probes only files that
 are new or whose size or modification time changed (plus, for ``deep=True``,
-files not yet deep-checked on the device). Probing runs in a
-:class:`daliload.workerpool.WorkerPool`: a file that hangs the probe past
+files not yet deep-checked on the device, and files whose last probe hung,
+crashed or raised). Probing runs in worker processes
+(:mod:`daliload.prescreen.probe_pool`): a file that hangs the probe past
 ``timeout_s`` is stored as ``bad`` with reason ``"timeout"``, one that kills
 its worker as ``bad`` with reason ``"crash"``; the scan goes on. Results are
 committed every ``chunk_size`` files (or every couple of seconds), so a scan
@@ -17,54 +18,60 @@ Where the manifest goes by default (:func:`default_manifest_path`)::
       (~/.cache when XDG_CACHE_HOME is unset; <hash> is derived from ROOT's
        absolute path, so each dataset gets its own file)
 
-Under ``torch.distributed``, :func:`ensure_manifest` scans on global rank 0
-only; the other ranks wait and then read. In a multi-node job whose ROOT is
-not writable, pass a ``manifest_path`` on a shared file system.
+:func:`ensure_manifest` is how a training job gets its manifest: it takes
+the pre-screen options as one :class:`ScanSpec`, lets one scan of a manifest
+run at a time (a file lock), and under ``torch.distributed`` scans on global
+rank 0 only; the other ranks wait and then read. In a multi-node job whose
+ROOT is not writable, pass a ``ScanSpec(manifest_path=...)`` on a shared file
+system.
 
-Test-only hook: the environment variable ``DALILOAD_TEST_PROBE_FAULT``
-(read when :func:`scan` starts) makes worker processes misbehave on chosen
-files, to exercise the timeout, crash and resume handling. Its value is a
-``;``-separated list of ``KIND:<glob>``, the glob matched against file names
-(e.g. ``hang:*stuck*;crash:*boom*``): ``hang`` sleeps forever, ``crash`` kills
-the worker with SIGKILL, ``slow`` sleeps :data:`SLOW_FAULT_S` before probing
-(so a test can kill a scan mid-way). It never applies in-process
-(``workers=0``).
+The test-only fault hook (``DALILOAD_TEST_PROBE_FAULT``) is described in
+:mod:`daliload.prescreen.probe_pool`; :func:`scan` reads it when it starts.
 """
 
 from __future__ import annotations
 
 import fcntl
-import fnmatch
 import hashlib
 import logging
-import multiprocessing as mp
 import os
-import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from daliload import dist
-from daliload.prescreen.deep import deep_check
-from daliload.prescreen.manifest import FileRecord, Manifest, Probed, ProbeRows, RouteRow
-from daliload.prescreen.probe import ProbeResult, probe_file
-from daliload.prescreen.rules import ROUTES, Device, check_device, route_for
-from daliload.workerpool import WorkerPool, usable_cores
+from daliload.prescreen.manifest import Manifest
+from daliload.prescreen.probe_pool import FAULT_ENV, ProbeTask, probe_into
+from daliload.prescreen.probe_pool import run_probe_task  # noqa: F401 (benchmarks/bench_probe.py imports it from here)
+from daliload.prescreen.rows import FileRecord
+from daliload.prescreen.rules import ROUTES, Device, check_device
+from daliload.workerpool import usable_cores
 
 logger = logging.getLogger(__name__)
 
-FAULT_ENV = "DALILOAD_TEST_PROBE_FAULT"
 #: How long other ranks wait for rank 0's scan in :func:`ensure_manifest` (seconds).
 SCAN_WAIT_S = 12 * 3600
 
 #: Per-file time limits (seconds) when ``timeout_s`` is not given.
 PROBE_TIMEOUT_S = 30.0
 DEEP_TIMEOUT_S = 120.0
-#: Seconds between commits even when a chunk is not full (a slow scan still saves progress).
-COMMIT_EVERY_S = 2.0
-#: Seconds a ``slow`` test fault sleeps.
-SLOW_FAULT_S = 0.2
+
+
+@dataclass(frozen=True)
+class ScanSpec:
+    """How the pre-screen runs when a job is given a dataset root (:func:`ensure_manifest`).
+
+    Attributes:
+        manifest_path: where the manifest lives; default
+            :func:`default_manifest_path` of the root.
+        deep: also decode a window at each end of every file (``daliload scan --deep``).
+        workers: probing processes; default one per core.
+    """
+
+    manifest_path: str | os.PathLike | None = None
+    deep: bool = False
+    workers: int | None = None
 
 
 @dataclass(frozen=True)
@@ -125,54 +132,6 @@ class ScanSummary:
             ):
                 lines.append(f"| {route} | {reason} | {count} |")
         return "\n".join(lines)
-
-
-class ProbeTask(NamedTuple):
-    """One file for a worker: probe it and, if ``deep_device`` is set, deep-check it there.
-
-    A NamedTuple, not a dataclass: it crosses the process boundary twice per file.
-    """
-
-    index: int  # position of the file's FileRecord in the scanner's list
-    path: str
-    deep_device: Device | None = None
-    allow_dali: bool = True
-    device_id: int = 0
-    fault: str = ""
-
-
-def run_probe_task(task: ProbeTask) -> tuple:
-    """Worker entry point: probe one file (and deep-check it if asked).
-
-    Returns:
-        :meth:`ProbeRows.as_tuple` of the result (plain tuples pickle fast).
-    """
-    _apply_test_fault(task)
-    facts = probe_file(task.path)
-    deep: tuple[RouteRow, ...] = ()
-    if task.deep_device is not None:
-        route, reason = route_for(facts, task.deep_device)
-        result = deep_check(facts, route, reason, task.deep_device, allow_dali=task.allow_dali,
-                            device_id=task.device_id)  # fmt: skip
-        deep = ((task.deep_device, result.route, result.reason, int(result.checked)),)
-    return ProbeRows.of(facts, deep).as_tuple()
-
-
-def _apply_test_fault(task: ProbeTask) -> None:
-    """The documented test-only hook (module docstring); only inside worker processes."""
-    if not task.fault or mp.parent_process() is None:
-        return
-    name = os.path.basename(task.path)
-    for rule in task.fault.split(";"):
-        kind, _, pattern = rule.partition(":")
-        if pattern and fnmatch.fnmatch(name, pattern):
-            if kind == "hang":
-                while True:
-                    time.sleep(3600)
-            if kind == "crash":
-                os.kill(os.getpid(), signal.SIGKILL)
-            if kind == "slow":
-                time.sleep(SLOW_FAULT_S)
 
 
 def default_manifest_path(root: str | os.PathLike) -> Path:
@@ -257,51 +216,6 @@ def _file_record(rec: Any) -> FileRecord:
     )
 
 
-def _failed(task: ProbeTask, reason: str) -> ProbeRows:
-    return ProbeRows.of(ProbeResult(task.path, reason=reason))
-
-
-def _execute(tasks: list[ProbeTask], workers: int, timeout_s: float
-             ) -> Iterator[tuple[ProbeTask, ProbeRows]]:  # fmt: skip
-    """Run the tasks; failures become ``bad`` files.
-
-    A deep check that crashed or hung its worker is tried once more without DALI.
-    """
-    if workers == 0:
-        for task in tasks:
-            yield task, ProbeRows(*run_probe_task(task))
-        return
-    retry: list[ProbeTask] = []
-    errors = 0
-    # The forkserver started here also serves the loader's fallback workers later in
-    # this process, so it preloads their module too (fallback.dataset.FORKSERVER_PRELOAD):
-    # each epoch's workers then start without importing torch again.
-    with WorkerPool(run_probe_task, workers=min(workers, max(1, len(tasks))), timeout_s=timeout_s,
-                    preload=["daliload.prescreen.scan", "fallback.dataset"]) as pool:  # fmt: skip
-        for attempt in (tasks, retry):
-            if not attempt:
-                continue
-            for outcome in pool.imap_unordered(attempt):
-                task: ProbeTask = outcome.item
-                failed = outcome.status in ("timeout", "crash")
-                if outcome.ok:
-                    yield task, ProbeRows(*outcome.value)
-                elif failed and task.deep_device and task.allow_dali:
-                    logger.info("%s during the deep check of %s; retrying without DALI",
-                                outcome.status, task.path)  # fmt: skip
-                    retry.append(task._replace(allow_dali=False))
-                elif failed:
-                    logger.info("%s: %s (%s)", outcome.status, task.path, outcome.error)
-                    yield task, _failed(task, outcome.status)
-                else:
-                    errors += 1
-                    logger.warning("probe of %s raised %s", task.path, outcome.error)
-                    yield task, _failed(task, f"probe error: {outcome.error}")
-    if errors:
-        logger.warning("%d file(s) made the probe raise; they are stored as bad with reason "
-                       "'probe error'", errors)  # fmt: skip
-
-
 def scan(
     source: str | os.PathLike | Iterable[Any],
     *,
@@ -343,6 +257,67 @@ def scan(
             without ``manifest_path``; no record in ``splits``.
         FileNotFoundError: the root has none of ``splits``.
     """
+    device, workers, splits, timeout_s = _checked_options(device, workers, chunk_size, splits,
+                                                          deep, timeout_s)  # fmt: skip
+    started = time.monotonic()
+    listing = _list_source(source, splits, manifest_path)
+    fault = os.environ.get(FAULT_ENV, "")
+    device_id = dist.local_rank()
+    with Manifest(listing.manifest_path, writable=True) as manifest:
+        changes = _find_changes(manifest, listing.records, device, deep)
+        manifest.update_meta(changes.relabelled)
+        tasks = [ProbeTask(i, rec.path, device if deep else None, device_id=device_id, fault=fault)
+                 for i, rec in enumerate(changes.to_probe)]  # fmt: skip
+        probe_into(
+            manifest,
+            changes.to_probe,
+            tasks,
+            workers=workers,
+            timeout_s=timeout_s,
+            progress=progress,
+            chunk_size=chunk_size,
+            desc=f"scan {device}{' deep' if deep else ''}",
+        )
+        removed = manifest.remove_missing(changes.listed, listing.splits)
+        manifest.set_classes(listing.classes)
+        files, hours, reasons = manifest.route_totals(device, listing.splits)
+        summary = ScanSummary(
+            manifest_path=manifest.path,
+            device=device,
+            deep=deep,
+            splits=tuple(listing.splits),
+            total=len(changes.listed),
+            probed=len(tasks),
+            reused=len(changes.listed) - len(tasks),
+            removed=removed,
+            missing=listing.missing,
+            files=files,
+            hours=hours,
+            reasons=reasons,
+            elapsed_s=time.monotonic() - started,
+        )
+        manifest.finish_scan(
+            {
+                "device": device,
+                "deep": deep,
+                "splits": list(listing.splits),
+                "total": len(changes.listed),
+                "probed": len(tasks),
+                "finished_at": time.time(),
+            }
+        )
+    return summary
+
+
+def _checked_options(
+    device: Device,
+    workers: int | None,
+    chunk_size: int,
+    splits: Sequence[str],
+    deep: bool,
+    timeout_s: float | None,
+) -> tuple[Device, int, Sequence[str], float]:
+    """:func:`scan`'s options validated, defaults filled in: ``(device, workers, splits, timeout_s)``."""
     device = check_device(device)
     if workers is None:
         workers = default_workers()
@@ -357,137 +332,84 @@ def scan(
     timeout_s = (
         timeout_s if timeout_s is not None else (DEEP_TIMEOUT_S if deep else PROBE_TIMEOUT_S)
     )
-    started = time.monotonic()
+    return device, workers, splits, timeout_s
 
+
+class _Listing(NamedTuple):
+    """What a scan covers, before any file is looked at."""
+
+    records: list[Any]  # the dataset index's records of the scanned splits
+    classes: tuple[str, ...]  # the class map: classes[label] = class name
+    splits: list[str]  # the splits found (a root may lack some of those asked for)
+    missing: int  # files the index lists that do not exist
+    manifest_path: str | os.PathLike
+
+
+def _list_source(source: str | os.PathLike | Iterable[Any], splits: Sequence[str],
+                 manifest_path: str | os.PathLike | None) -> _Listing:  # fmt: skip
+    """List a dataset root through its index, or take explicit records (see :func:`scan`)."""
     if isinstance(source, (str, os.PathLike)):
         root = Path(os.path.abspath(source))
         records, classes, scanned, missing = _records_from_root(root, splits)
         if manifest_path is None:
             manifest_path = default_manifest_path(root)
-    else:
-        all_records = list(source)
-        records = [r for r in all_records if r.split in splits]
-        if all_records and not records:
-            raise ValueError(
-                f"none of the {len(all_records)} records is in splits {tuple(splits)}; "
-                f"pass splits= with their split names"
-            )
-        if manifest_path is None:
-            raise ValueError(
-                "manifest_path is required when scanning a list of records (there is no root "
-                "to put the manifest under)"
-            )
-        classes = _classes_from_records(records)
-        scanned = sorted({r.split for r in records})
-        missing = 0
-
-    fault = os.environ.get(FAULT_ENV, "")
-    device_id = dist.local_rank()
-    with Manifest(manifest_path, writable=True) as manifest:
-        known = manifest.known_files()
-        retry = manifest.transient_failures()
-        to_probe: list[FileRecord] = []
-        relabelled: list[FileRecord] = []
-        listed: set[str] = set()
-        for rec in records:
-            file_rec = _file_record(rec)
-            listed.add(file_rec.path)
-            old = known.get(file_rec.path)
-            if (
-                old is not None
-                and (old.size_bytes, old.mtime_ns) == (file_rec.size_bytes, file_rec.mtime_ns)
-                and (not deep or device in old.deep_devices)
-                and file_rec.path not in retry
-            ):
-                if old.meta != file_rec.meta():
-                    relabelled.append(file_rec)
-                continue
-            to_probe.append(file_rec)
-        del known
-        manifest.update_meta(relabelled)
-        tasks = [ProbeTask(i, rec.path, device if deep else None, device_id=device_id, fault=fault)
-                 for i, rec in enumerate(to_probe)]  # fmt: skip
-        _probe_into(
-            manifest,
-            to_probe,
-            tasks,
-            workers=workers,
-            timeout_s=timeout_s,
-            progress=progress,
-            chunk_size=chunk_size,
-            desc=f"scan {device}{' deep' if deep else ''}",
+        return _Listing(records, classes, scanned, missing, manifest_path)
+    all_records = list(source)
+    records = [r for r in all_records if r.split in splits]
+    if all_records and not records:
+        raise ValueError(
+            f"none of the {len(all_records)} records is in splits {tuple(splits)}; "
+            f"pass splits= with their split names"
         )
-        removed = manifest.remove_missing(listed, scanned)
-        manifest.set_classes(classes)
-        files, hours, reasons = manifest.route_totals(device, scanned)
-        summary = ScanSummary(
-            manifest_path=manifest.path,
-            device=device,
-            deep=deep,
-            splits=tuple(scanned),
-            total=len(listed),
-            probed=len(tasks),
-            reused=len(listed) - len(tasks),
-            removed=removed,
-            missing=missing,
-            files=files,
-            hours=hours,
-            reasons=reasons,
-            elapsed_s=time.monotonic() - started,
+    if manifest_path is None:
+        raise ValueError(
+            "manifest_path is required when scanning a list of records (there is no root "
+            "to put the manifest under)"
         )
-        manifest.finish_scan(
-            {
-                "device": device,
-                "deep": deep,
-                "splits": list(scanned),
-                "total": len(listed),
-                "probed": len(tasks),
-                "finished_at": time.time(),
-            }
-        )
-    return summary
+    return _Listing(records, _classes_from_records(records), sorted({r.split for r in records}), 0,
+                    manifest_path)  # fmt: skip
 
 
-def _probe_into(
-    manifest: Manifest,
-    records: list[FileRecord],
-    tasks: list[ProbeTask],
-    *,
-    workers: int,
-    timeout_s: float,
-    progress: bool,
-    chunk_size: int,
-    desc: str,
-) -> None:
-    """Probe ``tasks`` and commit the results in chunks (also when interrupted)."""
-    if not tasks:
-        return
-    from tqdm.auto import tqdm
+class _Changes(NamedTuple):
+    """How the listed files compare with the manifest."""
 
-    buffer: list[Probed] = []
-    last_commit = time.monotonic()
-    with tqdm(total=len(tasks), unit="file", desc=desc, disable=not progress, smoothing=0.1) as bar:
-        try:
-            for task, rows in _execute(tasks, workers, timeout_s):
-                buffer.append(Probed(records[task.index], rows))
-                bar.update()
-                if len(buffer) >= chunk_size or time.monotonic() - last_commit > COMMIT_EVERY_S:
-                    manifest.write_probed(buffer)
-                    buffer.clear()
-                    last_commit = time.monotonic()
-        finally:
-            # Also on Ctrl-C: what was probed is kept, and a re-run resumes after it.
-            if buffer:
-                manifest.write_probed(buffer)
+    to_probe: list[FileRecord]  # new, changed, or due a (deep) probe again
+    relabelled: list[FileRecord]  # unchanged files whose index metadata changed
+    listed: set[str]  # absolute paths of every listed file
+
+
+def _find_changes(manifest: Manifest, records: Sequence[Any], device: Device, deep: bool) -> _Changes:
+    """``stat`` every listed file and decide which ones to probe.
+
+    A stored file is reused when its size and mtime are unchanged, it is
+    deep-checked on ``device`` if ``deep`` asks for that, and its stored verdict
+    is not a hung, crashed or raising probe (:meth:`Manifest.transient_failures`).
+    """
+    known = manifest.known_files()
+    retry = manifest.transient_failures()
+    changes = _Changes([], [], set())
+    for rec in records:
+        file_rec = _file_record(rec)
+        changes.listed.add(file_rec.path)
+        old = known.get(file_rec.path)
+        if (
+            old is not None
+            and (old.size_bytes, old.mtime_ns) == (file_rec.size_bytes, file_rec.mtime_ns)
+            and (not deep or device in old.deep_devices)
+            and file_rec.path not in retry
+        ):
+            if old.meta != file_rec.meta():
+                changes.relabelled.append(file_rec)
+            continue
+        changes.to_probe.append(file_rec)
+    return changes
 
 
 def ensure_manifest(
     root: str | os.PathLike,
     *,
     device: Device,
-    manifest_path: str | os.PathLike | None = None,
-    deep: bool = False,
-    workers: int | None = None,
+    scan: ScanSpec = ScanSpec(),
     splits: Sequence[str] = ("train", "val"),
     progress: bool | None = None,
 ) -> Path:
@@ -501,8 +423,9 @@ def ensure_manifest(
     Args:
         root: dataset root.
         device: ``"gpu"`` or ``"cpu"``, as in :func:`scan`.
-        manifest_path: default :func:`default_manifest_path` on rank 0.
-        deep, workers, splits: as in :func:`scan`.
+        scan: where the manifest lives (default :func:`default_manifest_path`
+            on rank 0), whether to deep-check, how many probe processes.
+        splits: as in :func:`scan`.
         progress: progress bar; default on rank 0 only.
 
     Returns:
@@ -512,23 +435,10 @@ def ensure_manifest(
         RuntimeError: on ranks other than 0, when rank 0's scan failed.
     """
     check_device(device)
-    path = Path(manifest_path) if manifest_path is not None else default_manifest_path(root)
-
-    def run_scan() -> None:
-        # One scan per manifest at a time, also across processes that share no process
-        # group (torchrun ranks before init_process_group, several jobs on one dataset):
-        # the others wait here, then find nothing left to probe and read the same result.
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path.with_name(path.name + ".lock"), "a+b") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                scan(root, manifest_path=path, device=device, deep=deep, workers=workers, splits=splits,
-                     progress=True if progress is None else progress)
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
-
+    path = Path(scan.manifest_path) if scan.manifest_path is not None else default_manifest_path(root)
+    progress = True if progress is None else progress
     if not dist.is_distributed():
-        run_scan()
+        _scan_one_at_a_time(root, path, device, scan, splits, progress)
         return path
     # A first scan of a large dataset outlasts the default group's timeout (often 10
     # minutes with NCCL): the other ranks wait on a gloo group that allows SCAN_WAIT_S.
@@ -536,7 +446,7 @@ def ensure_manifest(
     status: tuple[str, str] = ("ok", str(path))
     if dist.rank() == 0:
         try:
-            run_scan()
+            _scan_one_at_a_time(root, path, device, scan, splits, progress)
         except BaseException as err:
             # release the waiting ranks
             dist.broadcast_object(("error", f"{type(err).__name__}: {err}"), group=group)
@@ -545,3 +455,21 @@ def ensure_manifest(
     if status[0] != "ok":
         raise RuntimeError(f"rank 0 failed to scan {root}: {status[1]}")
     return Path(status[1])
+
+
+def _scan_one_at_a_time(root: str | os.PathLike, path: Path, device: Device, spec: ScanSpec,
+                        splits: Sequence[str], progress: bool) -> None:  # fmt: skip
+    """:func:`scan` under an exclusive lock on ``path`` + ``".lock"``.
+
+    One scan per manifest at a time, also across processes that share no process
+    group (torchrun ranks before init_process_group, several jobs on one dataset):
+    the others wait here, then find nothing left to probe and read the same result.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            scan(root, manifest_path=path, device=device, deep=spec.deep, workers=spec.workers,
+                 splits=splits, progress=progress)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

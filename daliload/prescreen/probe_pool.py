@@ -1,0 +1,193 @@
+"""Probing many files in worker processes, and storing what comes back as it comes.
+
+:func:`probe_into` runs one :class:`ProbeTask` per file in a
+:class:`daliload.workerpool.WorkerPool` (:func:`run_probe_task` is what a
+worker runs: the probe, then the deep check if asked) and commits the results
+to the manifest every ``chunk_size`` files or every :data:`COMMIT_EVERY_S`
+seconds, so a scan stopped at any point resumes where it stopped.
+
+A probe that fails never stops the scan; the file is stored as ``bad``:
+
+=========================  ====================================================
+the worker ...             the file's reason
+=========================  ====================================================
+hangs past ``timeout_s``   ``"timeout"``
+dies (segfault, OOM kill)  ``"crash"``
+raises                     ``"probe error: <the exception>"`` (warned once, counted)
+=========================  ====================================================
+
+A deep check whose worker hangs or dies is first tried once more with
+``allow_dali=False``: DALI is the likely culprit, and the file may still
+decode in the fallback.
+
+Test-only hook: the environment variable ``DALILOAD_TEST_PROBE_FAULT``
+(:data:`FAULT_ENV`, read when :func:`daliload.prescreen.scan.scan` starts and
+carried in :attr:`ProbeTask.fault`) makes worker processes misbehave on chosen
+files, to exercise the timeout, crash and resume handling. Its value is a
+``;``-separated list of ``KIND:<glob>``, the glob matched against file names
+(e.g. ``hang:*stuck*;crash:*boom*``): ``hang`` sleeps forever, ``crash`` kills
+the worker with SIGKILL, ``slow`` sleeps :data:`SLOW_FAULT_S` before probing
+(so a test can kill a scan mid-way). It never applies in-process
+(``workers=0``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import multiprocessing as mp
+import os
+import signal
+import time
+from typing import Iterator, NamedTuple
+
+from daliload.prescreen.deep import deep_check
+from daliload.prescreen.manifest import Manifest
+from daliload.prescreen.probe import ProbeResult, probe_file
+from daliload.prescreen.rows import FileRecord, Probed, ProbeRows, RouteRow
+from daliload.prescreen.rules import Device, route_for
+from daliload.workerpool import WorkerPool
+
+logger = logging.getLogger(__name__)
+
+FAULT_ENV = "DALILOAD_TEST_PROBE_FAULT"
+#: Seconds between commits even when a chunk is not full (a slow scan still saves progress).
+COMMIT_EVERY_S = 2.0
+#: Seconds a ``slow`` test fault sleeps.
+SLOW_FAULT_S = 0.2
+
+
+class ProbeTask(NamedTuple):
+    """One file for a worker: probe it and, if ``deep_device`` is set, deep-check it there.
+
+    A NamedTuple, not a dataclass: it crosses the process boundary twice per file.
+    """
+
+    index: int  # position of the file's FileRecord in the scanner's list
+    path: str
+    deep_device: Device | None = None
+    allow_dali: bool = True
+    device_id: int = 0
+    fault: str = ""
+
+
+def run_probe_task(task: ProbeTask) -> tuple:
+    """Worker entry point: probe one file (and deep-check it if asked).
+
+    Returns:
+        :meth:`ProbeRows.as_tuple` of the result (plain tuples pickle fast).
+    """
+    _apply_test_fault(task)
+    facts = probe_file(task.path)
+    deep: tuple[RouteRow, ...] = ()
+    if task.deep_device is not None:
+        route, reason = route_for(facts, task.deep_device)
+        result = deep_check(facts, route, reason, task.deep_device, allow_dali=task.allow_dali,
+                            device_id=task.device_id)  # fmt: skip
+        deep = ((task.deep_device, result.route, result.reason, int(result.checked)),)
+    return ProbeRows.of(facts, deep).as_tuple()
+
+
+def _apply_test_fault(task: ProbeTask) -> None:
+    """The documented test-only hook (module docstring); only inside worker processes."""
+    if not task.fault or mp.parent_process() is None:
+        return
+    name = os.path.basename(task.path)
+    for rule in task.fault.split(";"):
+        kind, _, pattern = rule.partition(":")
+        if pattern and fnmatch.fnmatch(name, pattern):
+            if kind == "hang":
+                while True:
+                    time.sleep(3600)
+            if kind == "crash":
+                os.kill(os.getpid(), signal.SIGKILL)
+            if kind == "slow":
+                time.sleep(SLOW_FAULT_S)
+
+
+def _failed(task: ProbeTask, reason: str) -> ProbeRows:
+    return ProbeRows.of(ProbeResult(task.path, reason=reason))
+
+
+def _execute(tasks: list[ProbeTask], workers: int, timeout_s: float
+             ) -> Iterator[tuple[ProbeTask, ProbeRows]]:  # fmt: skip
+    """Run the tasks; failures become ``bad`` files.
+
+    A deep check that crashed or hung its worker is tried once more without DALI.
+    """
+    if workers == 0:
+        for task in tasks:
+            yield task, ProbeRows(*run_probe_task(task))
+        return
+    retry: list[ProbeTask] = []
+    errors = 0
+    # The forkserver started here also serves the loader's fallback workers later in
+    # this process, so it preloads their module too (fallback.loader.FORKSERVER_PRELOAD):
+    # each epoch's workers then start without importing torch again.
+    with WorkerPool(run_probe_task, workers=min(workers, max(1, len(tasks))), timeout_s=timeout_s,
+                    preload=["daliload.prescreen.probe_pool", "fallback.dataset"]) as pool:  # fmt: skip
+        for attempt in (tasks, retry):
+            if not attempt:
+                continue
+            for outcome in pool.imap_unordered(attempt):
+                task: ProbeTask = outcome.item
+                failed = outcome.status in ("timeout", "crash")
+                if outcome.ok:
+                    yield task, ProbeRows(*outcome.value)
+                elif failed and task.deep_device and task.allow_dali:
+                    logger.info("%s during the deep check of %s; retrying without DALI",
+                                outcome.status, task.path)  # fmt: skip
+                    retry.append(task._replace(allow_dali=False))
+                elif failed:
+                    logger.info("%s: %s (%s)", outcome.status, task.path, outcome.error)
+                    yield task, _failed(task, outcome.status)
+                else:
+                    errors += 1
+                    logger.warning("probe of %s raised %s", task.path, outcome.error)
+                    yield task, _failed(task, f"probe error: {outcome.error}")
+    if errors:
+        logger.warning("%d file(s) made the probe raise; they are stored as bad with reason "
+                       "'probe error'", errors)  # fmt: skip
+
+
+def probe_into(
+    manifest: Manifest,
+    records: list[FileRecord],
+    tasks: list[ProbeTask],
+    *,
+    workers: int,
+    timeout_s: float,
+    progress: bool,
+    chunk_size: int,
+    desc: str,
+) -> None:
+    """Probe ``tasks`` and commit the results in chunks (also when interrupted).
+
+    Args:
+        manifest: open for writing.
+        records: what the scanner knows of each file; ``tasks[i].index`` points into it.
+        tasks: one per file to probe.
+        workers: worker processes; ``0`` probes in this process (no time limit).
+        timeout_s: per-file limit in seconds.
+        progress: show a progress bar on stderr, labelled ``desc``.
+        chunk_size: files per committed transaction.
+    """
+    if not tasks:
+        return
+    from tqdm.auto import tqdm
+
+    buffer: list[Probed] = []
+    last_commit = time.monotonic()
+    with tqdm(total=len(tasks), unit="file", desc=desc, disable=not progress, smoothing=0.1) as bar:
+        try:
+            for task, rows in _execute(tasks, workers, timeout_s):
+                buffer.append(Probed(records[task.index], rows))
+                bar.update()
+                if len(buffer) >= chunk_size or time.monotonic() - last_commit > COMMIT_EVERY_S:
+                    manifest.write_probed(buffer)
+                    buffer.clear()
+                    last_commit = time.monotonic()
+        finally:
+            # Also on Ctrl-C: what was probed is kept, and a re-run resumes after it.
+            if buffer:
+                manifest.write_probed(buffer)
