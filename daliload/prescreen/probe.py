@@ -43,7 +43,7 @@ check (:mod:`.deep`) catches those.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -227,127 +227,156 @@ def probe_file(path: str | Path) -> ProbeResult:
     except av.FFmpegError as err:
         return ProbeResult(path_str, reason=f"cannot open: {describe_error(err)}")
     with container:
-        videos = [
-            s
-            for s in container.streams.video
-            if not s.disposition & av.stream.Disposition.attached_pic
-        ]
-        if not videos:
+        stream = _video_stream(container)
+        if stream is None:
             return ProbeResult(path_str, reason="no video stream", container=container.format.name)
-        stream = videos[0]
-        for other in container.streams:
-            if other.index != stream.index:
-                other.discard = Discard.all
-        ctx = stream.codec_context
-        # One thread: frame threading would delay the first frame by a frame per thread.
-        ctx.thread_count = 1
-        codec = ctx.codec.canonical_name  # the format ("av1"), not the decoder ("libdav1d")
-        facts = ProbeResult(
-            path_str,
-            has_video=True,
-            container=container.format.name,
-            codec=codec,
-            profile=ctx.profile or None,
-            pix_fmt=ctx.pix_fmt,
-            width=ctx.width or None,
-            height=ctx.height or None,
-            interlaced=ctx.field_order > _FIELD_ORDER_PROGRESSIVE,
-            fps=_rate(stream.average_rate) or _rate(stream.guessed_rate) or _rate(stream.base_rate),
-            base_fps=_rate(stream.base_rate),
-        )
-
-        keys: list[int | None] = []
-        keyflags: list[bool] = []
-        durations: list[int] = []
-        first_frame = None
-        decode_error: BaseException | None = None
-        packets = 0  # non-empty packets, shown or not
-        fed: list[av.Packet] = []  # packets sent to the decoder while it has shown no frame
-        corrupt_at: int | None = None
-        try:
-            for packet in container.demux(stream):
-                if first_frame is None and decode_error is None:
-                    try:
-                        first_frame = _decode_first(ctx, packet, fed)
-                    except av.FFmpegError as err:
-                        decode_error = err
-                if packet.size == 0:
-                    continue
-                packets += 1
-                if packet.is_corrupt and corrupt_at is None:
-                    corrupt_at = packets - 1
-                if not _counts_as_frame(codec, packet):
-                    continue
-                keys.append(packet.pts if packet.pts is not None else packet.dts)
-                keyflags.append(packet.is_keyframe)
-                durations.append(packet.duration or 0)
-        except av.FFmpegError as err:
-            return replace(
-                facts, reason=f"demux error after {len(keys)} packets: {describe_error(err)}"
-            )
-
-        if not keys:
+        facts = _header_facts(path_str, container, stream)
+        packets = _read_packets(container, stream)
+        if packets.demux_error is not None:
+            return replace(facts, reason=f"demux error after {len(packets.keys)} packets: "
+                                         f"{describe_error(packets.demux_error)}")  # fmt: skip
+        if not packets.keys:
             return replace(facts, reason="zero frames")
-        if decode_error is not None:
-            return replace(
-                facts,
-                num_frames=len(keys),
-                reason=f"first frame fails to decode: {describe_error(decode_error)}",
-            )
-        if first_frame is None:
-            return replace(
-                facts,
-                num_frames=len(keys),
-                reason="first frame fails to decode: decoder gave no frame",
-            )
-        if corrupt_at is not None:
-            # The demuxer flags a packet it could not read whole: a cut download.
-            return replace(
-                facts,
-                num_frames=len(keys),
-                reason=f"corrupt packet (truncated file?): packet {corrupt_at} of {packets}",
-            )
-        if container.format.name.startswith("mov,") and stream.frames > packets:
-            # An MP4 sample table lists every packet; fewer on disk means the file was cut.
-            return replace(
-                facts,
-                num_frames=len(keys),
-                reason=f"truncated: {packets} of the {stream.frames} packets the header lists",
-            )
+        damage = _damage(packets, container, stream)
+        if damage:
+            return replace(facts, num_frames=len(packets.keys), reason=damage)
+        return _with_stream_facts(facts, packets, container, stream)
 
-        if any(k is None for k in keys):
-            # No timestamps (raw elementary streams): trust packet order.
-            order = list(range(len(keys)))
-            pts_sorted: list[int] = []
-        else:
-            order = sorted(range(len(keys)), key=keys.__getitem__)
-            pts_sorted = [keys[i] for i in order]
-        keyframes = tuple(rank for rank, i in enumerate(order) if keyflags[i])
 
-        duration_s = None
-        if pts_sorted and stream.time_base:
-            last_step = durations[order[-1]] or (
-                pts_sorted[-1] - pts_sorted[-2] if len(pts_sorted) > 1 else 0
-            )
-            duration_s = float((pts_sorted[-1] - pts_sorted[0] + last_step) * stream.time_base)
-        elif container.duration:
-            duration_s = container.duration / av.time_base
+def _video_stream(container: av.container.InputContainer) -> av.video.stream.VideoStream | None:
+    """The first video stream that is not a cover picture; every other stream is discarded."""
+    videos = [
+        s
+        for s in container.streams.video
+        if not s.disposition & av.stream.Disposition.attached_pic
+    ]
+    if not videos:
+        return None
+    stream = videos[0]
+    for other in container.streams:
+        if other.index != stream.index:
+            other.discard = Discard.all
+    # One thread: frame threading would delay the first frame by a frame per thread.
+    stream.codec_context.thread_count = 1
+    return stream
 
-        # The decoder fills in what the headers did not (the profile of HEVC or MJPEG).
-        pix_fmt = first_frame.format.name or facts.pix_fmt
-        bit_depth, chroma = pixel_layout(pix_fmt)
-        return replace(
-            facts,
-            profile=facts.profile or ctx.profile or None,
-            pix_fmt=pix_fmt,
-            bit_depth=bit_depth,
-            chroma=chroma,
-            width=facts.width or first_frame.width,
-            height=facts.height or first_frame.height,
-            rotation=int(round(getattr(first_frame, "rotation", 0) or 0)),
-            interlaced=facts.interlaced or bool(first_frame.interlaced_frame),
-            num_frames=len(keys),
-            duration_s=duration_s,
-            keyframes=keyframes,
-            vfr=_is_vfr(pts_sorted, facts.base_fps, facts.fps),
+
+def _header_facts(path: str, container: av.container.InputContainer,
+                  stream: av.video.stream.VideoStream) -> ProbeResult:  # fmt: skip
+    """What the container and codec headers say, before any packet is read."""
+    ctx = stream.codec_context
+    return ProbeResult(
+        path,
+        has_video=True,
+        container=container.format.name,
+        codec=ctx.codec.canonical_name,  # the format ("av1"), not the decoder ("libdav1d")
+        profile=ctx.profile or None,
+        pix_fmt=ctx.pix_fmt,
+        width=ctx.width or None,
+        height=ctx.height or None,
+        interlaced=ctx.field_order > _FIELD_ORDER_PROGRESSIVE,
+        fps=_rate(stream.average_rate) or _rate(stream.guessed_rate) or _rate(stream.base_rate),
+        base_fps=_rate(stream.base_rate),
+    )
+
+
+@dataclass
+class _Packets:
+    """What reading every packet of the video stream found (frames in decode order)."""
+
+    keys: list[int | None] = field(default_factory=list)  # pts (else dts) of each frame
+    keyflags: list[bool] = field(default_factory=list)  # whether each frame is a keyframe
+    durations: list[int] = field(default_factory=list)  # packet duration of each frame
+    packets: int = 0  # non-empty packets, shown or not
+    corrupt_at: int | None = None  # index of the first packet the demuxer flagged corrupt
+    first_frame: av.VideoFrame | None = None
+    decode_error: BaseException | None = None  # decoding the first frame failed
+    demux_error: BaseException | None = None  # reading packets failed (keys holds those before)
+
+
+def _read_packets(container: av.container.InputContainer,
+                  stream: av.video.stream.VideoStream) -> _Packets:  # fmt: skip
+    """Demux every packet of ``stream``, counting frames; decode only until the first frame."""
+    ctx = stream.codec_context
+    codec = ctx.codec.canonical_name
+    found = _Packets()
+    fed: list[av.Packet] = []  # packets sent to the decoder while it has shown no frame
+    try:
+        for packet in container.demux(stream):
+            if found.first_frame is None and found.decode_error is None:
+                try:
+                    found.first_frame = _decode_first(ctx, packet, fed)
+                except av.FFmpegError as err:
+                    found.decode_error = err
+            if packet.size == 0:
+                continue
+            found.packets += 1
+            if packet.is_corrupt and found.corrupt_at is None:
+                found.corrupt_at = found.packets - 1
+            if not _counts_as_frame(codec, packet):
+                continue
+            found.keys.append(packet.pts if packet.pts is not None else packet.dts)
+            found.keyflags.append(packet.is_keyframe)
+            found.durations.append(packet.duration or 0)
+    except av.FFmpegError as err:
+        found.demux_error = err
+    return found
+
+
+def _damage(found: _Packets, container: av.container.InputContainer,
+            stream: av.video.stream.VideoStream) -> str:  # fmt: skip
+    """Why a stream with frames is still unusable (the first frame, a cut file), or ``""``."""
+    if found.decode_error is not None:
+        return f"first frame fails to decode: {describe_error(found.decode_error)}"
+    if found.first_frame is None:
+        return "first frame fails to decode: decoder gave no frame"
+    if found.corrupt_at is not None:
+        # The demuxer flags a packet it could not read whole: a cut download.
+        return f"corrupt packet (truncated file?): packet {found.corrupt_at} of {found.packets}"
+    if container.format.name.startswith("mov,") and stream.frames > found.packets:
+        # An MP4 sample table lists every packet; fewer on disk means the file was cut.
+        return f"truncated: {found.packets} of the {stream.frames} packets the header lists"
+    return ""
+
+
+def _with_stream_facts(facts: ProbeResult, found: _Packets, container: av.container.InputContainer,
+                       stream: av.video.stream.VideoStream) -> ProbeResult:  # fmt: skip
+    """``facts`` completed from the packets (frames, keyframes, duration, VFR) and the first frame."""
+    keys = found.keys
+    if any(k is None for k in keys):
+        # No timestamps (raw elementary streams): trust packet order.
+        order = list(range(len(keys)))
+        pts_sorted: list[int] = []
+    else:
+        order = sorted(range(len(keys)), key=keys.__getitem__)
+        pts_sorted = [keys[i] for i in order]
+    keyframes = tuple(rank for rank, i in enumerate(order) if found.keyflags[i])
+
+    duration_s = None
+    if pts_sorted and stream.time_base:
+        last_step = found.durations[order[-1]] or (
+            pts_sorted[-1] - pts_sorted[-2] if len(pts_sorted) > 1 else 0
         )
+        duration_s = float((pts_sorted[-1] - pts_sorted[0] + last_step) * stream.time_base)
+    elif container.duration:
+        duration_s = container.duration / av.time_base
+
+    # The decoder fills in what the headers did not (the profile of HEVC or MJPEG).
+    first_frame = found.first_frame
+    pix_fmt = first_frame.format.name or facts.pix_fmt
+    bit_depth, chroma = pixel_layout(pix_fmt)
+    return replace(
+        facts,
+        profile=facts.profile or stream.codec_context.profile or None,
+        pix_fmt=pix_fmt,
+        bit_depth=bit_depth,
+        chroma=chroma,
+        width=facts.width or first_frame.width,
+        height=facts.height or first_frame.height,
+        rotation=int(round(getattr(first_frame, "rotation", 0) or 0)),
+        interlaced=facts.interlaced or bool(first_frame.interlaced_frame),
+        num_frames=len(keys),
+        duration_s=duration_s,
+        keyframes=keyframes,
+        vfr=_is_vfr(pts_sorted, facts.base_fps, facts.fps),
+    )
