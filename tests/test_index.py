@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from daliload.index import DatasetIndex, VideoRecord, load_classes, load_index, save_classes
-from daliload.synth.dataset import SynthSpec, generate_dataset
+from daliload.synth.dataset import generate_dataset
+from daliload.synth.spec import SynthSpec
 
 
 @pytest.fixture(scope="module")

@@ -17,15 +17,8 @@ import pytest
 from daliload.cli import main
 from daliload.framecode import read_clip
 from daliload.synth.broken import BROKEN_KINDS, GARBAGE_BYTES, vfr_timestamps
-from daliload.synth.dataset import (
-    CSV_COLUMNS,
-    SynthSpec,
-    class_name,
-    generate_dataset,
-    parse_fps,
-    plan_dataset,
-    read_report,
-)
+from daliload.synth.dataset import CSV_COLUMNS, generate_dataset, read_report
+from daliload.synth.spec import SynthSpec, class_name, parse_fps, plan_dataset
 
 SMALL = dict(num_classes=4, clips_per_class=4, val_fraction=0.25, width=128, height=96,
              duration_s=2)

@@ -9,8 +9,9 @@ import time
 from collections import Counter
 
 from daliload.synth.broken import BROKEN_KINDS
-from daliload.synth.dataset import SynthSpec, generate_dataset, parse_fps
+from daliload.synth.dataset import generate_dataset
 from daliload.synth.encode import CODEC_PRESETS
+from daliload.synth.spec import SynthSpec, parse_fps
 
 HELP = "write a generated Kinetics-like dataset (class folders, annotation CSVs, list files)"
 
