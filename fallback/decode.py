@@ -53,6 +53,8 @@ import av.error
 import numpy as np
 from av.video.reformatter import VideoReformatter
 
+from daliload.plan import clamp_frame_indices
+
 logger = logging.getLogger(__name__)
 
 #: H.264/HEVC reorder at most 16 frames, so a packet's presentation rank is
@@ -335,7 +337,7 @@ class _Window:
         num_frames = len(table.frame_pts)
         if num_frames == 0:
             raise DecodeError(self.path, "no video frames")
-        wanted = [min(i, num_frames - 1) for i in self.wanted]
+        wanted = clamp_frame_indices(self.wanted, num_frames)
         decoded = self._decode(stream, table.packets[table.start_packet(min(wanted)):],
                                table.rank.get, wanted)
         if decoded is None:
@@ -348,7 +350,7 @@ class _Window:
 
     def by_hint(self, container, hint: StreamHint) -> DecodedClip | None:
         stream = container.streams.video[0]
-        wanted = self.wanted if hint.num_frames is None else [min(i, hint.num_frames - 1) for i in self.wanted]
+        wanted = self.wanted if hint.num_frames is None else clamp_frame_indices(self.wanted, hint.num_frames)
         keys = hint.keyframe_indices
         key = keys[bisect.bisect_right(keys, min(wanted)) - 1]
         if key == 0 or not stream.time_base or "avi" in container.format.name.split(","):
@@ -470,7 +472,7 @@ class _Window:
         the decode ran off the end of the video (else ``None``).
         """
         end = last_frame[0] if (reached_end and last_frame is not None) else None
-        order = [i if i in got or end is None or i <= end else end for i in wanted]
+        order = list(wanted) if end is None else clamp_frame_indices(wanted, end + 1)
         missing = sorted({i for i in order if i not in got and i != end})
         if missing:
             raise DecodeError(self.path, f"decoder produced no frame {missing[0]} "

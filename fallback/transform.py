@@ -4,7 +4,7 @@ The same :class:`~daliload.plan.Sample` and :class:`~daliload.plan.OutputSpec`
 drive DALI's ``fn.resize`` + ``fn.crop_mirror_normalize``; this is the PyAV
 path's equivalent, step for step:
 
-1. crop the relative box, rounded to whole pixels, and resize it to
+1. crop the relative box (:meth:`~daliload.plan.CropBox.pixels`) and resize it to
    ``output.size`` with antialiased bilinear resampling (skipped when the crop
    already has that size);
 2. mirror horizontally if ``sample.flip``;
@@ -18,33 +18,13 @@ Worked example: a ``(16, 256, 340, 3)`` clip, ``CropBox(0.125, 0.1, 0.875, 0.9)`
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from daliload.plan import CropBox, OutputSpec, Sample
+from daliload.plan import OutputSpec, Sample
 
 _DTYPES = {"float16": torch.float16, "float32": torch.float32, "uint8": torch.uint8}
-
-
-def crop_pixels(crop: CropBox, height: int, width: int) -> tuple[int, int, int, int]:
-    """The pixel rows/columns ``(y0, x0, y1, x1)`` of a relative crop box.
-
-    Edges are rounded half up to whole pixels and the box keeps at least one
-    pixel, so a tiny box on a tiny frame still yields a crop.
-
-    Example: ``crop_pixels(CropBox(0.25, 0.5, 0.75, 1.0), 96, 128) == (24, 64, 72, 128)``.
-    """
-    def edge(fraction: float, size: int) -> int:
-        return min(size, max(0, math.floor(fraction * size + 0.5)))
-
-    y0, y1 = edge(crop.y0, height), edge(crop.y1, height)
-    x0, x1 = edge(crop.x0, width), edge(crop.x1, width)
-    y1, x1 = max(y1, min(height, y0 + 1)), max(x1, min(width, x0 + 1))
-    y0, x0 = min(y0, y1 - 1), min(x0, x1 - 1)
-    return y0, x0, y1, x1
 
 
 def apply_plan(frames: np.ndarray | torch.Tensor, sample: Sample, output: OutputSpec) -> torch.Tensor:
@@ -71,7 +51,7 @@ def apply_plan(frames: np.ndarray | torch.Tensor, sample: Sample, output: Output
         raise TypeError(f"{sample.path}: apply_plan wants (T, H, W, 3) uint8 frames, got "
                         f"{getattr(clip, 'dtype', type(clip).__name__)} {tuple(getattr(clip, 'shape', ()))}")
     _, height, width, _ = clip.shape
-    y0, x0, y1, x1 = crop_pixels(sample.crop, height, width)
+    y0, x0, y1, x1 = sample.crop.pixels(height, width)  # the plan's one crop rule
     x = clip[:, y0:y1, x0:x1, :].permute(0, 3, 1, 2)  # TCHW view
     if (y1 - y0, x1 - x0) != tuple(output.size):
         x = F.interpolate(x, size=tuple(output.size), mode="bilinear", align_corners=False, antialias=True)

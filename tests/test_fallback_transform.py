@@ -9,7 +9,7 @@ import torch
 from daliload.framecode import read_clip, read_code
 from daliload.plan import CropBox, OutputSpec, Sample
 from daliload.synth import render_clip
-from fallback import apply_plan, crop_pixels
+from fallback import apply_plan
 
 
 def sample(crop: CropBox = CropBox.full(), flip: bool = False) -> Sample:
@@ -82,16 +82,6 @@ def test_frame_code_survives_resize_and_flip():
     flipped = apply_plan(frames, sample(flip=True), spec)
     code = read_code(flipped[:, 1], layout="CHW")
     assert code.flipped and code.index == 1
-
-
-@pytest.mark.parametrize("crop, size, pixels", [
-    (CropBox(0.25, 0.5, 0.75, 1.0), (96, 128), (24, 64, 72, 128)),
-    (CropBox(0.0, 0.0, 1.0, 1.0), (7, 5), (0, 0, 7, 5)),
-    (CropBox(0.5, 0.5, 0.51, 0.51), (10, 10), (5, 5, 6, 6)),  # keeps at least one pixel
-    (CropBox(0.99, 0.99, 1.0, 1.0), (10, 10), (9, 9, 10, 10)),
-])
-def test_crop_pixels_rounding(crop, size, pixels):
-    assert crop_pixels(crop, *size) == pixels
 
 
 def test_wrong_frames_are_type_errors():

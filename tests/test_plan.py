@@ -18,6 +18,7 @@ from daliload.plan import (
     VideoInfo,
     VideoLike,
     center_crop_box,
+    clamp_frame_indices,
     center_start_frame,
     make_train_plan,
     make_val_plan,
@@ -416,3 +417,33 @@ def test_plans_name_the_video_with_bad_facts(field, value):
 def test_plans_reject_specs_of_the_wrong_type():
     with pytest.raises(TypeError, match="clip must be a ClipSpec, got dict"):
         train(videos(2), clip={"clip_len": 16})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("crop, size, pixels", [
+    (CropBox(0.25, 0.5, 0.75, 1.0), (96, 128), (24, 64, 72, 128)),
+    (CropBox(0.0, 0.0, 1.0, 1.0), (7, 5), (0, 0, 7, 5)),
+    (CropBox(0.5, 0.5, 0.51, 0.51), (10, 10), (5, 5, 6, 6)),  # keeps at least one pixel
+    (CropBox(0.99, 0.99, 1.0, 1.0), (10, 10), (9, 9, 10, 10)),
+])
+def test_crop_pixels_rounding(crop, size, pixels):
+    assert crop.pixels(*size) == pixels
+
+
+def test_crop_boxes_made_from_pixels_give_the_same_pixels_back():
+    """The plan's boxes (from_pixels) and the decoders' crops (pixels) are one rule: exact round trip."""
+    rng = np.random.default_rng(3)
+    for _ in range(500):
+        height, width = int(rng.integers(1, 2000)), int(rng.integers(1, 2000))
+        box_h, box_w = int(rng.integers(1, height + 1)), int(rng.integers(1, width + 1))
+        top, left = int(rng.integers(0, height - box_h + 1)), int(rng.integers(0, width - box_w + 1))
+        box = CropBox.from_pixels(top, left, box_h, box_w, width, height)
+        assert box.pixels(height, width) == (top, left, top + box_h, left + box_w)
+
+
+def test_edge_rule_repeats_the_last_frame():
+    assert clamp_frame_indices([30, 38, 46], 40) == [30, 38, 39]
+    sample = Sample(position=0, video_index=0, path="v.mp4", label=0, start_frame=30, frame_stride=8,
+                    clip_len=3, crop=CropBox.full())
+    assert sample.frame_indices(40) == [30, 38, 39] and sample.frame_indices() == [30, 38, 46]
+    with pytest.raises(ValueError, match="v.mp4: video has no frames"):
+        sample.frame_indices(0)

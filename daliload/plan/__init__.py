@@ -1,0 +1,37 @@
+"""The epoch plan: which clip, which frames, which crop, which flip.
+
+The plan is the single source of truth shared by both decoders. The DALI
+pipeline and the PyAV fallback (``fallback/``) both take :class:`Sample` items
+and an :class:`OutputSpec` and must produce the same pixels (within resampling
+tolerance) for the same sample.
+
+This package imports neither DALI nor PyAV nor torch, so ``fallback/`` can
+import it. Its modules, by concept:
+
+* :mod:`.specs`: :class:`Sample`, :class:`CropBox`, :class:`OutputSpec`,
+  :class:`ClipSpec`, :class:`AugmentSpec`, the edge rule and the crop rule;
+* :mod:`.sampling`: windows, crops, shuffling and sharding over ranks;
+* :mod:`.streams`: the counter-based random streams planning draws from;
+* :mod:`.batches`: batches of a rank's plan and the last-batch policy.
+
+Planning is pure code: :func:`make_train_plan` and :func:`make_val_plan` turn
+per-video facts (:class:`VideoLike`: path, label, num_frames, fps, width,
+height) plus a :class:`ClipSpec` and an :class:`AugmentSpec` into each rank's
+ordered list of :class:`Sample`. No decoder is touched, so every property of
+the plan (coverage, disjointness, windows, crops) is testable on its own.
+"""
+
+from daliload.plan.batches import LAST_BATCH_POLICIES, LastBatch, check_last_batch, num_batches, split_batches
+from daliload.plan.sampling import (VideoInfo, VideoLike, center_crop_box, center_start_frame, make_train_plan,
+                                    make_val_plan, sample_crop_box, sample_start_frame, samples_per_rank)
+from daliload.plan.specs import (KINETICS_MEAN, KINETICS_STD, AugmentSpec, ClipSpec, CropBox, CropMode, OutputDType,
+                                 OutputLayout, OutputSpec, Sample, clamp_frame_indices, usable_fps)
+from daliload.plan.streams import RandomSource
+
+__all__ = [
+    "KINETICS_MEAN", "KINETICS_STD", "LAST_BATCH_POLICIES", "AugmentSpec", "ClipSpec", "CropBox", "CropMode",
+    "LastBatch", "OutputDType", "OutputLayout", "OutputSpec", "RandomSource", "Sample", "VideoInfo", "VideoLike",
+    "center_crop_box", "center_start_frame", "check_last_batch", "clamp_frame_indices", "make_train_plan",
+    "make_val_plan", "num_batches", "sample_crop_box", "sample_start_frame", "samples_per_rank", "split_batches",
+    "usable_fps",
+]
