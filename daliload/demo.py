@@ -153,28 +153,9 @@ def run_demo(config: DemoConfig, *, echo: Callable[[str], None] = logger.info) -
     t0 = time.perf_counter()
     history = metrics["history"]
     last = history[-1]
-    from daliload.preview import preview
-
-    sheet = preview(data, report_dir / "contact_sheet.png", split="train", clips=8,
-                    frames_per_clip=min(8, config.clip_len), clip_len=config.clip_len,
-                    frame_stride=config.frame_stride, crop_size=config.crop_size,
-                    short_side_range=config.short_side, seed=config.seed, epoch=0)
-    curve = report_dir / "training_curve.png"
-    plot_training_curve(history, curve, chance=scanned["chance"],
-                        title=f"{config.model} on {config.num_classes} generated classes")
-    clips_dali = sum(r["clips_dali"] for r in history)
-    clips_fallback = sum(r["clips_fallback"] for r in history)
-    dali_share = clips_dali / max(1, clips_dali + clips_fallback)
-    train_seconds = sum(r["train_seconds"] for r in history)
-    throughput = {
-        "clips_per_s": sum(r["clips_per_s"] * r["train_seconds"] for r in history) / train_seconds,
-        # every epoch has the same number of steps
-        "data_wait_ms_per_step": sum(r["data_wait_ms_per_step"] for r in history) / len(history),
-        "data_wait_share": sum(r["data_wait_share"] * r["train_seconds"]
-                               for r in history) / train_seconds,
-    }
-    failures = sorted({(os.path.relpath(f["path"], data), f["reason"])
-                       for stats in metrics["loader_stats"] for f in stats["failures"]})
+    pictures = _draw(config, data, report_dir, history, chance=scanned["chance"])
+    throughput = _throughput(history)
+    loader = _loader_totals(metrics, data)
     seconds["report"] = time.perf_counter() - t0
     seconds["total"] = time.perf_counter() - started
 
@@ -187,39 +168,22 @@ def run_demo(config: DemoConfig, *, echo: Callable[[str], None] = logger.info) -
         "scan": {k: v for k, v in scanned.items() if k != "chance"},
         "training": {"epochs": len(history), "val_top1": last.get("val_top1"),
                      "chance": scanned["chance"], **throughput, "history": history},
-        "loader": {"clips_dali": clips_dali, "clips_fallback": clips_fallback,
-                   "dali_share": dali_share,
-                   "run_time_failures": [{"path": p, "reason": r} for p, r in failures]},
-        "report": {"contact_sheet": sheet.path, "training_curve": str(curve)},
+        "loader": loader,
+        "report": pictures,
         "seconds": seconds,
     }
     (report_dir / "metrics.json").write_text(json.dumps(report, indent=2))
-
-    echo(f"[4/4] report in {report_dir}")
-    echo("")
-    echo(f"validation top-1: {last.get('val_top1', float('nan')):.3f} after {len(history)} epochs "
-         f"(chance {scanned['chance']:.3f}; {last.get('val_clips', 0)} val clips)")
-    echo(f"throughput: {throughput['clips_per_s']:.1f} clips/s over all epochs (last epoch "
-         f"{last['clips_per_s']:.1f}); data wait {throughput['data_wait_ms_per_step']:.0f} "
-         f"ms/step, {throughput['data_wait_share']:.0%} of the training time")
-    echo(f"loader: {clips_dali} clips by DALI ({device}), {clips_fallback} by the PyAV fallback "
-         f"({dali_share:.0%} DALI) over all epochs")
-    echo(f"rejected by the pre-screen: {len(scanned['bad_files'])}")
-    for bad in scanned["bad_files"]:
-        echo(f"  {bad['path']}: {bad['reason']}")
-    echo(f"failed at run time and replaced (last epoch): {len(failures)}")
-    for path, reason in failures:
-        echo(f"  {path}: {reason}")
-    echo("time: " + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items()))
+    _echo_report(report, report_dir, echo)
     return DemoResult(val_top1=float(last.get("val_top1", float("nan"))), chance=scanned["chance"],
                       epochs=len(history), clips_per_s=throughput["clips_per_s"],
-                      dali_share=dali_share,
+                      dali_share=loader["dali_share"],
                       report_dir=str(report_dir), seconds=seconds["total"])
 
 
 def _generate(config: DemoConfig, out: Path, data: Path, echo) -> dict:
     """Step 1: write the dataset, or reuse one generated from the same spec."""
-    from daliload.synth.dataset import SynthSpec, generate_dataset, read_report
+    from daliload.synth.dataset import generate_dataset, read_report
+    from daliload.synth.spec import SynthSpec
 
     spec = SynthSpec(num_classes=config.num_classes, clips_per_class=config.clips_per_class,
                      val_fraction=config.val_fraction, width=config.width, height=config.height,
@@ -282,6 +246,71 @@ def _train(config: DemoConfig, data: Path, run_dir: Path, echo) -> dict:
     echo("[3/4] training, as: torchrun --nproc_per_node=1 -m daliload.examples.train_ddp "
          + " ".join(shlex.quote(a) for a in argv))
     return train_ddp.main(argv)
+
+
+def _draw(config: DemoConfig, data: Path, report_dir: Path, history: list[dict], *,
+          chance: float) -> dict:  # fmt: skip
+    """Step 4's pictures: a contact sheet of augmented training clips and the training curve."""
+    from daliload.preview import preview
+
+    sheet = preview(data, report_dir / "contact_sheet.png", split="train", clips=8,
+                    frames_per_clip=min(8, config.clip_len), clip_len=config.clip_len,
+                    frame_stride=config.frame_stride, crop_size=config.crop_size,
+                    short_side_range=config.short_side, seed=config.seed, epoch=0)
+    curve = report_dir / "training_curve.png"
+    plot_training_curve(history, curve, chance=chance,
+                        title=f"{config.model} on {config.num_classes} generated classes")
+    return {"contact_sheet": sheet.path, "training_curve": str(curve)}
+
+
+def _throughput(history: list[dict]) -> dict:
+    """Clips/s and data wait over all epochs, each epoch weighted by its training time."""
+    train_seconds = sum(r["train_seconds"] for r in history)
+    return {
+        "clips_per_s": sum(r["clips_per_s"] * r["train_seconds"] for r in history) / train_seconds,
+        # every epoch has the same number of steps
+        "data_wait_ms_per_step": sum(r["data_wait_ms_per_step"] for r in history) / len(history),
+        "data_wait_share": sum(r["data_wait_share"] * r["train_seconds"]
+                               for r in history) / train_seconds,
+    }
+
+
+def _loader_totals(metrics: dict, data: Path) -> dict:
+    """Clips per decoder over all epochs, and the files that failed at run time (last epoch)."""
+    history = metrics["history"]
+    clips_dali = sum(r["clips_dali"] for r in history)
+    clips_fallback = sum(r["clips_fallback"] for r in history)
+    failures = sorted({(os.path.relpath(f["path"], data), f["reason"])
+                       for stats in metrics["loader_stats"] for f in stats["failures"]})
+    return {"clips_dali": clips_dali, "clips_fallback": clips_fallback,
+            "dali_share": clips_dali / max(1, clips_dali + clips_fallback),
+            "run_time_failures": [{"path": p, "reason": r} for p, r in failures]}
+
+
+def _echo_report(report: dict, report_dir: Path, echo: Callable[[str], None]) -> None:
+    """Step 4's summary lines, from what ``metrics.json`` holds."""
+    training, loader, seconds = report["training"], report["loader"], report["seconds"]
+    history = training["history"]
+    last = history[-1]
+    bad_files = report["scan"]["bad_files"]
+    failures = loader["run_time_failures"]
+    echo(f"[4/4] report in {report_dir}")
+    echo("")
+    echo(f"validation top-1: {last.get('val_top1', float('nan')):.3f} after {len(history)} epochs "
+         f"(chance {training['chance']:.3f}; {last.get('val_clips', 0)} val clips)")
+    echo(f"throughput: {training['clips_per_s']:.1f} clips/s over all epochs (last epoch "
+         f"{last['clips_per_s']:.1f}); data wait {training['data_wait_ms_per_step']:.0f} "
+         f"ms/step, {training['data_wait_share']:.0%} of the training time")
+    echo(f"loader: {loader['clips_dali']} clips by DALI ({report['machine']['device']}), "
+         f"{loader['clips_fallback']} by the PyAV fallback "
+         f"({loader['dali_share']:.0%} DALI) over all epochs")
+    echo(f"rejected by the pre-screen: {len(bad_files)}")
+    for bad in bad_files:
+        echo(f"  {bad['path']}: {bad['reason']}")
+    echo(f"failed at run time and replaced (last epoch): {len(failures)}")
+    for failure in failures:
+        echo(f"  {failure['path']}: {failure['reason']}")
+    echo("time: " + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items()))
 
 
 def plot_training_curve(history: list[dict], path: str | os.PathLike, *,

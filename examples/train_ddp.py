@@ -24,6 +24,10 @@ What it writes under ``--out`` (rank 0 only)::
 
 The same file is installed as ``daliload.examples.train_ddp`` (a symbolic
 link; see that package's docstring), which is what ``daliload demo`` runs.
+
+One file of about 500 lines on purpose: it is the example a user reads top to
+bottom and copies into their own project, so the model, the DDP set-up, the
+checkpoints and the loop stay together, in that order, behind the banners below.
 """
 
 from __future__ import annotations
@@ -376,6 +380,90 @@ def build_loaders(args, env: DistEnv):
     return train_loader, val_loader
 
 
+@dataclasses.dataclass
+class Training:
+    """The model and what optimises it: everything a checkpoint holds besides the loaders."""
+
+    model: nn.Module  # wrapped in DistributedDataParallel when world_size > 1
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    scaler: torch.amp.GradScaler | None  # float16 autocast only
+    amp_dtype: torch.dtype | None
+
+    @property
+    def unwrapped(self) -> nn.Module:
+        """The model without its DDP wrapper (what a checkpoint stores)."""
+        return self.model.module if isinstance(self.model, DistributedDataParallel) else self.model
+
+
+def build_training(args, env: DistEnv, num_classes: int, steps_per_epoch: int) -> Training:
+    """Model (DDP-wrapped across ranks), SGD with Nesterov, warm-up + cosine LR, AMP scaler."""
+    model = build_model(args.model, num_classes).to(env.device)
+    if env.world_size > 1:
+        device_ids = [env.local_rank] if env.device.type == "cuda" else None
+        model = DistributedDataParallel(model, device_ids=device_ids)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
+                                weight_decay=args.weight_decay, nesterov=True)
+    scheduler = cosine_with_warmup(optimizer, args.epochs * steps_per_epoch,
+                                   round(args.warmup_epochs * steps_per_epoch))
+    amp_dtype = amp_dtype_for(env, args.amp)
+    scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
+    return Training(model, optimizer, scheduler, scaler, amp_dtype)
+
+
+def resume(args, out: Path, training: Training, train_loader, env: DistEnv, log) -> tuple[int, list]:
+    """Load ``--resume``'s checkpoint, if any; returns ``(first epoch to run, history so far)``."""
+    checkpoint_path = out / CHECKPOINT_NAME if args.resume == "auto" else Path(args.resume or "")
+    if args.resume is None or (args.resume == "auto" and not checkpoint_path.exists()):
+        return 0, []
+    if not checkpoint_path.is_file():
+        raise FileNotFoundError(f"--resume: no checkpoint at {checkpoint_path}")
+    # weights_only=False: our own file, which also holds plain Python objects (history, args).
+    checkpoint = torch.load(checkpoint_path, map_location=env.device, weights_only=False)
+    if len(checkpoint["loader"]) != env.world_size:
+        saved_ranks = len(checkpoint["loader"])
+        raise ValueError(f"{checkpoint_path} was written by a job of {saved_ranks} ranks, this "
+                         f"one has {env.world_size}: resume with as many processes")
+    training.unwrapped.load_state_dict(checkpoint["model"])
+    training.optimizer.load_state_dict(checkpoint["optimizer"])
+    training.scheduler.load_state_dict(checkpoint["scheduler"])
+    if training.scaler is not None and checkpoint["scaler"] is not None:
+        training.scaler.load_state_dict(checkpoint["scaler"])
+    train_loader.load_state_dict(checkpoint["loader"][env.rank])  # where this rank's plan is
+    log(f"resumed from {checkpoint_path} after epoch {checkpoint['epoch']}")
+    return checkpoint["epoch"] + 1, checkpoint["history"]
+
+
+def run_epoch(epoch: int, training: Training, train_loader, val_loader, env: DistEnv, args,
+              log) -> tuple[dict, list]:
+    """Train one epoch (and validate); returns its record and every rank's loader stats."""
+    train_loader.set_epoch(epoch)
+    record = {"epoch": epoch, "lr": training.scheduler.get_last_lr()[0]}
+    record.update(train_one_epoch(training.model, train_loader, training.optimizer,
+                                  training.scheduler, training.scaler, env, training.amp_dtype,
+                                  epoch, args.log_every, log))
+    stats = all_gather(train_loader.stats(), env)
+    record["clips_dali"] = sum(s.clips_dali for s in stats)
+    record["clips_fallback"] = sum(s.clips_fallback for s in stats)
+    record["decode_failures"] = sum(len(s.failures) for s in stats)
+    if val_loader is not None:
+        record.update(evaluate(training.model, val_loader, env, training.amp_dtype))
+    return record, stats
+
+
+def save_epoch(out: Path, epoch: int, training: Training, loader_states: list, metrics: dict) -> None:
+    """Rank 0's end of an epoch: the checkpoint, then ``metrics.json``, each written atomically."""
+    args, history = metrics["args"], metrics["history"]
+    save_checkpoint(out / CHECKPOINT_NAME, {
+        "model": training.unwrapped.state_dict(), "optimizer": training.optimizer.state_dict(),
+        "scheduler": training.scheduler.state_dict(),
+        "scaler": training.scaler.state_dict() if training.scaler is not None else None,
+        "epoch": epoch, "loader": loader_states, "history": history,
+        "args": args, "classes": metrics["classes"]})
+    text = json.dumps(metrics, indent=2).encode()
+    atomic_write(out / METRICS_NAME, lambda f: f.write(text))
+
+
 def main(argv: list[str] | None = None) -> dict:
     """Train; returns what ``metrics.json`` holds (on every rank)."""
     args = parse_args(argv)
@@ -388,43 +476,14 @@ def main(argv: list[str] | None = None) -> dict:
 
     train_loader, val_loader = build_loaders(args, env)
     classes = list(train_loader.classes)
-    model = build_model(args.model, len(classes)).to(env.device)
-    if env.world_size > 1:
-        device_ids = [env.local_rank] if env.device.type == "cuda" else None
-        model = DistributedDataParallel(model, device_ids=device_ids)
-    unwrapped = model.module if isinstance(model, DistributedDataParallel) else model
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
-                                weight_decay=args.weight_decay, nesterov=True)
     steps_per_epoch = len(train_loader)
-    scheduler = cosine_with_warmup(optimizer, args.epochs * steps_per_epoch,
-                                   round(args.warmup_epochs * steps_per_epoch))
-    amp_dtype = amp_dtype_for(env, args.amp)
-    scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
+    training = build_training(args, env, len(classes), steps_per_epoch)
+    start_epoch, history = resume(args, out, training, train_loader, env, log)
 
-    start_epoch, history = 0, []
-    checkpoint_path = out / CHECKPOINT_NAME if args.resume == "auto" else Path(args.resume or "")
-    if args.resume is not None and (args.resume != "auto" or checkpoint_path.exists()):
-        if not checkpoint_path.is_file():
-            raise FileNotFoundError(f"--resume: no checkpoint at {checkpoint_path}")
-        # weights_only=False: our own file, which also holds plain Python objects (history, args).
-        checkpoint = torch.load(checkpoint_path, map_location=env.device, weights_only=False)
-        if len(checkpoint["loader"]) != env.world_size:
-            saved_ranks = len(checkpoint["loader"])
-            raise ValueError(f"{checkpoint_path} was written by a job of {saved_ranks} ranks, this "
-                             f"one has {env.world_size}: resume with as many processes")
-        unwrapped.load_state_dict(checkpoint["model"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        scheduler.load_state_dict(checkpoint["scheduler"])
-        if scaler is not None and checkpoint["scaler"] is not None:
-            scaler.load_state_dict(checkpoint["scaler"])
-        train_loader.load_state_dict(checkpoint["loader"][env.rank])  # where this rank's plan is
-        start_epoch, history = checkpoint["epoch"] + 1, checkpoint["history"]
-        log(f"resumed from {checkpoint_path} after epoch {checkpoint['epoch']}")
-
-    num_params = sum(p.numel() for p in unwrapped.parameters())
+    num_params = sum(p.numel() for p in training.unwrapped.parameters())
     log(f"{len(classes)} classes; {steps_per_epoch} steps/epoch of {args.batch_size} clips x "
         f"{env.world_size} rank(s); model {args.model} ({num_params / 1e6:.2f} M params) on "
-        f"{env.device}" + (f" with {amp_dtype} autocast" if amp_dtype else ""))
+        f"{env.device}" + (f" with {training.amp_dtype} autocast" if training.amp_dtype else ""))
     metrics = {"args": vars(args), "classes": classes, "world_size": env.world_size,
                "history": history, "loader_stats": []}
     if start_epoch >= args.epochs:
@@ -432,16 +491,7 @@ def main(argv: list[str] | None = None) -> dict:
             f"of --epochs {args.epochs}")
     started = time.perf_counter()
     for epoch in range(start_epoch, args.epochs):
-        train_loader.set_epoch(epoch)
-        record = {"epoch": epoch, "lr": scheduler.get_last_lr()[0]}
-        record.update(train_one_epoch(model, train_loader, optimizer, scheduler, scaler, env,
-                                      amp_dtype, epoch, args.log_every, log))
-        stats = all_gather(train_loader.stats(), env)
-        record["clips_dali"] = sum(s.clips_dali for s in stats)
-        record["clips_fallback"] = sum(s.clips_fallback for s in stats)
-        record["decode_failures"] = sum(len(s.failures) for s in stats)
-        if val_loader is not None:
-            record.update(evaluate(model, val_loader, env, amp_dtype))
+        record, stats = run_epoch(epoch, training, train_loader, val_loader, env, args, log)
         history.append(record)
         log(_epoch_line(record))
 
@@ -450,14 +500,7 @@ def main(argv: list[str] | None = None) -> dict:
         metrics = {"args": vars(args), "classes": classes, "world_size": env.world_size,
                    "history": history, "loader_stats": loader_stats}
         if env.rank == 0:
-            save_checkpoint(out / CHECKPOINT_NAME, {
-                "model": unwrapped.state_dict(), "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(),
-                "scaler": scaler.state_dict() if scaler is not None else None,
-                "epoch": epoch, "loader": loader_states, "history": history,
-                "args": vars(args), "classes": classes})
-            text = json.dumps(metrics, indent=2).encode()
-            atomic_write(out / METRICS_NAME, lambda f: f.write(text))
+            save_epoch(out, epoch, training, loader_states, metrics)
         if args.max_minutes is not None and _next_epoch_overruns(started, epoch + 1 - start_epoch,
                                                                  args.max_minutes, env):
             log(f"stopping after epoch {epoch}: another epoch would overrun "

@@ -24,7 +24,8 @@ from daliload.cli import main as cli_main
 from daliload.examples import train_ddp
 from daliload.framecode import read_code
 from daliload.preview import LABEL_HEIGHT, PAD, denormalize, preview, render_contact_sheet
-from daliload.synth.dataset import SynthSpec, generate_dataset
+from daliload.synth.dataset import generate_dataset
+from daliload.synth.spec import SynthSpec
 
 REPO = Path(__file__).resolve().parents[1]
 # Clips sample every 4th frame: the generator's background grain repeats every
