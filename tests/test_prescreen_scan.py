@@ -450,8 +450,7 @@ def _ddp_rank(rank: int, world: int, init_file: str, root: str, out_dir: str) ->
     result["path"] = str(ensure_manifest(root, device="cpu", scan=ScanSpec(workers=1), progress=False))
     try:
         ensure_manifest(
-            os.path.join(root, "nope"), device="cpu",
-            scan=ScanSpec(workers=0, manifest_path=result["path"]),
+            os.path.join(root, "nope"), device="cpu", scan=ScanSpec(manifest_path=result["path"], workers=0)
         )
     except (RuntimeError, FileNotFoundError) as err:
         result["error"] = f"{type(err).__name__}: {err}"
@@ -489,8 +488,7 @@ def test_concurrent_ensure_manifest_calls_take_turns(small_kinetics, tmp_path):
 
     manifest = tmp_path / "m.sqlite"
     code = ("import sys; from daliload.prescreen import ScanSpec, ensure_manifest; "
-            "ensure_manifest(sys.argv[1], device='cpu', scan=ScanSpec(manifest_path=sys.argv[2], workers=0), "
-            "progress=False)")
+            "ensure_manifest(sys.argv[1], device='cpu', scan=ScanSpec(sys.argv[2], workers=0), progress=False)")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(small_kinetics), str(manifest)],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(3)]
     for proc in procs:

@@ -2,9 +2,9 @@
 
 :func:`scan` lists the dataset (through :func:`daliload.index.load_index`, or
 an explicit list of records), ``stat``s every file, and probes only files that
-are new or whose size or modification time changed (plus, for ``deep=True``,
-files not yet deep-checked on the device, and files whose last probe hung,
-crashed or raised). Probing runs in worker processes
+are new or whose size or modification time changed (plus files not yet
+deep-checked on the device when ``deep=True``, and files whose last probe
+hung, crashed or raised). Probing runs in worker processes
 (:mod:`daliload.prescreen.probe_pool`): a file that hangs the probe past
 ``timeout_s`` is stored as ``bad`` with reason ``"timeout"``, one that kills
 its worker as ``bad`` with reason ``"crash"``; the scan goes on. Results are
