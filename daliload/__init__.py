@@ -15,8 +15,11 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "KineticsDALILoader": "daliload.loader",
     "DecodeSpec": "daliload.loader",
-    "ScanSpec": "daliload.loader",
+    "ScanSpec": "daliload.prescreen",
     "LoaderStats": "daliload.loader",
+    "Failure": "daliload.failures",
+    "DecodeFailureWarning": "daliload.failures",
+    "TooManyFailuresError": "daliload.failures",
     "ClipSpec": "daliload.plan",
     "AugmentSpec": "daliload.plan",
     "OutputSpec": "daliload.plan",
@@ -31,9 +34,10 @@ __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports on first use
     from daliload.index import load_index
-    from daliload.loader import DecodeSpec, KineticsDALILoader, LoaderStats, ScanSpec
+    from daliload.failures import DecodeFailureWarning, Failure, TooManyFailuresError
+    from daliload.loader import DecodeSpec, KineticsDALILoader, LoaderStats
     from daliload.plan import AugmentSpec, ClipSpec, CropBox, OutputSpec, Sample
-    from daliload.prescreen import Manifest, scan
+    from daliload.prescreen import Manifest, ScanSpec, scan
 
 
 def __getattr__(name: str):

@@ -1,4 +1,4 @@
-"""Where this process sits in a distributed job, and how to wait for the others.
+"""Where this process sits in a distributed job (rank, GPU), and how to wait for the others.
 
 Reads ``torch.distributed`` when a process group is initialized, else the
 variables ``torchrun`` sets (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``), else
@@ -34,6 +34,30 @@ def _env_int(name: str, default: int) -> int:
         return int(value)
     except ValueError as err:
         raise ValueError(f"environment variable {name}={value!r} is not an integer") from err
+
+
+def require_cuda() -> None:
+    """Raise ``ValueError`` unless torch sees a CUDA GPU (what ``device="gpu"`` needs)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ValueError("device='gpu' needs a CUDA GPU visible to torch; use device='cpu', or 'auto' "
+                         "to pick the GPU only when there is one")
+
+
+def local_cuda_device() -> int:
+    """This process's GPU: ``LOCAL_RANK`` modulo the visible GPUs.
+
+    Some launchers show each process only its own GPU (SLURM ``--gpus-per-task``),
+    where ``LOCAL_RANK`` can exceed the visible count: it wraps around.
+
+    Raises:
+        ValueError: no CUDA GPU is visible.
+    """
+    require_cuda()
+    import torch
+
+    return local_rank() % torch.cuda.device_count()
 
 
 def is_distributed() -> bool:

@@ -69,6 +69,7 @@ from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 import numpy as np
 
+from daliload.dist import require_cuda
 from daliload.plan import OutputSpec, Sample
 
 if TYPE_CHECKING:
@@ -221,10 +222,7 @@ class DaliClipDecoder:
         if device == "gpu":
             import torch
 
-            if not torch.cuda.is_available():
-                raise ValueError(
-                    "device='gpu' needs a CUDA GPU visible to torch; use device='cpu' without one"
-                )
+            require_cuda()
             if device_id is None:
                 device_id = torch.cuda.current_device()
         else:

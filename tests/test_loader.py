@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from daliload import loader as loader_mod
+from daliload.failures import DecodeFailureWarning
 from daliload.framecode import read_code
 from daliload.loader import PADDING_LABEL, DecodeSpec, KineticsDALILoader, split_batches
 from daliload.plan import AugmentSpec, CropBox, OutputSpec, Sample
@@ -188,8 +189,12 @@ def test_file_broken_after_the_scan_is_replaced_and_reported(dataset, tmp_path):
     fallback_victim = next(p for p, r in routes.items() if r == "fallback")
     Path(dali_victim).write_bytes(b"\x00garbage" * 100)  # corrupted after the scan
     Path(fallback_victim).unlink()  # deleted after the scan
-    with pytest.warns(RuntimeWarning, match="failed to decode"):
+    with pytest.warns(RuntimeWarning, match="failed to decode") as record:
         batches = list(loader)
+    # One failure budget for the epoch: one warning, whichever paths (DALI, fallback workers) failed.
+    epoch_warnings = [w for w in record if issubclass(w.category, DecodeFailureWarning)]
+    assert len(epoch_warnings) == 1, [str(w.message) for w in record]
+    assert str(epoch_warnings[0].message).startswith(f"{len(loader.stats().failures)} of ")
     assert len(batches) == len(loader)
     assert all(v.shape[0] == 4 for v, _ in batches)
     stats = loader.stats()

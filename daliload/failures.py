@@ -1,0 +1,216 @@
+"""Run-time decode failures: the record, the errors, the epoch's budget and the replacement rule.
+
+One owner per epoch. Whoever runs an epoch holds one :class:`FailureBudget`:
+:class:`~daliload.KineticsDALILoader` for the whole loader, or a
+:class:`fallback.FallbackLoader` used on its own. Decoders (DALI, the PyAV
+fallback and its workers) only report :class:`Failure` records; the budget
+counts each ``(path, position)`` once, raises :class:`TooManyFailuresError`
+past its limit, and warns once per epoch with the totals.
+
+The replacement rule (:func:`replacement_order`): a plan slot whose sample
+fails is filled by the next sample of the plan, in plan order and wrapping
+around, that decodes. It is deterministic, so a replaced slot gives the same
+clip on every run, and it keeps every batch full, so DDP ranks stay in step.
+
+Worked example, a plan of 6 samples (positions 0..5) where 2 and 3 fail::
+
+    slot 2 tries 2 (fails), 3 (fails), 4 -> filled by sample 4
+    slot 3 tries 3 (fails), 4          -> filled by sample 4
+    budget.failures == (Failure(path2, ..., 2), Failure(path3, ..., 3))   # each counted once
+    with max_fraction=0.05 the limit is max(1, 0.3) = 1: the second failure raises
+
+This module is core: it imports nothing else of daliload, nor torch.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+#: Reason prefixes of failures detected from outside the decoding process.
+REASON_TIMEOUT = "timeout"
+REASON_WORKER_DIED = "worker died"
+
+#: Failure limit when none is given: 5 % of an epoch's samples (at least one).
+DEFAULT_MAX_FAILURE_FRACTION = 0.05
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A sample that could not be decoded.
+
+    Attributes:
+        path: the file.
+        reason: why, starting with ``"timeout"`` or ``"worker died"`` for
+            failures detected from outside the decoding process.
+        position: the sample's plan position (``None`` if unknown, e.g. a file
+            the pre-screen rejected before any plan).
+    """
+
+    path: str
+    reason: str
+    position: int | None = None
+
+
+class DecodeFailureWarning(RuntimeWarning, UserWarning):
+    """Some samples of an epoch failed to decode and were replaced.
+
+    Both a ``RuntimeWarning`` (what the loader always raised) and a
+    ``UserWarning`` (what the fallback loader always raised), so filters
+    written for either keep working.
+    """
+
+
+class NoReplacementError(RuntimeError):
+    """No decodable replacement was found for a failed sample."""
+
+    def __init__(self, slot_position: int | str, failures: Sequence[Failure] = ()) -> None:
+        if isinstance(slot_position, str):
+            # Raised in a DataLoader worker, torch re-raises it in the main process as
+            # exc_type(message): keep the type (callers catch it), the details are in the text.
+            self.slot_position, self.failures = None, tuple(failures)
+            super().__init__(slot_position)
+            return
+        self.slot_position = slot_position
+        self.failures = tuple(failures)
+        super().__init__(f"plan position {slot_position}: no decodable replacement among the next "
+                         f"{len(self.failures) - 1} samples; failures: "
+                         + "; ".join(f"{f.path}: {f.reason}" for f in self.failures[:5]))
+
+    def __reduce__(self):
+        return (type(self), (self.slot_position, self.failures))
+
+
+class TooManyFailuresError(RuntimeError):
+    """More samples failed than the failure budget allows; lists them."""
+
+    def __init__(self, failures: Sequence[Failure], num_samples: int, limit: str) -> None:
+        self.failures = tuple(failures)
+        lines = [f"  {f.path} (position {f.position}): {f.reason}" for f in self.failures[:20]]
+        if len(self.failures) > 20:
+            lines.append(f"  ... and {len(self.failures) - 20} more (see .failures)")
+        super().__init__(f"{len(self.failures)} of {num_samples} samples failed to decode, more than "
+                         f"{limit}:\n" + "\n".join(lines))
+
+
+def replacement_order(num_slots: int, slot: int) -> Iterator[int]:
+    """The replacement rule: the plan indices to try for ``slot``, in order.
+
+    ``slot`` itself first, then the following slots of the plan, wrapping
+    around, each once. The caller takes the first that decodes and records
+    the others' failures; how far it looks is its own bound.
+
+    Example: ``list(replacement_order(5, 3)) == [3, 4, 0, 1, 2]``.
+
+    Raises:
+        ValueError: ``slot`` is not in ``0 .. num_slots - 1``.
+    """
+    if not 0 <= slot < num_slots:
+        raise ValueError(f"slot {slot} out of range for a plan of {num_slots} samples")
+    for step in range(num_slots):
+        yield (slot + step) % num_slots
+
+
+class FailureBudget:
+    """The failures of one epoch (or pass): counted once each, limited, reported once.
+
+    Args:
+        num_samples: samples in the epoch (the limit's base).
+        max_fraction: raise once more than this fraction of ``num_samples``
+            have failed; the fraction allows at least one failure. ``None``:
+            no fractional limit. Default 5 %.
+        max_count: raise once more than this many samples have failed.
+            ``None``: no count limit. When both are given both apply.
+
+    Raises:
+        ValueError: a limit out of range.
+    """
+
+    def __init__(self, num_samples: int, *, max_fraction: float | None = DEFAULT_MAX_FAILURE_FRACTION,
+                 max_count: int | None = None) -> None:
+        if max_fraction is not None and not 0 <= max_fraction <= 1:
+            raise ValueError(f"max_failure_fraction must be in [0, 1] or None, got {max_fraction!r}")
+        if max_count is not None and (not isinstance(max_count, int) or max_count < 0):
+            raise ValueError(f"max_failures must be an integer >= 0 or None, got {max_count!r}")
+        self.max_fraction = max_fraction
+        self.max_count = max_count
+        self.reset(num_samples)
+
+    def reset(self, num_samples: int) -> None:
+        """Start a new epoch of ``num_samples`` samples: forget failures and replacements."""
+        self.num_samples = num_samples
+        self._failures: dict[tuple[str, int | None], Failure] = {}
+        self._replacements: list[tuple[int, int]] = []
+        self._warned = False
+
+    # -- recording ------------------------------------------------------------------
+
+    def record(self, failure: Failure) -> bool:
+        """Count ``failure`` (once per ``(path, position)``); raise past the limit.
+
+        Returns:
+            True when this ``(path, position)`` had not failed before.
+
+        Raises:
+            TooManyFailuresError: more distinct failures than the limit allows.
+        """
+        key = (failure.path, failure.position)
+        new = key not in self._failures
+        if new:
+            self._failures[key] = failure
+            self.check()
+        return new
+
+    def record_replacement(self, slot_position: int, used_position: int) -> None:
+        """Note that the slot at ``slot_position`` was filled with the sample at ``used_position``."""
+        self._replacements.append((slot_position, used_position))
+
+    def check(self) -> None:
+        """Raise :class:`TooManyFailuresError` when the failures exceed the limit."""
+        n, total = len(self._failures), self.num_samples
+        if self.max_count is not None and n > self.max_count:
+            raise TooManyFailuresError(self.failures, total, f"max_failures={self.max_count}")
+        if self.max_fraction is not None and n > max(1.0, self.max_fraction * total):
+            raise TooManyFailuresError(self.failures, total,
+                                       f"max_failure_fraction={self.max_fraction:g} of {total} samples "
+                                       f"({max(1.0, self.max_fraction * total):g} allowed)")
+
+    # -- reading --------------------------------------------------------------------
+
+    @property
+    def failures(self) -> tuple[Failure, ...]:
+        """Distinct failures, in the order they were found."""
+        return tuple(self._failures.values())
+
+    @property
+    def replacements(self) -> tuple[tuple[int, int], ...]:
+        """``(slot_position, used_position)`` of every replaced slot, in order."""
+        return tuple(self._replacements)
+
+    def count(self, reason_prefix: str) -> int:
+        """How many failures' reasons start with ``reason_prefix`` (e.g. :data:`REASON_TIMEOUT`)."""
+        return sum(f.reason.startswith(reason_prefix) for f in self._failures.values())
+
+    def warn(self, *, detail: str = "", stacklevel: int = 2) -> None:
+        """Warn once per epoch, with totals and the first failure, if anything failed.
+
+        Args:
+            detail: extra counts the owner knows (e.g. worker restarts), put in
+                the parentheses after the failure kinds.
+            stacklevel: as for :func:`warnings.warn`, counted from the caller.
+        """
+        if not self._failures or self._warned:
+            return
+        self._warned = True
+        first = next(iter(self._failures.values()))
+        kinds = (f"{self.count(REASON_TIMEOUT)} timeouts, {self.count(REASON_WORKER_DIED)} worker deaths"
+                 + (f", {detail}" if detail else ""))
+        warnings.warn(
+            f"{len(self._failures)} of {self.num_samples} samples failed to decode and were replaced "
+            f"({kinds}); first: {first.path}: {first.reason}; see the loader's stats()",
+            DecodeFailureWarning, stacklevel=stacklevel + 1)
+
+    def __repr__(self) -> str:
+        return (f"FailureBudget(failures={len(self._failures)}, replaced={len(self._replacements)}, "
+                f"num_samples={self.num_samples}, max_fraction={self.max_fraction}, max_count={self.max_count})")
