@@ -1,6 +1,6 @@
 # The two commands the README promises on a fresh machine:
 #   make demo   - set up .venv, generate a Kinetics-like dataset, run the main job on it
-#   make test   - set up .venv and run the test suite (what CI runs)
+#   make test   - set up .venv, lint (ruff, import contracts) and run the test suite (what CI runs)
 #   make bench  - set up .venv, add the optional peers, run the CPU benchmark (minutes)
 # TORCH_SPEC defaults to the CPU wheel these machines carry; on a GPU host pass
 # e.g. TORCH_SPEC=torch and DALI_EXTRA=cuda12 to match the driver.
@@ -13,7 +13,7 @@ DEMO_DIR ?= demo_out
 # Extra options for `python -m benchmarks` (see --help), e.g. BENCH_ARGS="--device cuda".
 BENCH_ARGS ?= --device cpu
 
-.PHONY: venv demo test bench clean
+.PHONY: venv demo lint test bench clean
 
 venv: $(VENV)/.installed
 
@@ -27,7 +27,13 @@ $(VENV)/.installed: pyproject.toml
 demo: venv
 	$(VENV)/bin/daliload demo --out $(DEMO_DIR)
 
-test: venv
+# ruff (settings in pyproject.toml) and the import contracts that keep the layers
+# (README "Layout"; [tool.importlinter] in pyproject.toml).
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+
+test: lint
 	$(PY) -m pytest -q
 
 # The peers install without their dependencies, so torch is never replaced: torchcodec

@@ -38,8 +38,9 @@ from datetime import date
 from pathlib import Path
 
 from daliload.prescreen import probe_file, scan
-from daliload.prescreen.manifest import ProbeRows
-from daliload.prescreen.scan import ProbeTask, default_workers, run_probe_task
+from daliload.prescreen.probe_pool import ProbeTask, run_probe_task
+from daliload.prescreen.rows import ProbeRows
+from daliload.prescreen.scan import default_workers
 
 TARGET_FILES_PER_S = 200.0
 _REALCLIPS = Path(__file__).resolve().parents[2] / "shared" / "realclips"

@@ -145,7 +145,7 @@ class LoaderAdapter(abc.ABC):
     def epoch(self) -> Iterator[LoadedBatch]:
         """Yield one epoch of batches: every sample of the plan once."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook: adapters that hold nothing keep it empty
         """Release workers, pipelines and files."""
 
 

@@ -6,6 +6,8 @@ that, so this module reaches into its multi-process iterator
 (``_MultiProcessingDataLoaderIter``). Checked against torch 2.13.0, the version
 CI installs; nothing else in the repository touches these names. What is used:
 
+* ``loader._iterator``: the iterator a DataLoader with persistent workers
+  keeps between passes;
 * ``iterator._workers``: the worker ``multiprocessing.Process`` objects (pid,
   exitcode) of a multi-process iterator;
 * ``iterator._shutdown_workers()``: torch's own clean-up of those workers (its
@@ -52,6 +54,11 @@ def check_iterator(iterator: Any) -> None:
         raise RuntimeError(
             f"torch {torch.__version__} changed the DataLoader internals the fallback's worker "
             f"supervision relies on (missing: {', '.join(missing)}); see fallback/_torch_internals.py")
+
+
+def persistent_iterator(loader: Any) -> Any | None:
+    """The iterator a DataLoader keeps between passes (persistent workers), if any."""
+    return getattr(loader, "_iterator", None)
 
 
 def workers(iterator: Any) -> list:

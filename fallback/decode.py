@@ -35,6 +35,11 @@ skipping, which is exact by definition.
 A :class:`StreamHint` (keyframe indices and the frame rate, as the pre-screen
 records them) lets a constant-frame-rate file be entered by a container seek
 instead of demuxing it from the start, which matters for long videos.
+
+Why one module of about 500 lines: it is one concept, "which decoded frame is
+frame N", and its three strategies (hint, packet table, counting) share one
+decode loop and one assembly step; split apart, the numbering rule would be
+spread over several files that each must agree with it.
 """
 
 from __future__ import annotations

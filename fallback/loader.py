@@ -292,7 +292,7 @@ class FallbackLoader:
     def _drop_loader(self, iterator=None) -> None:
         """Forget the DataLoader and stop its workers (``iterator``'s too)."""
         loader, self._loader = self._loader, None
-        for it in {id(i): i for i in (iterator, getattr(loader, "_iterator", None)) if i is not None}.values():
+        for it in {id(i): i for i in (iterator, internals.persistent_iterator(loader)) if i is not None}.values():
             internals.shutdown(it)
 
     def _account(self, batch: ClipBatch) -> FallbackBatch:

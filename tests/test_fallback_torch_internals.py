@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -58,3 +60,13 @@ def test_a_missing_private_name_fails_loudly():
     with pytest.raises(RuntimeError, match=r"torch .* changed the DataLoader internals .* \(missing: "
                                            r"_shutdown_workers, _worker_pids_set"):
         internals.check_iterator(Iterator())
+
+
+def test_no_other_module_touches_torchs_private_dataloader_names():
+    root = Path(__file__).resolve().parent.parent
+    private = re.compile(r"torch\.utils\.data\._utils|_shutdown_workers|_worker_pids_set|iterator\._workers\b|"
+                         r"[\"']_workers[\"']|[\"']_iterator[\"']")
+    offenders = [str(path.relative_to(root)) for package in ("daliload", "fallback")
+                 for path in sorted((root / package).rglob("*.py"))
+                 if path.name != "_torch_internals.py" and private.search(path.read_text())]
+    assert offenders == [], "torch's private DataLoader names belong in fallback/_torch_internals.py"

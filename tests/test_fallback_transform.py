@@ -12,9 +12,9 @@ from daliload.synth import render_clip
 from fallback import apply_plan
 
 
-def sample(crop: CropBox = CropBox.full(), flip: bool = False) -> Sample:
+def sample(crop: CropBox | None = None, flip: bool = False) -> Sample:
     return Sample(position=0, video_index=0, path="clip.mp4", label=0, start_frame=0, frame_stride=1,
-                  clip_len=2, crop=crop, flip=flip)
+                  clip_len=2, crop=CropBox.full() if crop is None else crop, flip=flip)
 
 
 def known_frames() -> np.ndarray:

@@ -92,12 +92,12 @@ def test_same_plan_dali_and_fallback_agree(dataset, device):
 
 def test_val_plan_marks_padding_and_is_deterministic(dataset):
     loader = make_loader(dataset, "val", batch_size=3)
-    first = [(v.clone(), l.clone()) for v, l in loader]
+    first = [(v.clone(), lab.clone()) for v, lab in loader]
     again = list(loader)
     for (v1, l1), (v2, l2) in zip(first, again):
         assert torch.equal(v1, v2) and torch.equal(l1, l2)
     flat = [s for b in loader.plan() for s in b]
-    labels = torch.cat([l for _, l in first]).tolist()
+    labels = torch.cat([lab for _, lab in first]).tolist()
     for sample, label in zip(flat, labels):
         assert label == (PADDING_LABEL if sample.is_padding else sample.label)
         assert not sample.flip
@@ -113,7 +113,7 @@ def test_epochs_reshuffle_and_resume_mid_epoch(dataset):
     next(it)
     state = loader.state_dict()
     assert state["epoch"] == 1 and state["next_batch"] == 1
-    rest = [(v.clone(), l.clone()) for v, l in it]
+    rest = [(v.clone(), lab.clone()) for v, lab in it]
     assert loader.state_dict()["next_batch"] == len(plan1)  # finished, not "not started"
 
     resumed = make_loader(dataset)
@@ -128,8 +128,8 @@ def test_epochs_reshuffle_and_resume_mid_epoch(dataset):
 
 def test_a_pass_that_stops_at_the_last_batch_does_not_empty_the_next(dataset):
     loader = make_loader(dataset, "val", batch_size=2)
-    first = [l.clone() for _, (_, l) in zip(range(len(loader)), loader)]  # never asks past the end
-    second = [l for _, l in loader]
+    first = [lab.clone() for _, (_, lab) in zip(range(len(loader)), loader)]  # never asks past the end
+    second = [lab for _, lab in loader]
     assert len(first) == len(second) == len(loader)
     assert all(torch.equal(a, b) for a, b in zip(first, second))
 

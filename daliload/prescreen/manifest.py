@@ -50,7 +50,6 @@ from daliload.prescreen.rows import (
     FileRecord,
     KnownFile,
     Probed,
-    ProbeRows,  # noqa: F401 (re-exported: benchmarks/bench_probe.py imports it from here)
     facts_from_row,
 )
 from daliload.prescreen.rules import DEVICES, RULES_VERSION, Device, Route, check_device, route_for

@@ -43,7 +43,6 @@ from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 from daliload import dist
 from daliload.prescreen.manifest import Manifest
 from daliload.prescreen.probe_pool import FAULT_ENV, ProbeTask, probe_into
-from daliload.prescreen.probe_pool import run_probe_task  # noqa: F401 (benchmarks/bench_probe.py imports it from here)
 from daliload.prescreen.rows import FileRecord
 from daliload.prescreen.rules import ROUTES, Device, check_device
 from daliload.workerpool import usable_cores
