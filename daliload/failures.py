@@ -143,6 +143,7 @@ class FailureBudget:
         self._failures: dict[tuple[str, int | None], Failure] = {}
         self._replacements: list[tuple[int, int]] = []
         self._warned = False
+        self._exceeded = False
 
     # -- recording ------------------------------------------------------------------
 
@@ -169,12 +170,15 @@ class FailureBudget:
     def check(self) -> None:
         """Raise :class:`TooManyFailuresError` when the failures exceed the limit."""
         n, total = len(self._failures), self.num_samples
+        limit = None
         if self.max_count is not None and n > self.max_count:
-            raise TooManyFailuresError(self.failures, total, f"max_failures={self.max_count}")
-        if self.max_fraction is not None and n > max(1.0, self.max_fraction * total):
-            raise TooManyFailuresError(self.failures, total,
-                                       f"max_failure_fraction={self.max_fraction:g} of {total} samples "
-                                       f"({max(1.0, self.max_fraction * total):g} allowed)")
+            limit = f"max_failures={self.max_count}"
+        elif self.max_fraction is not None and n > max(1.0, self.max_fraction * total):
+            limit = (f"max_failure_fraction={self.max_fraction:g} of {total} samples "
+                     f"({max(1.0, self.max_fraction * total):g} allowed)")
+        if limit is not None:
+            self._exceeded = True
+            raise TooManyFailuresError(self.failures, total, limit)
 
     # -- reading --------------------------------------------------------------------
 
@@ -206,8 +210,10 @@ class FailureBudget:
         first = next(iter(self._failures.values()))
         kinds = (f"{self.count(REASON_TIMEOUT)} timeouts, {self.count(REASON_WORKER_DIED)} worker deaths"
                  + (f", {detail}" if detail else ""))
+        outcome = (", more than the limit allows, and the pass stopped" if self._exceeded
+                   else " and were replaced")
         warnings.warn(
-            f"{len(self._failures)} of {self.num_samples} samples failed to decode and were replaced "
+            f"{len(self._failures)} of {self.num_samples} samples failed to decode{outcome} "
             f"({kinds}); first: {first.path}: {first.reason}; see the loader's stats()",
             DecodeFailureWarning, stacklevel=stacklevel + 1)
 

@@ -35,6 +35,9 @@ def test_budget_allows_at_least_one_failure_then_raises_listing_them():
         budget.record(Failure("b.mp4", "garbage", 1))
     assert "b.mp4 (position 1): garbage" in str(info.value)
     assert [f.path for f in info.value.failures] == ["a.mp4", "b.mp4"]
+    with pytest.warns(DecodeFailureWarning, match="2 of 10 samples failed to decode, more than the limit allows, "
+                                                  "and the pass stopped"):
+        budget.warn()  # not "replaced": the epoch stopped
 
 
 def test_budget_count_limit_and_no_limit():
