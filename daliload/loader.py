@@ -35,6 +35,7 @@ from daliload.plan import (AugmentSpec, ClipSpec, LastBatch, OutputSpec, Sample,
 from daliload.prescreen import Manifest, ManifestEntry, ScanSpec, ensure_manifest
 from daliload.workerpool import usable_cores
 from fallback import DecodeOptions, StreamHint, WorkerOptions
+from fallback.dataset import faults_from_env
 
 logger = logging.getLogger(__name__)
 
@@ -60,9 +61,15 @@ class DecodeSpec:
             NVDEC engines of an H100/H200, so every engine has a session
             decoding while another demuxes), on the CPU one per core.
         prefetch_batches: DALI batches in flight ahead of the one consumed. Default 2.
-        fallback_workers: PyAV decoding processes. Default 2.
+        fallback_workers: PyAV decoding processes. Default 2. 0 decodes in the
+            training process: a debugging mode in which a crash inside FFmpeg
+            ends the run and a hang inside it is not cut.
         fallback_threads: FFmpeg threads per fallback decode. Default 1.
-        timeout_s: per-clip decode limit for the fallback, seconds. Default 60.
+        timeout_s: per-clip decode limit, seconds. Default 60. A fallback
+            decode past it fails (its worker is killed at ``1.25 * timeout_s +
+            0.5``); a DALI batch may take ``timeout_s * (1 + ceil(clips /
+            dali_threads))`` before the loader raises
+            :class:`~daliload.pipeline.DaliTimeoutError` naming its files.
         max_failure_fraction: raise once more than this fraction of an epoch's
             samples failed to decode (they are replaced until then; at least
             one failure is allowed). Default 0.05.
@@ -128,11 +135,19 @@ class LoaderStats:
         dali_wait_s: seconds spent waiting for DALI batches.
         fallback_wait_s: seconds spent waiting for fallback clips.
         device: ``"gpu"`` or ``"cpu"``: where DALI decodes and tensors live.
-        dali_enabled: whether DALI decoded anything this run (False without
+        dali_enabled: whether DALI may decode in this run (False without
             DALI installed, or with ``decoder="fallback"``).
-        rerouted: files of route ``dali`` whose DALI batch failed and that
-            DALI named or the fallback could not decode either; they go
-            through the fallback for the rest of this run.
+        rerouted: files of route ``dali`` that DALI failed on (found by
+            isolating a failed batch); they go through the fallback from the
+            next batch on, for the rest of this run.
+        clips_masked: failed samples of an evaluation split (not ``"train"``):
+            their slot holds a replacement with label -1, like padding, so no
+            video is scored twice.
+        clips_past_end: clips whose window runs past the end of their video
+            (the last frame is repeated, as ``pad_mode="edge"``).
+        isolation_s: seconds spent finding which files broke DALI batches.
+        dali_disabled: why DALI was given up for the rest of the run (several
+            failed batches in a row with no single file to blame), or ``None``.
     """
 
     epoch: int
@@ -148,6 +163,10 @@ class LoaderStats:
     device: str
     dali_enabled: bool
     rerouted: tuple[str, ...] = ()
+    clips_masked: int = 0
+    clips_past_end: int = 0
+    isolation_s: float = 0.0
+    dali_disabled: str | None = None
 
     @property
     def dali_share(self) -> float:
@@ -163,6 +182,11 @@ class LoaderStats:
             f"waiting: DALI {self.dali_wait_s:.2f} s, fallback {self.fallback_wait_s:.2f} s; "
             f"re-decoded after a DALI failure: {self.clips_redecoded}; replaced: {self.replaced}",
         ]
+        if self.clips_masked or self.clips_past_end:
+            lines.append(f"failed and masked (label -1): {self.clips_masked}; "
+                         f"windows past the end of their video: {self.clips_past_end}")
+        if self.dali_disabled:
+            lines.append(f"DALI given up for this run: {self.dali_disabled}")
         if self.rerouted:
             lines.append(f"sent to the fallback after failing in DALI ({len(self.rerouted)}): "
                          + ", ".join(self.rerouted[:5]) + (" ..." if len(self.rerouted) > 5 else ""))
@@ -262,7 +286,10 @@ class KineticsDALILoader:
         self._setup = PassSetup(
             output=self.output, decode=self.decode.fallback_decode(hints),
             workers=self.decode.fallback_workers_options(pin_memory=self.device == "gpu"),
-            device=self.torch_device, label_padding=self.label_padding)
+            isolated_workers=self.decode.fallback_workers, device=self.torch_device,
+            label_padding=self.label_padding, mask_failed=split != "train",
+            dali_timeout_s=self.decode.timeout_s, dali_threads=self.decode.dali_threads_for(self.device, batch_size),
+            num_frames={e.path: e.num_frames for e in self.videos if e.num_frames}, faults=faults_from_env())
         self.epoch = 0
         self._start_batch = 0
         self._counters = EpochCounters()
@@ -366,7 +393,8 @@ class KineticsDALILoader:
             clips_fallback=c.clips_fallback, clips_redecoded=c.clips_redecoded, replaced=len(budget.replacements),
             failures=budget.failures, rejected=self.rejected, dali_wait_s=c.dali_wait_s,
             fallback_wait_s=c.fallback_wait_s, device=self.device, dali_enabled=self.dali_enabled,
-            rerouted=tuple(sorted(self._routes.rerouted)),
+            rerouted=tuple(sorted(self._routes.rerouted)), clips_masked=c.clips_masked,
+            clips_past_end=c.clips_past_end, isolation_s=c.isolation_s, dali_disabled=self._routes.dali_disabled,
         )
 
     # -- iteration ------------------------------------------------------------------------

@@ -56,13 +56,23 @@ what DALI counts, unsupported stream) raises :class:`DaliBatchError` from
 :meth:`DaliClipDecoder.result`, naming every file of the batch; the pipeline
 stays usable and the next batch decodes normally, so the loader can decode the
 failed samples again through the PyAV fallback.
+
+Time limit: :meth:`DaliClipDecoder.result` waits for DALI on one dedicated
+thread, so a wait can be given up after ``timeout_s``: it raises
+:class:`DaliTimeoutError`, naming the batch's files. A thread stuck inside
+DALI cannot be stopped, so the decoder is unusable afterwards (every later
+call raises); the loader lets the error end the run, loudly, rather than
+hang it (under torchrun the other ranks are then stopped too).
 """
 
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import logging
+import queue
 import re
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Sequence
@@ -147,6 +157,25 @@ class DaliBatchError(RuntimeError):
 
 def _rebuild_batch_error(samples, reason, culprit) -> DaliBatchError:
     return DaliBatchError(samples, reason, culprit=culprit)
+
+
+class DaliTimeoutError(RuntimeError):
+    """DALI did not finish a batch within the time limit; the decoder cannot be used any more.
+
+    Attributes:
+        samples: the samples of the batch DALI was decoding.
+        timeout_s: the limit that passed, in seconds.
+    """
+
+    def __init__(self, samples: Sequence[Sample], timeout_s: float) -> None:
+        self.samples = tuple(samples)
+        self.timeout_s = timeout_s
+        paths = list(dict.fromkeys(s.path for s in self.samples))
+        super().__init__(
+            f"DALI did not finish a batch of {len(self.samples)} clip(s) within {timeout_s:g} s; a thread "
+            f"is stuck inside DALI, so this run cannot go on (raise DecodeSpec.timeout_s if such "
+            f"batches are expected to be slow); files: {', '.join(paths)}"
+        )
 
 
 @dataclass(frozen=True)
@@ -236,6 +265,9 @@ class DaliClipDecoder:
         self._pending: collections.deque[_Pending] = collections.deque()
         self._reader = ThreadPoolExecutor(max_workers=read_threads,
                                           thread_name_prefix="daliload-read")
+        # Every wait for DALI's outputs runs on this one thread, so it can be timed out.
+        self._waiter = _Waiter()
+        self._stuck: DaliTimeoutError | None = None
         self._pipe = self._build(pipeline_mod, fn, types)
 
     # -- pipeline -------------------------------------------------------------
@@ -289,6 +321,11 @@ class DaliClipDecoder:
         """Batches submitted and not yet collected with :meth:`result`."""
         return len(self._pending)
 
+    @property
+    def stuck(self) -> bool:
+        """True once a wait timed out: a thread is stuck inside DALI and nothing more will come."""
+        return self._stuck is not None
+
     def submit(self, samples: Sequence[Sample]) -> None:
         """Read the files of ``samples`` and queue them for decoding; does not wait for DALI.
 
@@ -307,6 +344,8 @@ class DaliClipDecoder:
         self._check_batch(samples)
         if self._pipe is None:
             raise RuntimeError("this DaliClipDecoder is closed")
+        if self._stuck is not None:
+            raise RuntimeError(f"this DaliClipDecoder is unusable: {self._stuck}")
         if len(self._pending) >= self.prefetch_queue_depth:
             raise RuntimeError(
                 f"{len(self._pending)} batches are already pending (prefetch_queue_depth="
@@ -323,21 +362,33 @@ class DaliClipDecoder:
         self._pipe.schedule_run()
         self._pending.append(_Pending(samples, None))
 
-    def result(self) -> DecodedBatch:
+    def result(self, timeout_s: float | None = None) -> DecodedBatch:
         """Wait for the oldest pending batch and return it.
+
+        Args:
+            timeout_s: give up waiting after this many seconds (``None``: wait
+                as long as DALI takes).
 
         Raises:
             DaliBatchError: DALI (or the file reader) failed on that batch. The
                 batch is consumed; the decoder stays usable for the next one.
-            RuntimeError: nothing is pending.
+            DaliTimeoutError: DALI did not finish within ``timeout_s``; the
+                decoder is unusable from then on.
+            RuntimeError: nothing is pending, or an earlier wait timed out.
         """
+        if self._stuck is not None:
+            raise RuntimeError(f"this DaliClipDecoder is unusable: {self._stuck}")
         if not self._pending:
             raise RuntimeError("no batch is pending: submit() one first")
         entry = self._pending.popleft()
         if entry.error is not None:
             raise entry.error
+        waiting = self._waiter.submit(self._pipe.outputs)
         try:
-            videos_tl, labels_tl = self._pipe.outputs()
+            videos_tl, labels_tl = waiting.result(timeout=timeout_s)
+        except concurrent.futures.TimeoutError:
+            self._stuck = DaliTimeoutError(entry.samples, timeout_s)
+            raise self._stuck from None
         except RuntimeError as err:
             reason = dali_error_reason(str(err))
             match = re.search(r"sample #(\d+)", str(err))
@@ -352,11 +403,11 @@ class DaliClipDecoder:
             labels = labels.to(videos.device)
         return DecodedBatch(entry.samples, videos, labels)
 
-    def decode_batch(self, samples: Sequence[Sample]) -> DecodedBatch:
+    def decode_batch(self, samples: Sequence[Sample], timeout_s: float | None = None) -> DecodedBatch:
         """Decode one batch and wait for it (:meth:`submit` then :meth:`result`).
 
         Raises:
-            DaliBatchError: as :meth:`result`.
+            DaliBatchError, DaliTimeoutError: as :meth:`result`.
             RuntimeError: other batches are pending (their results would come first).
         """
         if self._pending:
@@ -364,13 +415,14 @@ class DaliClipDecoder:
                 f"{len(self._pending)} batch(es) pending: collect them with result() first"
             )
         self.submit(samples)
-        return self.result()
+        return self.result(timeout_s)
 
     def close(self) -> None:
         """Release the pipeline and the reader threads; pending batches are dropped."""
         self._pending.clear()
         self._pipe = None
         self._reader.shutdown(wait=True)
+        self._waiter.close()  # a thread stuck inside DALI is a daemon: it cannot hold up the exit
 
     def __enter__(self) -> "DaliClipDecoder":
         return self
@@ -430,6 +482,37 @@ class DaliClipDecoder:
         else:
             tensors = [torch.from_dlpack(p) for p in parts]
         return tensors[0] if dense else torch.stack(tensors)
+
+
+class _Waiter:
+    """One daemon thread that runs the waits for DALI, one at a time, in order.
+
+    A daemon, unlike ``ThreadPoolExecutor``'s threads (joined at interpreter
+    exit), so a wait stuck inside DALI cannot keep the process from exiting.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._run, name="daliload-dali-wait", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            fn, future = self._jobs.get()
+            if fn is None:
+                return
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn())
+                except BaseException as err:  # noqa: BLE001 - handed to the waiting caller
+                    future.set_exception(err)
+
+    def submit(self, fn) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._jobs.put((fn, future))
+        return future
+
+    def close(self) -> None:
+        self._jobs.put((None, None))
 
 
 def _read_file(path: str) -> np.ndarray:

@@ -14,7 +14,9 @@ Test-only fault hooks: with ``fault_injection=True``, a sample whose path is
 ``fault:kill`` (SIGKILL), ``fault:segv`` (a real segmentation fault),
 ``fault:exit`` (``os._exit(3)``) or ``fault:hang`` (sleeps for an hour) does
 that inside the worker instead of decoding, so tests can kill or hang a worker
-at a chosen sample. Off by default; any other path is decoded normally.
+at a chosen sample. ``faults={path: action}`` does the same for real files
+(the loader fills it from :data:`FAULTS_ENV`, so tests can hit a decode deep
+inside :class:`~daliload.KineticsDALILoader`). Off by default.
 """
 
 from __future__ import annotations
@@ -40,6 +42,25 @@ from fallback.transform import apply_plan
 logger = logging.getLogger(__name__)
 
 _FAULT_PREFIX = "fault:"
+_FAULT_ACTIONS = ("kill", "segv", "exit", "hang")
+#: Test-only: ``"path=action;path=action"`` (actions: kill, segv, exit, hang) makes those
+#: files' decodes misbehave in whatever process decodes them. Read by the loader at start.
+FAULTS_ENV = "DALILOAD_TEST_FAULTS"
+
+
+def faults_from_env() -> dict[str, str]:
+    """The test-only ``path -> action`` faults of :data:`FAULTS_ENV` (empty when unset).
+
+    Raises:
+        ValueError: an entry is not ``path=action`` with a known action.
+    """
+    faults = {}
+    for entry in filter(None, os.environ.get(FAULTS_ENV, "").split(";")):
+        path, _, action = entry.rpartition("=")
+        if not path or action not in _FAULT_ACTIONS:
+            raise ValueError(f"{FAULTS_ENV}: {entry!r} is not path=action with action in {_FAULT_ACTIONS}")
+        faults[path] = action
+    return faults
 
 
 @dataclass(frozen=True)
@@ -150,6 +171,7 @@ class ClipDataset(Dataset):
             replacement before :class:`NoReplacementError`.
         fault_injection: honour the test-only ``fault:*`` paths (see module
             docstring). Never set it in training.
+        faults: test-only ``path -> action`` faults (see module docstring).
 
     ``dataset[i]`` returns a :class:`ClipItem`. Batch items with
     :func:`collate_clips` (the default collate cannot batch ``failures``).
@@ -163,6 +185,7 @@ class ClipDataset(Dataset):
         decode: DecodeOptions = DecodeOptions(),
         max_replacement_tries: int = 16,
         fault_injection: bool = False,
+        faults: dict[str, str] | None = None,
     ) -> None:
         if not samples:
             raise ValueError("samples is empty: nothing to load")
@@ -173,6 +196,7 @@ class ClipDataset(Dataset):
         self.decode = decode
         self.max_replacement_tries = max_replacement_tries
         self.fault_injection = fault_injection
+        self.faults = dict(faults or {})
         #: slot index -> reason, for samples that killed or hung a worker: never decoded again.
         self.known_bad: dict[int, str] = {}
         #: set by the supervising loader: what each worker decodes, and who owns the workers.
@@ -209,7 +233,9 @@ class ClipDataset(Dataset):
             board.start(worker_id, slot)
         try:
             if self.fault_injection and sample.path.startswith(_FAULT_PREFIX):
-                _inject_fault(sample.path)
+                inject_fault(sample.path[len(_FAULT_PREFIX):], sample.path)
+            elif sample.path in self.faults:
+                inject_fault(self.faults[sample.path], sample.path)
             return _decode_counted(sample, self.output, self.decode)
         finally:
             if board is not None and worker_id is not None:
@@ -221,9 +247,8 @@ def _worker_id() -> int | None:
     return None if info is None else info.id
 
 
-def _inject_fault(path: str) -> None:
-    """Test-only: misbehave as ``path`` says (see the module docstring)."""
-    action = path[len(_FAULT_PREFIX):]
+def inject_fault(action: str, path: str) -> None:
+    """Test-only: misbehave as ``action`` says, while "decoding" ``path`` (see the module docstring)."""
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     elif action == "segv":
