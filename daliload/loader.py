@@ -140,6 +140,8 @@ class LoaderStats:
         rerouted: files of route ``dali`` that DALI failed on (found by
             isolating a failed batch); they go through the fallback from the
             next batch on, for the rest of this run.
+        replacements: ``(slot_position, used_position)`` of every replaced
+            slot: which plan sample's clip fills a failed slot.
         clips_masked: failed samples of an evaluation split (not ``"train"``):
             their slot holds a replacement with label -1, like padding, so no
             video is scored twice.
@@ -163,6 +165,7 @@ class LoaderStats:
     device: str
     dali_enabled: bool
     rerouted: tuple[str, ...] = ()
+    replacements: tuple[tuple[int, int], ...] = ()
     clips_masked: int = 0
     clips_past_end: int = 0
     isolation_s: float = 0.0
@@ -393,7 +396,8 @@ class KineticsDALILoader:
             clips_fallback=c.clips_fallback, clips_redecoded=c.clips_redecoded, replaced=len(budget.replacements),
             failures=budget.failures, rejected=self.rejected, dali_wait_s=c.dali_wait_s,
             fallback_wait_s=c.fallback_wait_s, device=self.device, dali_enabled=self.dali_enabled,
-            rerouted=tuple(sorted(self._routes.rerouted)), clips_masked=c.clips_masked,
+            rerouted=tuple(sorted(self._routes.rerouted)), replacements=budget.replacements,
+            clips_masked=c.clips_masked,
             clips_past_end=c.clips_past_end, isolation_s=c.isolation_s, dali_disabled=self._routes.dali_disabled,
         )
 

@@ -20,8 +20,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def torchrun(args: list[str], root: Path, out: Path) -> subprocess.Popen:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+def torchrun(args: list[str], root: Path, out: Path, **env_extra: str) -> subprocess.Popen:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **env_extra)
     cmd = [sys.executable, "-m", "torch.distributed.run", *args, str(WORKER), str(root), str(out), str(EPOCHS)]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -46,7 +46,7 @@ def check_epochs(records: list[dict]) -> None:
         # Same batch count on every rank, and len() says it.
         assert len({e["batches"] for e in per_rank}) == 1
         assert all(e["batches"] == e["len"] for e in per_rank)
-        # Every decoded clip showed its planned frames, flip and label.
+        # Every decoded clip showed the planned frames, flip and label of the sample filling its slot.
         assert all(e["mismatches"] == [] for e in per_rank)
         # Every video exactly once across ranks, apart from the marked padding.
         real = [s[0] for e in per_rank for s in e["samples"] if not s[3]]
@@ -81,3 +81,21 @@ def test_two_nodes_on_localhost_behave_the_same(small_kinetics, tmp_path):
     finish(torchrun(["--standalone", "--nproc_per_node=2"], small_kinetics, single))
     # Two nodes of one rank each plan exactly what one node of two ranks plans.
     assert [r["epochs"] for r in records] == [r["epochs"] for r in read_ranks(single, 2)]
+
+
+def test_faults_on_one_rank_keep_both_ranks_in_step(small_kinetics, tmp_path):
+    """A crash and a hang on rank 1 only: rank 1 replaces those samples, and both ranks yield len() batches."""
+    from daliload.loader import KineticsDALILoader
+
+    videos = KineticsDALILoader(small_kinetics, "train", batch_size=2).videos  # scans, as the ranks will
+    fallback = sorted(v.path for v in videos if v.route == "fallback")
+    crash, hang = fallback[0], fallback[1]
+    finish(torchrun(["--standalone", "--nproc_per_node=2"], small_kinetics, tmp_path,
+                    FAULT_RANK="1", FAULT_SPEC=f"{crash}=segv;{hang}=hang"))
+    records = read_ranks(tmp_path, 2)
+    check_epochs(records)
+    assert all(e["failures"] == [] for e in records[0]["epochs"])
+    failed = {path: reason for e in records[1]["epochs"] for path, reason in e["failures"]}
+    assert failed, "the faulty files never reached rank 1: pick others"
+    assert set(failed) <= {crash, hang}
+    assert all(reason.startswith(("worker died (signal SIGSEGV)", "timeout")) for reason in failed.values())
