@@ -449,3 +449,22 @@ def test_gpu_script_installs_beside_the_system_packages(tmp_path):
     if not torch.cuda.is_available():  # the script stops at its import check, after installing
         assert done.returncode == 4
         assert "import check failed" in done.stderr
+
+
+def test_faults_benchmark_writes_memory_and_culprit_figures(tmp_path):
+    from benchmarks import bench_faults
+
+    out = tmp_path / "faults.json"
+    md = tmp_path / "RESULTS.md"
+    assert bench_faults.main(["--epochs", "2", "--classes", "2", "--clips-per-class", "3", "--data-dir",
+                              str(tmp_path / "data"), "--json", str(out), "--results-md", str(md)]) == 0
+    result = json.loads(out.read_text())
+    memory = result["memory"]
+    assert len(memory["epochs"]) == 2 and all(e["peak_rss_mb"] > 0 for e in memory["epochs"])
+    assert memory["growth_mb"] == memory["last_peak_rss_mb"] - memory["first_peak_rss_mb"]
+    for variant in ("dali", "named"):
+        run = result["culprit"][variant]
+        assert run["clean"]["failures"] == 0 and run["broken"]["failures"] >= 1
+        assert len(run["broken"]["rerouted"]) == 1 and run["after"]["clips_redecoded"] == 0
+    text = md.read_text()
+    assert "### Faults run `faults`" in text and "growth" in text and "bisects the batch" in text
