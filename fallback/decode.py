@@ -1,23 +1,35 @@
 """Decode one clip window with PyAV: only the frames the window needs.
 
 Frame ``N`` is the ``N``-th frame (0-based) that a full sequential decode of the
-file's first video stream outputs, in presentation order. That is what DALI's
-``fn.decoders.video`` calls frame ``N`` and what the frame code of a generated
-clip says. :func:`decode_window` finds those frames without decoding the file
-from the start:
+file's first video stream outputs, in presentation order: what the frame code
+of a generated clip says, and what DALI's ``fn.decoders.video`` calls frame
+``N`` on the files the pre-screen routes to it (:mod:`fallback.numbering` says
+when the two differ). :func:`decode_window` finds those frames without
+decoding the file from the start:
 
-1. Demux the video stream's packets (cheap: no decoding) and sort the
-   presentation timestamps (pts) of the packets that produce a frame. Frame
-   ``N`` is the packet with the ``N``-th smallest pts. Packets an MP4 edit list
-   cuts away (``is_discard``) produce no frame, so they get no index, but they
-   are still decoded when later frames reference them. B-frames, a non-zero
-   start time and timestamp gaps need nothing special.
-2. Start decoding at the keyframe packet at or before the window's first frame
-   and stop as soon as the decoder has output the window's last frame.
+1. Demux the video stream's packets (cheap: no decoding) and number the
+   frames by the one rule of :mod:`fallback.numbering`, which the pre-screen's
+   frame counts follow too: packets that show no frame (edit-list discards,
+   hidden VP8 frames, MPEG-4 fillers) and pictures before the first frame the
+   decoder outputs (a stream cut mid-GOP) get no index; the others are ranked
+   by presentation timestamp (pts). B-frames, a non-zero start time and
+   timestamp gaps need nothing special.
+2. Start decoding at the clean random-access point at or before the window's
+   first frame and stop as soon as the decoder has output the window's last
+   frame.
 3. Frames that nothing references and that the clip does not use (non-reference
    B-frames before and between the clip's frames) are not decoded at all:
    FFmpeg's ``skip_frame = NONREF`` is switched on packet by packet.
 4. Only the frames the clip uses are converted to RGB.
+5. A decode that started after the file's first packet is checked, not
+   trusted: a decoder error, a frame the decoder flags corrupt, or a wanted
+   frame that never comes out means the entry point was not a clean random
+   access point (a sync sample that is not an IDR, damage after it). The
+   window is then decoded again from the entry before it, and in the end from
+   the start of the file, and :attr:`DecodedClip.seek_unsafe` says so; the
+   pre-screen's ``--deep`` check records such files, and a
+   :class:`StreamHint` with ``unsafe_seek=True`` sends every window of the
+   file straight to the start.
 
 Worked example, a 300-frame H.264 file with keyframes at frames 0 and 250 and
 ``frame_indices = [252, 256, ..., 312]`` (16 frames at stride 4)::
@@ -28,23 +40,22 @@ Worked example, a 300-frame H.264 file with keyframes at frames 0 and 250 and
     -> DecodedClip(frames (16, H, W, 3), video_num_frames=300,
                    num_frames_decoded = 50 minus the skipped non-reference frames)
 
-When packets carry no timestamps (some raw streams), the fallback is a plain
-sequential decode from the start that counts frames, with no seeking and no
-skipping, which is exact by definition.
+When timestamps cannot rank frames (raw streams, AVI), the fallback is a plain
+sequential decode from the start that counts frames: exact by definition.
 
 A :class:`StreamHint` (keyframe indices and the frame rate, as the pre-screen
 records them) lets a constant-frame-rate file be entered by a container seek
 instead of demuxing it from the start, which matters for long videos.
 
-Why one module of about 500 lines: it is one concept, "which decoded frame is
-frame N", and its three strategies (hint, packet table, counting) share one
-decode loop and one assembly step; split apart, the numbering rule would be
-spread over several files that each must agree with it.
+The numbering and random-access rules live in :mod:`fallback.numbering`; here
+are the three strategies (hint, packet table, counting) and their shared
+decode loop and assembly step.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
 import math
 import os
@@ -59,13 +70,9 @@ import numpy as np
 from av.video.reformatter import VideoReformatter
 
 from daliload.plan import clamp_frame_indices
+from fallback.numbering import FrameTable, first_output_pts, timestamps_rank_frames
 
 logger = logging.getLogger(__name__)
-
-#: H.264/HEVC reorder at most 16 frames, so a packet's presentation rank is
-#: settled once this many later packets have been seen (used by the hint path).
-_MAX_REORDER = 16
-
 
 #: Decoders for which switching ``skip_frame`` packet by packet is checked to
 #: skip exactly the packet's own frame. AV1 is not among them: libdav1d applies
@@ -103,15 +110,23 @@ class DecodedClip:
             window (window frames plus GOP waste; skipped frames not counted).
         video_num_frames: frames in the video, or ``None`` when the decode
             stopped before the end was known (hint path on a long file).
+        seek_unsafe: the nearest keyframe gave wrong or no frames, so the
+            window was decoded from an earlier entry point (or the start).
     """
 
     frames: np.ndarray = field(repr=False)
     num_frames_decoded: int
     video_num_frames: int | None
+    seek_unsafe: bool = False
 
     def __repr__(self) -> str:  # the frames array would flood a repr
         return (f"DecodedClip(frames={tuple(self.frames.shape)}, num_frames_decoded="
-                f"{self.num_frames_decoded}, video_num_frames={self.video_num_frames})")
+                f"{self.num_frames_decoded}, video_num_frames={self.video_num_frames}, "
+                f"seek_unsafe={self.seek_unsafe})")
+
+
+class _UnsafeEntry(Exception):
+    """Decoding from a keyframe after the file's start gave wrong or no frames."""
 
 
 @dataclass(frozen=True)
@@ -128,11 +143,15 @@ class StreamHint:
         fps: frames per second.
         num_frames: frames in the video, if known (lets short windows past the
             end be clamped up front).
+        unsafe_seek: decoding from a keyframe after the start gives wrong
+            frames (the pre-screen's ``--deep`` check found it): every window
+            is decoded from the start of the file.
     """
 
     keyframe_indices: tuple[int, ...]
     fps: Fraction | float
     num_frames: int | None = None
+    unsafe_seek: bool = False
 
     def __post_init__(self) -> None:
         keys = tuple(int(k) for k in self.keyframe_indices)
@@ -181,7 +200,8 @@ def decode_window(
         ValueError: ``frame_indices`` is empty or has a negative index, or
             ``threads`` < 1.
         DecodeError: the file cannot be opened, has no video stream, has no
-            decodable frame, a needed frame is missing, or the timeout passed.
+            decodable frame, a needed frame is missing or flagged corrupt even
+            when decoding from the start, or the timeout passed.
     """
     path_str = os.fspath(path)
     wanted = [int(i) for i in frame_indices]
@@ -193,7 +213,7 @@ def decode_window(
         raise ValueError(f"threads must be >= 1, got {threads}")
     job = _Window(path_str, wanted, threads=threads, skip_nonref=skip_nonref,
                   deadline=None if timeout_s is None else time.monotonic() + timeout_s,
-                  timeout_s=timeout_s)
+                  timeout_s=timeout_s, unsafe_seek=hint is not None and hint.unsafe_seek)
     # Each strategy gets a fresh container: a new open costs about a
     # millisecond, a seek back to the start is not exact with edit lists.
     strategies = ([job.by_hint] if hint is not None else []) + [job.by_index, job.by_counting]
@@ -226,7 +246,7 @@ def probe_hint(path: str | os.PathLike) -> StreamHint:
     try:
         with _Window(path_str, [0]).open() as container:
             stream = container.streams.video[0]
-            table = _PacketTable.demux(container, stream)
+            table = FrameTable.demux(container, stream)
             rate = stream.average_rate or stream.guessed_rate
     except (av.error.FFmpegError, OSError, ValueError) as err:
         raise DecodeError(path_str, f"cannot demux: {_describe(err, path_str)}") from err
@@ -234,8 +254,8 @@ def probe_hint(path: str | os.PathLike) -> StreamHint:
         raise DecodeError(path_str, "no frames with usable timestamps")
     if not rate:
         raise DecodeError(path_str, "stream has no frame rate")
-    keys = sorted({table.index_at_or_before(p) for p in table.keyframe_pts()} | {0})
-    return StreamHint(keyframe_indices=tuple(keys), fps=Fraction(rate), num_frames=len(table.frame_pts))
+    return StreamHint(keyframe_indices=tuple(table.keyframe_indices()), fps=Fraction(rate),
+                      num_frames=len(table.frame_pts))
 
 
 # --------------------------------------------------------------------------------------
@@ -252,62 +272,19 @@ def _describe(err: BaseException, path: str = "") -> str:
     return f"{name}: {text}" if text else name
 
 
-@dataclass
-class _PacketTable:
-    """A video stream's data packets in decode order, and each frame's presentation rank."""
-
-    packets: list  # av.Packet
-    frame_pts: list[int]  # ascending pts of the packets that produce a frame
-    rank: dict[int, int]  # pts -> frame index
-
-    @classmethod
-    def demux(cls, container, stream, check=None) -> "_PacketTable | None":
-        """All packets of ``stream``, or ``None`` when timestamps cannot rank frames."""
-        packets = []
-        shown: list[int] = []
-        for packet in container.demux(stream):
-            if check is not None:
-                check()
-            if packet.size == 0:
-                continue  # the demuxer's end-of-stream flush packet
-            if packet.pts is None:
-                return None
-            packets.append(packet)
-            if not packet.is_discard:  # cut by an edit list: decoded as a reference, never shown
-                shown.append(packet.pts)
-        shown.sort()
-        rank = {pts: i for i, pts in enumerate(shown)}
-        if len(rank) != len(shown):
-            return None  # duplicate timestamps
-        return cls(packets, shown, rank)
-
-    def index_at_or_before(self, pts: int) -> int:
-        return max(0, bisect.bisect_right(self.frame_pts, pts) - 1)
-
-    def keyframe_pts(self) -> list[int]:
-        return [p.pts for p in self.packets if p.is_keyframe]
-
-    def start_packet(self, first_frame: int) -> int:
-        """Decode-order position of the last keyframe at or before frame ``first_frame``."""
-        target = self.frame_pts[first_frame]
-        best, best_pts = 0, None
-        for pos, packet in enumerate(self.packets):
-            if packet.is_keyframe and packet.pts <= target and (best_pts is None or packet.pts >= best_pts):
-                best, best_pts = pos, packet.pts
-        return best
-
-
 class _Window:
     """One window request and the three ways to serve it (see the module docstring)."""
 
     def __init__(self, path: str, wanted: list[int], *, threads: int = 1, skip_nonref: bool = True,
-                 deadline: float | None = None, timeout_s: float | None = None) -> None:
+                 deadline: float | None = None, timeout_s: float | None = None,
+                 unsafe_seek: bool = False) -> None:  # fmt: skip
         self.path = path
         self.wanted = wanted
         self.threads = threads
         self.skip_nonref = skip_nonref
         self.deadline = deadline
         self.timeout_s = timeout_s
+        self.unsafe_seek = unsafe_seek
         self.decoded = 0
         self.reformatter = VideoReformatter()
 
@@ -331,25 +308,32 @@ class _Window:
     # -- strategy 1: timestamps ranked from the demuxed packets (exact) ------------
 
     def by_index(self, container) -> DecodedClip | None:
-        if "avi" in container.format.name.split(","):
-            # AVI stores decode-order counters, not presentation times, and
-            # packed B-frames come out with shuffled pts: count instead.
-            return None
+        if not timestamps_rank_frames(container.format.name):
+            return None  # AVI: count instead
         stream = container.streams.video[0]
-        table = _PacketTable.demux(container, stream, self._check_deadline)
+        table = FrameTable.demux(container, stream, self._check_deadline)
         if table is None:
             return None
         num_frames = len(table.frame_pts)
         if num_frames == 0:
             raise DecodeError(self.path, "no video frames")
         wanted = clamp_frame_indices(self.wanted, num_frames)
-        decoded = self._decode(stream, table.packets[table.start_packet(min(wanted)):],
-                               table.rank.get, wanted)
-        if decoded is None:
-            return None
-        got, last_frame, reached_end = decoded
-        frames, end = self._assemble(wanted, got, last_frame, reached_end)
-        return DecodedClip(frames, self.decoded, num_frames if end is None else end + 1)
+        entries = [0] if self.unsafe_seek else table.entry_candidates(min(wanted))
+        for attempt, entry in enumerate(entries):
+            stream.codec_context.flush_buffers()
+            try:
+                decoded = self._decode(stream, table.packets[entry:], table.rank.get, wanted, checked=entry > 0)
+                if decoded is None:
+                    return None
+                got, last_frame, reached_end = decoded
+                frames, end = self._assemble(wanted, got, last_frame, reached_end, checked=entry > 0)
+            except _UnsafeEntry as unsafe:
+                logger.info("%s: decoding from packet %d is not exact (%s); starting earlier",
+                            self.path, entry, unsafe)
+                continue
+            return DecodedClip(frames, self.decoded, num_frames if end is None else end + 1,
+                               seek_unsafe=attempt > 0)
+        raise AssertionError("the last entry (the file's start) never raises _UnsafeEntry")  # pragma: no cover
 
     # -- strategy 2: seek by the pre-screen's hint (constant frame rate) -----------
 
@@ -358,9 +342,10 @@ class _Window:
         wanted = self.wanted if hint.num_frames is None else clamp_frame_indices(self.wanted, hint.num_frames)
         keys = hint.keyframe_indices
         key = keys[bisect.bisect_right(keys, min(wanted)) - 1]
-        if key == 0 or not stream.time_base or "avi" in container.format.name.split(","):
-            return None  # nothing to skip, or no usable timestamps
-        first_pts = self._first_pts(container, stream)
+        if key == 0 or hint.unsafe_seek or not stream.time_base or not timestamps_rank_frames(container.format.name):
+            return None  # nothing to skip, seeking is unsafe, or no usable timestamps
+        packets = (p for p in container.demux(stream) if p.size > 0)
+        first_pts = first_output_pts(stream.codec_context, packets, self._check_deadline)
         if first_pts is None:
             return None
         ticks_per_frame = 1 / (Fraction(hint.fps) * stream.time_base)
@@ -371,26 +356,16 @@ class _Window:
         container.seek(first_pts + math.floor(key * ticks_per_frame), stream=stream, backward=True)
         stream.codec_context.flush_buffers()
         packets = (p for p in container.demux(stream) if p.size > 0)
-        decoded = self._decode(stream, packets, index_of, wanted, must_enter_by=min(wanted))
-        if decoded is None:
-            return None
-        got, last_frame, reached_end = decoded
-        frames, end = self._assemble(wanted, got, last_frame, reached_end)
-        return DecodedClip(frames, self.decoded, hint.num_frames if end is None else end + 1)
-
-    def _first_pts(self, container, stream) -> int | None:
-        """pts of frame 0: the smallest shown pts among the first packets."""
-        shown: list[int] = []
-        for packet in container.demux(stream):
-            if packet.size == 0:
-                continue
-            if packet.pts is None:
+        try:
+            decoded = self._decode(stream, packets, index_of, wanted, must_enter_by=min(wanted), checked=True)
+            if decoded is None:
                 return None
-            if not packet.is_discard:
-                shown.append(packet.pts)
-            if len(shown) > _MAX_REORDER:
-                break
-        return min(shown) if shown else None
+            got, last_frame, reached_end = decoded
+            frames, end = self._assemble(wanted, got, last_frame, reached_end, checked=True)
+        except _UnsafeEntry as unsafe:
+            logger.info("%s: decoding from keyframe %d is not exact (%s)", self.path, key, unsafe)
+            return None  # the exact path backs off to an earlier entry
+        return DecodedClip(frames, self.decoded, hint.num_frames if end is None else end + 1)
 
     # -- strategy 3: count frames from the start (exact by definition) -------------
 
@@ -403,6 +378,7 @@ class _Window:
         for frame in self._all_frames(container, stream):
             index += 1
             if index in want:
+                self._refuse_corrupt(frame, index)
                 got[index] = self._rgb(frame)
             if index >= last:
                 break
@@ -423,12 +399,14 @@ class _Window:
 
     # -- shared ---------------------------------------------------------------------
 
-    def _decode(self, stream, packets, index_of, wanted, *, must_enter_by=None):
+    def _decode(self, stream, packets, index_of, wanted, *, must_enter_by=None, checked=False):
         """Decode ``packets`` until the last wanted frame is out.
 
         Returns ``(got, last_frame, reached_end)`` or ``None`` when the
         decoder's output contradicts ``index_of`` (timestamps that do not rank
-        frames): the caller then tries the next strategy.
+        frames): the caller then tries the next strategy. With ``checked``
+        (the decode did not start at the file's first packet), a decoder
+        error or a frame flagged corrupt raises :class:`_UnsafeEntry`.
         """
         ctx = stream.codec_context
         skip_nonref = self.skip_nonref and ctx.name in SKIP_NONREF_DECODERS
@@ -445,43 +423,54 @@ class _Window:
                 return None  # not in presentation order: the index is wrong for this file
             if previous is None and must_enter_by is not None and index > must_enter_by:
                 return None  # the seek landed after the window
+            if frame.is_corrupt and checked:
+                raise _UnsafeEntry(f"the decoder flagged frame {index} corrupt")
             state["previous"] = index
             state["last_frame"] = (index, frame)
             if index in need:
+                self._refuse_corrupt(frame, index)
                 got[index] = self._rgb(frame)
             return index >= last
 
-        for packet in packets:
+        for packet in itertools.chain(packets, [None]):
             self._check_deadline()
-            if skip_nonref:
+            if packet is None:
+                ctx.skip_frame = "DEFAULT"
+            elif skip_nonref:
                 ctx.skip_frame = "DEFAULT" if index_of(packet.pts) in need else "NONREF"
-            for frame in ctx.decode(packet):
+            for frame in self._send(ctx, packet, checked):
                 done = take(frame)
-                if done is None:
-                    return None
-                if done:
-                    return got, state["last_frame"], False
-        ctx.skip_frame = "DEFAULT"
-        for frame in ctx.decode(None):
-            done = take(frame)
-            if done is None:
-                return None
-            if done:
-                return got, state["last_frame"], False
+                if done is None or done:
+                    return None if done is None else (got, state["last_frame"], False)
         return got, state["last_frame"], True
 
-    def _assemble(self, wanted, got, last_frame, reached_end) -> tuple[np.ndarray, int | None]:
+    def _send(self, ctx, packet, checked: bool) -> list:
+        try:
+            return ctx.decode(packet)
+        except av.error.InvalidDataError as err:
+            if checked:
+                raise _UnsafeEntry(f"decoder error: {_describe(err, self.path)}") from err
+            raise
+
+    def _refuse_corrupt(self, frame, index: int) -> None:
+        if frame.is_corrupt:
+            raise DecodeError(self.path, f"frame {index} is damaged: the decoder flagged it corrupt")
+
+    def _assemble(self, wanted, got, last_frame, reached_end, *, checked=False) -> tuple[np.ndarray, int | None]:
         """Stack the frames in request order; pad past the end with the last frame.
 
         Returns ``(frames, end)`` where ``end`` is the last frame's index when
-        the decode ran off the end of the video (else ``None``).
+        the decode ran off the end of the video (else ``None``). A missing
+        frame raises :class:`_UnsafeEntry` with ``checked``, else
+        :class:`DecodeError`.
         """
         end = last_frame[0] if (reached_end and last_frame is not None) else None
         order = list(wanted) if end is None else clamp_frame_indices(wanted, end + 1)
         missing = sorted({i for i in order if i not in got and i != end})
         if missing:
-            raise DecodeError(self.path, f"decoder produced no frame {missing[0]} "
-                                         f"({len(missing)} of {len(set(wanted))} needed frames missing)")
+            reason = (f"decoder produced no frame {missing[0]} "
+                      f"({len(missing)} of {len(set(wanted))} needed frames missing)")
+            raise _UnsafeEntry(reason) if checked else DecodeError(self.path, reason)
         if end is not None and end in order and end not in got:
             got[end] = self._rgb(last_frame[1])
         if not got:
