@@ -15,29 +15,32 @@ width, height    coded size in pixels, before any ``rotation``
 rotation         degrees from the display matrix (FFmpeg's sign: ``-90``
                  means "rotate 90 degrees clockwise to display")
 fps, base_fps    average frame rate and the container's base rate (``r_frame_rate``)
-num_frames       frames counted from packets (WebM headers say 0, AVI index
-                 entries may count dropped frames)
-keyframes        frame indices, in presentation order, whose packet is a keyframe
+num_frames       frames a full decode outputs, counted from packets (WebM
+                 headers say 0, AVI index entries may count dropped frames)
+num_packets      the stream's non-empty packets: what DALI counts as frames
+keyframes        frame indices, in presentation order, where a decode may
+                 start (clean random-access points, not every sync sample)
 vfr              variable-frame-rate hint: base and average rate disagree, or
                  the presentation timestamps do not step evenly (gaps count)
 duration_s       from the packet timestamps when known
 ===============  ==========================================================
 
 Frame counting follows what a decoder actually outputs, so counts match a full
-decode:
-
-- empty packets, packets FFmpeg marks *discard* (MP4 edit lists) do not count;
-- MPEG-4 Part 2 (Xvid/DivX in AVI): a tiny packet without a VOP start code is
-  padding, not a frame (packed B-frame streams carry 1-byte fillers);
-- VP8: a packet whose frame header says ``show_frame = 0`` (a hidden
-  alt-ref frame) is decoded but never shown.
+decode and the fallback's frame numbers: the one rule is
+:mod:`fallback.numbering` (empty, edit-list-discarded, MPEG-4 filler and hidden
+VP8 packets show no frame; pictures before the first frame the decoder outputs,
+in a stream cut mid-GOP, get no index; keyframes are the clean random-access
+points, e.g. H.264 IDR or recovery-point pictures, not every sync sample).
 
 A file is *bad* (``ProbeResult.reason`` is set) when it cannot be opened, has
 no video stream, has no frames, fails to demux, its first frame fails to
 decode, or it is cut short: a packet the demuxer flags corrupt (read past the
 end of the file), or an MP4 whose sample table lists more packets than the
-file holds. Files damaged after the first frame pass the probe; the ``--deep``
-check (:mod:`.deep`) catches those.
+file holds. Decoder errors before the first frame (a stream cut mid-GOP) are
+what a full decode meets too and do not make a file bad. Files damaged after
+the first frame pass the probe; the ``--deep`` check (:mod:`.deep`) catches
+those, and finds files where seeking to a keyframe gives wrong frames
+(``unsafe_seek``).
 """
 
 from __future__ import annotations
@@ -50,12 +53,20 @@ from pathlib import Path
 import av
 from av.stream import Discard
 
+from fallback.numbering import (
+    first_output_pts,
+    frames_from,
+    is_random_access,
+    nal_length_size,
+    shows_frame,
+    timestamps_rank_frames,
+)
+
 logger = logging.getLogger(__name__)
 
-#: VOP start code of MPEG-4 Part 2; a packet without one yields no frame.
-_MPEG4_VOP_START = b"\x00\x00\x01\xb6"
-#: Packets at least this large surely carry a picture; only smaller ones are inspected.
-_MPEG4_FILLER_MAX_BYTES = 16
+#: Packets fed to the decoder while looking for the first frame (a stream cut
+#: mid-GOP needs the rest of that GOP first).
+_MAX_PACKETS_TO_FIRST_FRAME = 600
 #: Demuxer options. ``avformat_find_stream_info`` (which PyAV always runs) would
 #: otherwise decode the first frame(s) itself to learn the pixel format, and the
 #: probe decodes the first frame anyway: an empty decoder whitelist stops that
@@ -86,10 +97,15 @@ class ProbeResult:
         interlaced: the stream or its first frame is interlaced.
         fps: average frame rate in frames per second.
         base_fps: the container's base frame rate (``r_frame_rate``).
-        num_frames: frames counted from packets.
+        num_frames: frames a full decode outputs, counted from packets.
+        num_packets: non-empty packets of the stream (DALI's frame count).
         duration_s: duration in seconds.
-        keyframes: presentation-order indices of keyframes (ascending).
+        keyframes: presentation-order indices of the frames a decode may start
+            at (ascending).
         vfr: variable-frame-rate hint.
+        unsafe_seek: decoding from a keyframe after the start gave other
+            frames than a decode from an earlier entry (set by the ``--deep``
+            check, :func:`daliload.prescreen.deep.seek_check`).
     """
 
     path: str
@@ -111,6 +127,8 @@ class ProbeResult:
     duration_s: float | None = None
     keyframes: tuple[int, ...] = ()
     vfr: bool = False
+    num_packets: int = 0
+    unsafe_seek: bool = False
 
     @property
     def ok(self) -> bool:
@@ -160,18 +178,6 @@ def _rate(value: Fraction | None) -> float | None:
     if value is None or value <= 0:
         return None
     return float(value)
-
-
-def _counts_as_frame(codec: str, packet: av.Packet) -> bool:
-    """Whether decoding this (non-empty) packet shows a frame."""
-    if packet.is_discard:
-        return False
-    if codec == "mpeg4" and packet.size < _MPEG4_FILLER_MAX_BYTES:
-        return _MPEG4_VOP_START in bytes(packet)
-    if codec == "vp8":
-        # VP8 frame tag, byte 0: bit 4 is show_frame (RFC 6386, section 9.1).
-        return bool(memoryview(packet)[0] & 0x10)
-    return True
 
 
 def _is_vfr(sorted_pts: list[int], base_fps: float | None, fps: float | None) -> bool:
@@ -285,12 +291,13 @@ class _Packets:
     """What reading every packet of the video stream found (frames in decode order)."""
 
     keys: list[int | None] = field(default_factory=list)  # pts (else dts) of each frame
-    keyflags: list[bool] = field(default_factory=list)  # whether each frame is a keyframe
+    keyflags: list[bool] = field(default_factory=list)  # whether a decode may start at each frame
     durations: list[int] = field(default_factory=list)  # packet duration of each frame
     packets: int = 0  # non-empty packets, shown or not
     corrupt_at: int | None = None  # index of the first packet the demuxer flagged corrupt
     first_frame: av.VideoFrame | None = None
-    decode_error: BaseException | None = None  # decoding the first frame failed
+    decode_error: BaseException | None = None  # the first decoder error before the first frame
+    feeding: bool = True  # still looking for the first frame
     demux_error: BaseException | None = None  # reading packets failed (keys holds those before)
 
 
@@ -299,36 +306,50 @@ def _read_packets(container: av.container.InputContainer,
     """Demux every packet of ``stream``, counting frames; decode only until the first frame."""
     ctx = stream.codec_context
     codec = ctx.codec.canonical_name
+    length_size = nal_length_size(codec, ctx.extradata)
     found = _Packets()
     fed: list[av.Packet] = []  # packets sent to the decoder while it has shown no frame
     try:
         for packet in container.demux(stream):
-            if found.first_frame is None and found.decode_error is None:
-                try:
-                    found.first_frame = _decode_first(ctx, packet, fed)
-                except av.FFmpegError as err:
-                    found.decode_error = err
+            if found.feeding:
+                _feed(found, ctx, packet, fed)
             if packet.size == 0:
                 continue
             found.packets += 1
             if packet.is_corrupt and found.corrupt_at is None:
                 found.corrupt_at = found.packets - 1
-            if not _counts_as_frame(codec, packet):
+            if not shows_frame(codec, packet):
                 continue
             found.keys.append(packet.pts if packet.pts is not None else packet.dts)
-            found.keyflags.append(packet.is_keyframe)
+            found.keyflags.append(is_random_access(codec, packet, length_size))
             found.durations.append(packet.duration or 0)
     except av.FFmpegError as err:
         found.demux_error = err
     return found
 
 
+def _feed(found: _Packets, ctx: av.codec.context.CodecContext, packet: av.Packet,
+          fed: list[av.Packet]) -> None:  # fmt: skip
+    """Feed one packet towards the first frame. Invalid-data errors before the first frame
+    (a stream cut mid-GOP) are remembered and decoding goes on; any other error stops it."""
+    try:
+        found.first_frame = _decode_first(ctx, packet, fed)
+    except av.error.InvalidDataError as err:
+        found.decode_error = found.decode_error or err
+        ctx.flush_buffers()  # out of draining mode, if the error came from a drain
+    except av.FFmpegError as err:
+        found.decode_error = found.decode_error or err
+        found.feeding = False
+    if found.first_frame is not None or len(fed) >= _MAX_PACKETS_TO_FIRST_FRAME:
+        found.feeding = False
+
+
 def _damage(found: _Packets, container: av.container.InputContainer,
             stream: av.video.stream.VideoStream) -> str:  # fmt: skip
     """Why a stream with frames is still unusable (the first frame, a cut file), or ``""``."""
-    if found.decode_error is not None:
-        return f"first frame fails to decode: {describe_error(found.decode_error)}"
     if found.first_frame is None:
+        if found.decode_error is not None:
+            return f"first frame fails to decode: {describe_error(found.decode_error)}"
         return "first frame fails to decode: decoder gave no frame"
     if found.corrupt_at is not None:
         # The demuxer flags a packet it could not read whole: a cut download.
@@ -339,18 +360,45 @@ def _damage(found: _Packets, container: av.container.InputContainer,
     return ""
 
 
-def _with_stream_facts(facts: ProbeResult, found: _Packets, container: av.container.InputContainer,
-                       stream: av.video.stream.VideoStream) -> ProbeResult:  # fmt: skip
-    """``facts`` completed from the packets (frames, keyframes, duration, VFR) and the first frame."""
+def _frame_order(found: _Packets, container: av.container.InputContainer) -> tuple[list[int], list[int]]:
+    """``(order, pts)``: decode-order positions of the frames a full decode outputs, in
+    presentation order, and their pts (empty without timestamps)."""
     keys = found.keys
     if any(k is None for k in keys):
         # No timestamps (raw elementary streams): trust packet order.
-        order = list(range(len(keys)))
-        pts_sorted: list[int] = []
-    else:
-        order = sorted(range(len(keys)), key=keys.__getitem__)
-        pts_sorted = [keys[i] for i in order]
-    keyframes = tuple(rank for rank, i in enumerate(order) if found.keyflags[i])
+        return list(range(len(keys))), []
+    order = sorted(range(len(keys)), key=keys.__getitem__)
+    pts_sorted = [keys[i] for i in order]
+    origin = None
+    if timestamps_rank_frames(container.format.name) and found.first_frame.pts != pts_sorted[0]:
+        origin = _first_output_pts(container.name)
+    kept = frames_from(pts_sorted, origin)
+    skipped = len(pts_sorted) - len(kept)
+    return order[skipped:], kept
+
+
+def _first_output_pts(path: str) -> int | None:
+    """The pts of the first frame a plain sequential decode outputs.
+
+    Only for the rare stream whose first decoded frame is not its earliest
+    picture (cut mid-GOP): the probe's one-packet shortcut to the first frame
+    drains the decoder, which may show a picture a full decode drops, so the
+    origin is measured again the way the fallback measures it.
+    """
+    try:
+        with av.open(path, metadata_errors="ignore", container_options=_OPEN_OPTIONS) as container:
+            stream = _video_stream(container)
+            packets = (p for p in container.demux(stream) if p.size)
+            return first_output_pts(stream.codec_context, packets)
+    except av.FFmpegError:
+        return None
+
+
+def _with_stream_facts(facts: ProbeResult, found: _Packets, container: av.container.InputContainer,
+                       stream: av.video.stream.VideoStream) -> ProbeResult:  # fmt: skip
+    """``facts`` completed from the packets (frames, keyframes, duration, VFR) and the first frame."""
+    order, pts_sorted = _frame_order(found, container)
+    keyframes = tuple(rank for rank, i in enumerate(order) if found.keyflags[i] or rank == 0)
 
     duration_s = None
     if pts_sorted and stream.time_base:
@@ -375,7 +423,8 @@ def _with_stream_facts(facts: ProbeResult, found: _Packets, container: av.contai
         height=facts.height or first_frame.height,
         rotation=int(round(getattr(first_frame, "rotation", 0) or 0)),
         interlaced=facts.interlaced or bool(first_frame.interlaced_frame),
-        num_frames=len(keys),
+        num_frames=len(order),
+        num_packets=found.packets,
         duration_s=duration_s,
         keyframes=keyframes,
         vfr=_is_vfr(pts_sorted, facts.base_fps, facts.fps),
