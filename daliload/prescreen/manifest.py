@@ -11,8 +11,10 @@ rebuilt by the next scan and refused by readers)::
           probe_reason,                  '' if the file decodes, else why not
           container, codec, profile, pix_fmt, bit_depth, chroma, width, height,
           rotation, interlaced, fps, base_fps, num_frames, duration_s,
-          keyframes,                     comma-separated frame indices, e.g. '0,250'
-          vfr, has_video)
+          keyframes,                     comma-separated frame indices where a decode may start, e.g. '0,250'
+          vfr, has_video,
+          num_packets,                   non-empty video packets (DALI's frame count)
+          unsafe_seek)                   1 if the --deep check found seeking to keyframes gives wrong frames
     routes(path, device,                 PRIMARY KEY (path, device); device 'gpu' | 'cpu'
            route,                        'dali' | 'fallback' | 'bad'
            reason,                       why not 'dali' ('' if dali)
@@ -57,12 +59,13 @@ from daliload.prescreen.rules import DEVICES, RULES_VERSION, Device, Route, chec
 logger = logging.getLogger(__name__)
 
 #: Bump on any change to the tables below (or to the columns :mod:`.rows` fills).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: Probe facts a ManifestEntry carries under the same name.
 _ENTRY_FACTS = (
     "num_frames", "fps", "width", "height", "codec", "profile", "pix_fmt", "bit_depth", "chroma",
     "rotation", "interlaced", "duration_s", "keyframes", "vfr", "base_fps", "container",
+    "num_packets", "unsafe_seek",
 )  # fmt: skip
 _FILE_COLUMNS = ("path", "size_bytes", "mtime_ns") + META_COLUMNS + FACT_COLUMNS
 
@@ -96,7 +99,9 @@ CREATE TABLE IF NOT EXISTS files (
     duration_s REAL,
     keyframes TEXT NOT NULL,
     vfr INTEGER NOT NULL,
-    has_video INTEGER NOT NULL
+    has_video INTEGER NOT NULL,
+    num_packets INTEGER NOT NULL,
+    unsafe_seek INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS files_by_split ON files (split);
 CREATE TABLE IF NOT EXISTS routes (
@@ -120,17 +125,22 @@ class ManifestEntry:
         split: ``"train"``, ``"val"``, ...
         route: ``"dali"``, ``"fallback"`` or ``"bad"`` on the device asked for.
         reason: why the route is not ``dali`` (``""`` if it is).
-        num_frames: frames, counted from packets (what a full decode outputs).
+        num_frames: frames a full sequential decode outputs (counted from
+            packets by the rule of :mod:`fallback.numbering`).
         fps: average frame rate (frames per second); ``base_fps`` the container's base rate.
         width, height: coded frame size in pixels, before ``rotation`` (degrees).
         codec, profile, pix_fmt, bit_depth, chroma, container: stream format.
         duration_s: duration in seconds.
-        keyframes: presentation-order frame indices of the keyframes.
+        keyframes: presentation-order frame indices where a decode may start.
         vfr: variable-frame-rate hint (timestamps do not step evenly).
         interlaced: the stream is interlaced.
         deep_checked: the ``--deep`` check decoded it on this device.
         size_bytes: file size when probed.
         youtube_id, time_start, time_end: from the dataset index, if known.
+        num_packets: non-empty video packets (DALI numbers frames by packet).
+        unsafe_seek: the ``--deep`` check found that decoding from a keyframe
+            after the start gives wrong frames: the fallback should decode this
+            file from its start (``StreamHint(unsafe_seek=True)``).
     """
 
     path: str
@@ -160,6 +170,8 @@ class ManifestEntry:
     youtube_id: str | None = None
     time_start: float | None = None
     time_end: float | None = None
+    num_packets: int = 0
+    unsafe_seek: bool = False
 
 
 class Manifest:

@@ -20,10 +20,10 @@ from daliload.prescreen.rules import DEVICES, route_for
 FACT_FIELDS = (
     "reason", "container", "codec", "profile", "pix_fmt", "bit_depth", "chroma", "width", "height",
     "rotation", "interlaced", "fps", "base_fps", "num_frames", "duration_s", "keyframes", "vfr",
-    "has_video",
+    "has_video", "num_packets", "unsafe_seek",
 )  # fmt: skip
 FACT_COLUMNS = ("probe_reason",) + FACT_FIELDS[1:]
-_BOOL_FIELDS = frozenset({"interlaced", "vfr", "has_video"})
+_BOOL_FIELDS = frozenset({"interlaced", "vfr", "has_video", "unsafe_seek"})
 #: ``files`` columns that come from the dataset index (what a relabelled file rewrites).
 META_COLUMNS = ("split", "label", "class_name", "youtube_id", "time_start", "time_end")
 

@@ -23,6 +23,13 @@ on 8-bit 4:2:0, 4:2:2 and 4:4:4 MJPEG and VP9.
 :func:`route_for` applies the table: a file the probe found unusable is
 ``bad``; a file DALI decodes on the device is ``dali``; anything else that
 PyAV decodes goes to the ``fallback``. The reason says which rule failed.
+
+Before the table, frame numbering: DALI numbers frames by packet and counts
+decoder output from the keyframe it seeks to (:mod:`fallback.numbering`), so
+a file where some packets show no frame (``num_packets != num_frames``: a
+stream cut mid-GOP, edit-list discards, hidden VP8 frames) or where seeking
+gives wrong frames (``unsafe_seek``, from the ``--deep`` check) goes to the
+fallback on every device: DALI's frame ``N`` would not be frame ``N``.
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ ROUTES: tuple[Route, ...] = ("dali", "fallback", "bad")
 
 #: Bump when the table or :func:`route_for` changes: manifests re-route their
 #: stored probe facts (no re-probing) when their rules version differs.
-RULES_VERSION = 1
+RULES_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -93,6 +100,21 @@ def check_device(device: str) -> Device:
     return device  # type: ignore[return-value]
 
 
+def _numbering_problem(facts: ProbeResult) -> str:
+    """Why DALI's frame N would not be the full decode's frame N on this file, or ``""``.
+
+    DALI indexes every packet and counts decoder output from the keyframe it
+    seeks to (see :mod:`fallback.numbering`), so it agrees with a full
+    decode only when every packet shows a frame and seeking is safe.
+    """
+    if facts.num_packets and facts.num_packets != facts.num_frames:
+        return (f"DALI numbers frames by packet: {facts.num_packets} packets, "
+                f"{facts.num_frames} frames decoded")
+    if facts.unsafe_seek:
+        return "seeking to a keyframe gives wrong frames (deep check)"
+    return ""
+
+
 def route_for(facts: ProbeResult, device: Device) -> tuple[Route, str]:
     """Route one probed file on one device.
 
@@ -111,6 +133,9 @@ def route_for(facts: ProbeResult, device: Device) -> tuple[Route, str]:
     support = DALI_CAPABILITIES[device].get(facts.codec or "")
     if support is None:
         return "fallback", f"DALI on {device} has no {facts.codec} decoder"
+    numbering = _numbering_problem(facts)
+    if numbering:
+        return "fallback", numbering
     if facts.bit_depth not in support.bit_depths or facts.chroma not in support.chroma:
         return "fallback", (
             f"DALI on {device} decodes {facts.codec} only as "
