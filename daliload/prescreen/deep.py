@@ -16,12 +16,19 @@ frames with the decoder the file was routed to, and reroutes on failure::
 - fallback: :func:`fallback.decode.decode_window`, the decoder the loader's
   fallback path uses; it must also find at least as many frames as the probe
   counted.
+
+Random access (:func:`seek_check`): a window after the last keyframe is decoded
+by seeking to that keyframe and compared with the same window decoded from
+the start of the file (exact by definition). A file whose keyframes cannot
+start a decode (a sync sample that is not an IDR, damage after it) is marked
+``unsafe_seek``; the fallback then decodes every window of it from the start,
+and DALI, which cannot back off, does not get it.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -34,6 +41,11 @@ logger = logging.getLogger(__name__)
 
 #: Frames decoded at each end of the file.
 WINDOW_FRAMES = 8
+#: Mean absolute difference (0-255 RGB) tolerated between a window decoded after
+#: a seek and the same window decoded from the start. Most codecs are
+#: bit-exact; a few (WMV2, measured on a real file) drift by a little after a
+#: seek while showing the right pictures. Wrong frames differ by tens.
+SEEK_TOLERANCE = 2.0
 #: Reason kept on a ``dali`` route whose DALI check could not run.
 DALI_MISSING = "deep check skipped: nvidia-dali is not installed"
 
@@ -171,3 +183,45 @@ def deep_check(
         return DeepResult("fallback", "deep: " + failures[0] if failures else reason, True)
     failures.append(failure)
     return DeepResult("bad", "deep: " + "; ".join(failures), True)
+
+
+def seek_check(facts: ProbeResult) -> str:
+    """Decode the window after the last keyframe by seeking, and from the start; compare.
+
+    Returns:
+        ``""`` when seeking is safe (or there is no keyframe after the
+        first, or the file is unusable: :func:`fallback_check` reports that),
+        else why seeking is unsafe, e.g. ``"seeking to keyframe 145 gives other
+        frames than decoding from the start (mean abs diff 114.8)"``.
+    """
+    from fallback.decode import DecodeError, StreamHint, decode_window
+    from fallback.numbering import timestamps_rank_frames
+
+    later = [k for k in facts.keyframes if 0 < k < facts.num_frames]
+    if not facts.ok or not later or not timestamps_rank_frames(facts.container or ""):
+        return ""  # nothing to seek to, or (AVI) the fallback never seeks
+    start = later[-1]
+    window = range(start, min(start + WINDOW_FRAMES, facts.num_frames))
+    from_start = StreamHint(keyframe_indices=(0,), fps=facts.fps or 1.0, unsafe_seek=True)
+    try:
+        seeked = decode_window(facts.path, window, skip_nonref=False)
+        reference = decode_window(facts.path, window, skip_nonref=False, hint=from_start)
+    except DecodeError as err:
+        logger.debug("seek check of %s could not decode: %s", facts.path, err.reason)
+        return ""
+    if seeked.seek_unsafe:
+        return f"decoding from keyframe {start} fails or loses frames"
+    if seeked.frames.shape != reference.frames.shape:
+        return f"seeking to keyframe {start} gives frames of another size"
+    diff = float(np.abs(seeked.frames.astype(np.int16) - reference.frames).mean())
+    if diff > SEEK_TOLERANCE:
+        return f"seeking to keyframe {start} gives other frames than decoding from the start (mean abs diff {diff:.1f})"
+    return ""
+
+
+def with_seek_check(facts: ProbeResult) -> ProbeResult:
+    """``facts`` with ``unsafe_seek`` set by :func:`seek_check` (what a ``--deep`` scan stores)."""
+    reason = seek_check(facts)
+    if reason:
+        logger.info("%s: %s", facts.path, reason)
+    return replace(facts, unsafe_seek=bool(reason))
