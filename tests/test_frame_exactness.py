@@ -157,6 +157,9 @@ def make_clips(root) -> dict:
         "x264-params": "keyint=20:min-keyint=20:scenecut=0:open-gop=1", "bf": "3"})
     made["h264_intra_refresh"] = encode(root / "intra_refresh.mp4", 60, "libx264", options={
         "x264-params": "keyint=20:intra-refresh=1:scenecut=0", "bf": "0"})
+    # 4:4:4 with sync samples that cannot start a decode (the recovery point is 20 frames on).
+    made["h264_444_intra_refresh"] = encode(root / "yuv444_ir.mp4", 60, "libx264", pix_fmt="yuv444p", options={
+        "x264-params": "keyint=20:intra-refresh=1:scenecut=0:ref=3", "bf": "2"})
     made["h264_444_mid_i"] = encode(root / "yuv444.mp4", 80, "libx264", pix_fmt="yuv444p", force_i=(30, 55),
                                     options={"x264-params": "keyint=200:scenecut=0:open-gop=1:ref=4", "bf": "2"})
     return made
@@ -164,7 +167,7 @@ def make_clips(root) -> dict:
 
 @pytest.mark.parametrize("kind", ["mpeg2_ts_open_gop", "mpeg2_ts_cut_mid_gop", "h264_ts_cut_mid_gop",
                                   "hevc_ts_late_start", "hevc_ts_cut_at_cra", "h264_open_gop", "h264_intra_refresh",
-                                  "h264_444_mid_i"])
+                                  "h264_444_intra_refresh", "h264_444_mid_i"])
 def test_generated_kind_matches_full_decode(clips, kind):
     seen = check_file(clips[kind])
     assert seen["exact"] > 0 and seen["within tolerance"] == 0
