@@ -354,3 +354,20 @@ def test_frames_from_the_first_output():
     assert frames_from([1, 2, 17, 18], 17) == [17, 18]
     assert frames_from([1, 2, 17, 18], None) == [1, 2, 17, 18]
     assert frames_from([1, 2, 17, 18], 5) == [1, 2, 17, 18]  # an origin no packet has: no cut
+
+
+def test_unsafe_seek_and_packet_count_reach_the_manifest_entry(tmp_path):
+    from daliload.prescreen.manifest import Manifest
+    from daliload.prescreen.rows import FileRecord, ProbeRows, Probed
+
+    source = encode(tmp_path / "src.mp4", 40, "mpeg4", options={"g": "40", "qscale": "3"})
+    path = remux(source, tmp_path / "fake_key.mp4", mark_key=(20,))
+    facts = with_seek_check(probe_file(path))
+    record = FileRecord(str(path), path.stat().st_size, path.stat().st_mtime_ns, "train", 0, "a")
+    with Manifest(tmp_path / "m.sqlite", writable=True) as manifest:
+        manifest.set_classes(["a"])
+        manifest.write_probed([Probed(record, ProbeRows.of(facts))])
+    with Manifest(tmp_path / "m.sqlite") as manifest:
+        (entry,) = manifest.entries("train", device="gpu")
+    assert entry.unsafe_seek and entry.num_packets == entry.num_frames == 40
+    assert entry.route == "fallback" and "seeking to a keyframe gives wrong frames" in entry.reason
