@@ -231,7 +231,8 @@ class FrameTable:
 
     @classmethod
     def demux(cls, container, stream, check: Callable[[], None] | None = None) -> "FrameTable | None":
-        """Read every packet of ``stream`` and measure the origin (decodes until the first frame).
+        """Read every packet of ``stream``; measure the origin (decode until the first frame)
+        unless the stream opens on a clean entry that holds its earliest picture.
 
         Returns ``None`` when timestamps cannot rank frames (a packet without
         pts, two frames with one pts, a first frame without pts).
@@ -254,9 +255,14 @@ class FrameTable:
         shown.sort()
         if len(set(shown)) != len(shown):
             return None  # duplicate timestamps
-        origin = first_output_pts(stream.codec_context, packets, check) if packets else None
-        if packets and origin is None:
-            return None
+        origin = None
+        # A stream that opens on a clean entry holding its earliest picture shows that
+        # picture first: nothing to measure (the common case, and no decoding).
+        opens_clean = bool(entries) and entries[0] == 0 and bool(shown) and packets[0].pts == shown[0]
+        if packets and not opens_clean:
+            origin = first_output_pts(stream.codec_context, packets, check)
+            if origin is None:
+                return None
         frame_pts = frames_from(shown, origin)
         return cls(packets, frame_pts, {pts: i for i, pts in enumerate(frame_pts)}, entries)
 
