@@ -70,8 +70,10 @@ def check_file(path, *, codec: str = "", skip_nonref: bool = True) -> dict:
     reference, count = full_decode(path, {min(i, facts.num_frames - 1) for w in wins for i in w})
     assert facts.num_frames == count, f"{path}: probe counts {facts.num_frames}, a full decode outputs {count}"
     seen = {"exact": 0, "within tolerance": 0, "backed off": 0}
-    for window in wins:
-        clip = decode_window(path, window, skip_nonref=skip_nonref)
+    # The loader's seek hint, as it builds one from the manifest (constant frame rate only).
+    hint = None if facts.vfr or not facts.fps else StreamHint(facts.keyframes, facts.fps, facts.num_frames)
+    for window, use_hint in [(w, False) for w in wins] + [(w, True) for w in wins if hint is not None]:
+        clip = decode_window(path, window, skip_nonref=skip_nonref, hint=hint if use_hint else None)
         assert clip.video_num_frames in (None, count), (path, window)
         seen["backed off"] += clip.seek_unsafe
         for got, index in zip(clip.frames, window):
