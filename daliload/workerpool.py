@@ -19,6 +19,12 @@ plain ``fork``, so they do not inherit the parent's threads, CUDA state or open
 decoders. On Linux a worker also dies with its parent (``PR_SET_PDEATHSIG``),
 so killing the parent with SIGKILL leaves no orphans behind.
 
+Workers start under :func:`main_script_hidden`, so they never re-run a main
+script that lacks an ``if __name__ == "__main__":`` guard; one that fails to
+start sends its error back, and after :data:`MAX_STARTUP_FAILURES` failed
+starts in a row the pool raises with it. Where another library's child process
+re-runs such a script into daliload, :func:`refuse_bootstrapping_main` stops it.
+
 Example::
 
     with WorkerPool(probe_file, workers=4, timeout_s=30) as pool:
@@ -33,7 +39,9 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import importlib.machinery
 import logging
 import multiprocessing as mp
 import os
@@ -43,6 +51,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
+from types import FrameType
 from typing import Any, Callable, Deque, Generic, Iterable, Iterator, Literal, Sequence, TypeVar
 
 logger = logging.getLogger(__name__)
@@ -58,6 +67,12 @@ STARTUP_TIMEOUT_S = 120.0
 #: Consecutive workers dying before they are ready before the pool gives up.
 MAX_STARTUP_FAILURES = 3
 _READY = "__ready__"
+_FAILED = "__failed__"  # (_FAILED, "ExcType: message"): the worker could not start
+#: What spawn/forkserver children are told the main module is while daliload starts
+#: them: multiprocessing never re-imports a main module whose spec is named
+#: ``__main__`` (that is how ``python -m package`` runs ``package/__main__.py``).
+_UNIMPORTED_MAIN_SPEC = importlib.machinery.ModuleSpec("__main__", None)
+_GUARD = 'if __name__ == "__main__":'
 _PR_SET_PDEATHSIG = 1
 
 
@@ -103,15 +118,92 @@ def _die_with_parent() -> None:
         logger.debug("prctl(PR_SET_PDEATHSIG) unavailable: %s", err)
 
 
-def _worker_main(conn: Connection, fn: Callable[[Any], Any]) -> None:
-    """Worker loop: run tasks one at a time, reply with (task_id, status, value, error).
+@contextlib.contextmanager
+def main_script_hidden(hide: bool = True) -> Iterator[None]:
+    """Start ``spawn``/``forkserver`` processes inside this block so they do not re-run the main script.
 
-    The worker exits on a ``None`` message or when the supervisor's end of the
-    pipe closes (EOF).
+    Such a child imports the parent's main script again (as ``__mp_main__``)
+    before it starts, to unpickle objects defined there; a script without an
+    ``if __name__ == "__main__":`` guard then re-runs its training in every
+    worker. While processes start here, the main module's spec is named
+    ``__main__``, which multiprocessing treats like a package's ``__main__.py``
+    and does not import in the child (``multiprocessing.spawn``, the same in
+    CPython 3.8-3.13). Only for children whose target and arguments are
+    importable by name: an object defined in the main script cannot be
+    unpickled there.
+
+    Args:
+        hide: False makes the block do nothing (for callers whose function
+            lives in the main script).
+    """
+    main = sys.modules.get("__main__")
+    if not hide or main is None:
+        yield
+        return
+    saved = getattr(main, "__spec__", None)
+    main.__spec__ = _UNIMPORTED_MAIN_SPEC
+    try:
+        yield
+    finally:
+        main.__spec__ = saved
+
+
+def _reimported_main_frame() -> FrameType | None:
+    """The top-level frame of the parent's main script when this child is re-running it, else None."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__mp_main__":
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def refuse_bootstrapping_main(what: str) -> None:
+    """Raise if this process is a child still importing its parent's main script.
+
+    A ``spawn``/``forkserver`` child (a DataLoader worker, a ``multiprocessing``
+    pool) first re-runs the parent's main script as ``__mp_main__``. If that
+    script builds ``what`` outside an ``if __name__ == "__main__":`` guard, the
+    child would scan, load and train all over again, or wait forever for the
+    manifest lock its parent holds. Call this first thing where ``what`` is
+    built; it does nothing in a main process (a script, a torchrun rank, pytest)
+    or in a child that has finished starting.
+
+    Raises:
+        RuntimeError: naming the script line and the guard that fixes it.
+    """
+    frame = _reimported_main_frame()
+    if frame is None and not getattr(mp.current_process(), "_inheriting", False):
+        return
+    where = (f"{frame.f_code.co_filename}, line {frame.f_lineno}," if frame is not None
+             else "the main script")
+    raise RuntimeError(
+        f"{what} was started inside a worker process that is re-running {where} at the top level. "
+        f"Worker processes started with 'spawn' or 'forkserver' (DataLoader and multiprocessing workers; "
+        f"the default start method on Linux from Python 3.14) import the main script again before they "
+        f"start, so a script without a guard runs its training once more in every worker. Put the "
+        f"script's top-level code under `{_GUARD}` (or in a main() function called from there).")
+
+
+def _worker_main(conn: Connection) -> None:
+    """Worker loop: receive the function, then run tasks one at a time, replying
+    ``(task_id, status, value, error)``.
+
+    The function is the first message, not a process argument, so an error
+    unpickling it (its module fails to import here) can be sent back as
+    ``(_FAILED, "ExcType: message")``. The worker exits on a ``None`` message
+    or when the supervisor's end of the pipe closes (EOF).
     """
     # Ctrl-C goes to the whole process group; the supervisor decides what to stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
+    try:
+        fn = conn.recv()
+    except EOFError:
+        return
+    except Exception as err:  # reported to the supervisor, which gives up after a few tries
+        conn.send((_FAILED, _first_line(err)))
+        return
     conn.send(_READY)
     while True:
         try:
@@ -138,6 +230,12 @@ def _worker_main(conn: Connection, fn: Callable[[Any], Any]) -> None:
             )
 
 
+def _first_line(err: BaseException) -> str:
+    """``"ExcType: first line of the message"``."""
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
+
+
 def _exit_description(exitcode: int | None) -> str:
     if exitcode is None:
         return "worker died"
@@ -155,6 +253,7 @@ class _Worker:
     conn: Connection
     started: float
     ready: bool = False
+    startup_error: str = ""  # why it could not start, when it said so
     queue: Deque[tuple[int, Any]] = field(default_factory=deque)
     head_since: float = 0.0  # when the task at the head of ``queue`` started running
 
@@ -173,9 +272,15 @@ class WorkerPool(Generic[T, R]):
         preload: modules the forkserver imports once, so each new worker
             starts with them loaded (ignored for ``spawn``).
 
+    Workers do not re-run the main script (see the module docstring) unless
+    ``fn`` is defined there.
+
     Raises:
         ValueError: for a bad ``workers``, ``timeout_s``, ``start_method`` or
             ``tasks_per_worker``.
+        RuntimeError: from :meth:`imap_unordered`, when
+            :data:`MAX_STARTUP_FAILURES` workers in a row fail to start; the
+            message says why the last one failed.
     """
 
     def __init__(
@@ -238,25 +343,39 @@ class WorkerPool(Generic[T, R]):
     def _spawn(self) -> _Worker:
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
         process = self._ctx.Process(
-            target=_worker_main, args=(child_conn, self._fn), name="daliload-worker", daemon=True
+            target=_worker_main, args=(child_conn,), name="daliload-worker", daemon=True
         )
-        process.start()
+        with main_script_hidden(getattr(self._fn, "__module__", None) != "__main__"):
+            process.start()
         child_conn.close()
-        return _Worker(process=process, conn=parent_conn, started=time.monotonic())
+        worker = _Worker(process=process, conn=parent_conn, started=time.monotonic())
+        try:
+            parent_conn.send(self._fn)
+        except (OSError, ValueError):
+            pass  # it died already; the supervisor loop sees its sentinel
+        return worker
 
-    def _replace(self, worker: _Worker, pending: Deque[tuple[int, Any]]) -> None:
-        """Kill ``worker``, give its unstarted tasks back to ``pending``, start a new one."""
+    def _replace(self, worker: _Worker, pending: Deque[tuple[int, Any]], *, why: str = "") -> None:
+        """Kill ``worker``, give its unstarted tasks back to ``pending``, start a new one.
+
+        Raises:
+            RuntimeError: the worker never became ready, the
+                :data:`MAX_STARTUP_FAILURES`-th in a row; no new one is started.
+        """
         if worker.process.is_alive():
             worker.process.kill()
         worker.process.join()
         worker.conn.close()
         if not worker.ready:
             self._startup_failures += 1
+            why = worker.startup_error or why or (
+                f"{_exit_description(worker.process.exitcode)} before it could report an error; "
+                f"see stderr")
+            logger.warning("worker pid %s failed to start: %s", worker.process.pid, why)
             if self._startup_failures >= MAX_STARTUP_FAILURES:
                 raise RuntimeError(
-                    f"worker processes fail to start "
-                    f"({_exit_description(worker.process.exitcode)}, "
-                    f"{self._startup_failures} in a row); their error is on stderr"
+                    f"worker processes fail to start ({self._startup_failures} in a row); "
+                    f"giving up. The last one: {why}"
                 )
         pending.extendleft(reversed(worker.queue))
         worker.queue.clear()
@@ -350,12 +469,7 @@ class WorkerPool(Generic[T, R]):
         now = time.monotonic()
         for worker in list(self._workers):
             if not worker.ready and now - worker.started > STARTUP_TIMEOUT_S:
-                logger.warning(
-                    "worker pid %s not ready after %.0f s; restarting it",
-                    worker.process.pid,
-                    STARTUP_TIMEOUT_S,
-                )
-                self._replace(worker, pending)
+                self._replace(worker, pending, why=f"not ready after {STARTUP_TIMEOUT_S:g} s")
             elif (
                 worker.ready
                 and worker.queue
@@ -367,6 +481,9 @@ class WorkerPool(Generic[T, R]):
                 self._replace(worker, pending)
 
     def _on_message(self, worker: _Worker, message: Any) -> TaskOutcome[T, R] | None:
+        if isinstance(message, tuple) and message[:1] == (_FAILED,):
+            worker.startup_error = message[1]  # the process exits next; the supervisor replaces it
+            return None
         if message == _READY:
             worker.ready = True
             self._startup_failures = 0

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -109,3 +112,54 @@ def test_breaking_out_stops_the_workers():
 def test_bad_arguments_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         WorkerPool(task, **kwargs)
+
+
+BROKEN_MODULE = '''\
+import multiprocessing as mp
+import os
+
+if mp.parent_process() is not None:  # only in the pool's workers
+    {action}
+
+
+def work(item):
+    return item
+'''
+
+
+@pytest.mark.parametrize(
+    ("name", "action", "reason"),
+    [
+        ("raises_in_workers", 'raise RuntimeError("no GPU here\\nsecond line")',
+         r"The last one: RuntimeError: no GPU here$"),
+        ("exits_in_workers", "os._exit(7)",
+         r"The last one: worker exited with code 7 before it could report an error"),
+    ],
+)
+def test_workers_that_keep_failing_to_start_give_up_with_the_reason(tmp_path, monkeypatch, name, action, reason):
+    """Each new worker fails to import the task's module: the pool stops after a few tries, says why."""
+    (tmp_path / f"{name}.py").write_text(BROKEN_MODULE.format(action=action))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = __import__(name)
+    started = time.monotonic()
+    with WorkerPool(module.work, workers=2, timeout_s=10.0) as pool:
+        with pytest.raises(RuntimeError, match=r"worker processes fail to start \(3 in a row\); giving up") as info:
+            list(pool.imap_unordered(range(5)))
+    assert time.monotonic() - started < 30
+    assert re.search(reason, str(info.value)), str(info.value)
+
+
+def test_workers_do_not_rerun_the_main_script(tmp_path):
+    """An unguarded script whose top level starts a pool: the workers never run that top level."""
+    script = tmp_path / "unguarded_pool.py"
+    script.write_text(
+        "import os\n"
+        "from daliload.workerpool import WorkerPool\n"
+        "print('top level ran in', os.getpid(), flush=True)\n"
+        "with WorkerPool(abs, workers=2, timeout_s=20) as pool:\n"
+        "    print(sorted(o.value for o in pool.imap_unordered([-1, -2, -3])), flush=True)\n"
+    )
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("top level ran in") == 1, proc.stdout
+    assert "[1, 2, 3]" in proc.stdout
