@@ -39,6 +39,7 @@ from torch.utils.data import DataLoader
 from daliload.failures import (DEFAULT_MAX_FAILURE_FRACTION, REASON_TIMEOUT, REASON_WORKER_DIED, Failure,
                                FailureBudget)
 from daliload.plan import OutputSpec, Sample
+from daliload.workerpool import main_script_hidden, refuse_bootstrapping_main
 from fallback import _torch_internals as internals
 from fallback.dataset import ClipBatch, ClipDataset, DecodeOptions, collate_clips
 from fallback.decode import StreamHint
@@ -188,6 +189,7 @@ class FallbackLoader:
     def __init__(self, dataset: ClipDataset, options: WorkerOptions, *,
                  budget: FailureBudget | None = None, max_failures: int | None = None,
                  max_failure_fraction: float | None = DEFAULT_MAX_FAILURE_FRACTION) -> None:
+        refuse_bootstrapping_main("A daliload fallback loader")
         self.dataset = dataset
         self.options = options
         self.batch_size = options.batch_size
@@ -252,7 +254,7 @@ class FallbackLoader:
         try:
             while next_batch < len(self):
                 self._batches.start = next_batch
-                watchdog = Watchdog(iter(self._get_loader()), self.dataset.board, self.timeout_s)
+                watchdog = Watchdog(self._start_workers(), self.dataset.board, self.timeout_s)
                 try:
                     while True:
                         batch = watchdog.next()
@@ -288,6 +290,18 @@ class FallbackLoader:
                 prefetch_factor=self.options.prefetch_factor if workers else None,
                 multiprocessing_context=self._ctx, worker_init_fn=worker_init if workers else None)
         return self._loader
+
+    def _start_workers(self) -> Iterator[ClipBatch]:
+        """An iterator over the DataLoader, whose workers start (if not running) without the main script.
+
+        Everything a worker unpickles (dataset, collate, ``worker_init``) is
+        importable by name, so the workers need not re-run the user's script
+        (see :func:`~daliload.workerpool.main_script_hidden`): a training
+        script without an ``if __name__ == "__main__":`` guard works, and
+        workers start without importing what the script imports.
+        """
+        with main_script_hidden():
+            return iter(self._get_loader())
 
     def _drop_loader(self, iterator=None) -> None:
         """Forget the DataLoader and stop its workers (``iterator``'s too)."""

@@ -45,7 +45,7 @@ from daliload.prescreen.manifest import Manifest
 from daliload.prescreen.probe_pool import FAULT_ENV, ProbeTask, probe_into
 from daliload.prescreen.rows import FileRecord
 from daliload.prescreen.rules import ROUTES, Device, check_device
-from daliload.workerpool import usable_cores
+from daliload.workerpool import refuse_bootstrapping_main, usable_cores
 
 logger = logging.getLogger(__name__)
 
@@ -256,6 +256,7 @@ def scan(
             without ``manifest_path``; no record in ``splits``.
         FileNotFoundError: the root has none of ``splits``.
     """
+    refuse_bootstrapping_main("A daliload scan")
     device, workers, splits, timeout_s = _checked_options(device, workers, chunk_size, splits,
                                                           deep, timeout_s)  # fmt: skip
     started = time.monotonic()
@@ -433,6 +434,7 @@ def ensure_manifest(
     Raises:
         RuntimeError: on ranks other than 0, when rank 0's scan failed.
     """
+    refuse_bootstrapping_main(f"A daliload loader (its scan of {root})")
     check_device(device)
     path = Path(scan.manifest_path) if scan.manifest_path is not None else default_manifest_path(root)
     progress = True if progress is None else progress
