@@ -19,6 +19,11 @@ and ``daliload synth`` writes all three::
       trainlist.txt                            "list": "<path> <label index>" per line;
       vallist.txt                              path relative to ROOT (may hold spaces)
 
+In the folders layout every other entry of a split folder is listed in
+:attr:`DatasetIndex.skipped` with its reason (``"not a video extension: .txt"``),
+so a scan can say what it did not look at. Raw elementary streams
+(``.h264``, ``.264``, ``.h265``, ``.265``, ``.hevc``) count as videos.
+
 A CSV row points at ``ROOT/<split>/<label>/<youtube_id>_<start:06d>_<end:06d>.*``
 (or the same name directly in ``ROOT/<split>/``). Rows whose file is missing
 are kept in :attr:`DatasetIndex.missing` and counted in a warning, never
@@ -46,7 +51,7 @@ import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Literal, Sequence
+from typing import Iterable, Literal, NamedTuple, Sequence
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +64,8 @@ CSV_REQUIRED = ("label", "youtube_id", "time_start", "time_end")
 VIDEO_EXTENSIONS = frozenset({
     ".mp4", ".webm", ".mkv", ".avi", ".mov", ".m4v", ".flv", ".mpg", ".mpeg", ".ts", ".3gp",
     ".ogv", ".wmv", ".ivf",
+    # raw elementary streams: no container, but FFmpeg's demuxers read them
+    ".h264", ".264", ".h265", ".265", ".hevc",
 })
 #: Older Kinetics releases call the val split "validate".
 _SPLIT_ALIASES = {"validate": "val", "validation": "val"}
@@ -88,6 +95,13 @@ class VideoRecord:
     time_end: float | None = None
 
 
+class Skipped(NamedTuple):
+    """A file of a split folder that is not indexed, and why (``"not a video extension: .txt"``)."""
+
+    path: str
+    reason: str
+
+
 @dataclass(frozen=True)
 class DatasetIndex:
     """The videos of one split.
@@ -100,6 +114,8 @@ class DatasetIndex:
         records: the videos, sorted by path.
         missing: absolute paths named by CSV rows (or list lines) whose file
             does not exist, sorted; empty for the folders layout.
+        skipped: entries of the split folder that are not videos of a class
+            folder, with the reason, sorted by path; folders layout only.
     """
 
     root: str
@@ -108,6 +124,7 @@ class DatasetIndex:
     classes: tuple[str, ...]
     records: tuple[VideoRecord, ...]
     missing: tuple[str, ...] = ()
+    skipped: tuple[Skipped, ...] = ()
 
     def __len__(self) -> int:
         return len(self.records)
@@ -285,17 +302,32 @@ def _load_folders(root: Path, split: str, classes: tuple[str, ...] | None) -> Da
     classes = _class_map(names, classes)
     lookup = {name: i for i, name in enumerate(classes)}
     records = []
+    skipped = [Skipped(str(p), "not in a class folder") for p in split_dir.iterdir() if not p.is_dir()]
     for class_dir in sorted(d for d in split_dir.iterdir() if d.is_dir()):
         for path in sorted(class_dir.iterdir()):
-            if path.name.startswith(".") or path.suffix.lower() not in VIDEO_EXTENSIONS:
-                logger.debug("not a video, skipped: %s", path)
+            reason = _not_a_video(path)
+            if reason:
+                skipped.append(Skipped(str(path), reason))
                 continue
             label = _label_of(class_dir.name, classes, lookup, f"folder {class_dir}")
             records.append(VideoRecord(str(path), label, class_dir.name, split, *_parse_name(path)))
     if not records:
         raise _empty_split(root, split, "folders", split_dir)
     records.sort(key=lambda r: r.path)
-    return DatasetIndex(str(root), split, "folders", classes, tuple(records))
+    if skipped:
+        logger.info("%d file(s) of split %r are not videos of a class folder; skipped", len(skipped), split)
+    return DatasetIndex(str(root), split, "folders", classes, tuple(records), skipped=tuple(sorted(skipped)))
+
+
+def _not_a_video(path: Path) -> str:
+    """Why an entry of a class folder is not indexed, or ``""`` if it is a video."""
+    if path.name.startswith("."):
+        return "hidden file"
+    if path.is_dir():
+        return "a folder inside a class folder (not searched)"
+    if path.suffix.lower() not in VIDEO_EXTENSIONS:
+        return f"not a video extension: {path.suffix or '(none)'}"
+    return ""
 
 
 def _read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
@@ -429,5 +461,5 @@ def _load_list(root: Path, split: str, list_path: Path,
     return DatasetIndex(str(root), split, "list", classes, tuple(records), tuple(sorted(missing)))
 
 
-__all__ = ["VideoRecord", "DatasetIndex", "load_index", "save_classes", "load_classes", "SPLITS",
+__all__ = ["VideoRecord", "DatasetIndex", "Skipped", "load_index", "save_classes", "load_classes", "SPLITS",
            "CSV_REQUIRED", "VIDEO_EXTENSIONS", "Layout"]

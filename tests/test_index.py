@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from daliload.index import DatasetIndex, VideoRecord, load_classes, load_index, save_classes
+from daliload.index import DatasetIndex, Skipped, VideoRecord, load_classes, load_index, save_classes
 from daliload.synth.dataset import generate_dataset
 from daliload.synth.spec import SynthSpec
 
@@ -170,9 +170,20 @@ def test_folders_layout_takes_any_video_name_and_skips_other_files(tmp_path):
         (tmp_path / split / "a b" / "my clip.MP4").write_bytes(b"")
     (tmp_path / "train" / "a b" / "notes.txt").write_text("x")
     (tmp_path / "train" / "a b" / ".hidden.mp4").write_bytes(b"")
+    (tmp_path / "train" / "a b" / "raw.h264").write_bytes(b"")
+    (tmp_path / "train" / "a b" / "extras").mkdir()
+    (tmp_path / "train" / "README").write_text("x")
     index = load_index(tmp_path, "train")
-    assert index == DatasetIndex(str(tmp_path), "train", "folders", ("a b",), (VideoRecord(
-        str(tmp_path / "train" / "a b" / "my clip.MP4"), 0, "a b", "train"),))
+    folder = tmp_path / "train" / "a b"
+    assert index == DatasetIndex(str(tmp_path), "train", "folders", ("a b",), (
+        VideoRecord(str(folder / "my clip.MP4"), 0, "a b", "train"),
+        VideoRecord(str(folder / "raw.h264"), 0, "a b", "train"),
+    ), skipped=(  # sorted by path
+        Skipped(str(tmp_path / "train" / "README"), "not in a class folder"),
+        Skipped(str(folder / ".hidden.mp4"), "hidden file"),
+        Skipped(str(folder / "extras"), "a folder inside a class folder (not searched)"),
+        Skipped(str(folder / "notes.txt"), "not a video extension: .txt"),
+    ))
 
 
 # ---------------------------------------------------------------- bad input

@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import Sequence
 
 from daliload.prescreen.manifest import Manifest
 from daliload.prescreen.scan import default_manifest_path, scan
@@ -74,7 +75,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         metavar="PATH",
-        help=f"also write a JSON array, one object per file: {', '.join(JSON_FIELDS)}",
+        help=f"also write a JSON array, one object per file: {', '.join(JSON_FIELDS)}; "
+        "files of the split folders that were not scanned have route 'skipped' and the reason",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -94,9 +96,19 @@ def _device(choice: str) -> str:
 
 
 def write_json(
-    manifest_path: Path, json_path: Path, *, device: str, splits: tuple[str, ...]
+    manifest_path: Path,
+    json_path: Path,
+    *,
+    device: str,
+    splits: tuple[str, ...],
+    skipped: Sequence[tuple[str, str]] = (),
 ) -> int:
-    """Write the ``--json`` listing; returns the number of files written."""
+    """Write the ``--json`` listing; returns the number of files written.
+
+    Scanned files come from the manifest; each of ``skipped`` (path, reason)
+    follows as ``{"path": ..., "route": "skipped", "reason": ...}`` with the
+    other fields null.
+    """
     count = 0
     json_path.parent.mkdir(parents=True, exist_ok=True)
     with Manifest(manifest_path) as manifest, open(json_path, "w", encoding="utf-8") as out:
@@ -106,6 +118,10 @@ def write_json(
                 item = {name: getattr(entry, name) for name in JSON_FIELDS}
                 out.write(("\n" if count == 0 else ",\n") + json.dumps(item))
                 count += 1
+        for path, reason in skipped:
+            item = dict.fromkeys(JSON_FIELDS, None) | {"path": path, "route": "skipped", "reason": reason}
+            out.write(("\n" if count == 0 else ",\n") + json.dumps(item))
+            count += 1
         out.write("\n]\n")
     return count
 
@@ -134,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
         return 130
     print(summary.format())
     if args.json is not None:
-        count = write_json(summary.manifest_path, args.json, device=device, splits=summary.splits)
+        count = write_json(summary.manifest_path, args.json, device=device, splits=summary.splits,
+                           skipped=summary.skipped)
         print(f"\nwrote {count} files to {args.json}")
     return 0

@@ -87,6 +87,9 @@ class ScanSummary:
         reused: files taken unchanged from the manifest.
         removed: manifest rows dropped because their file left the dataset.
         missing: files the dataset index lists that do not exist (never stored).
+        skipped: ``(path, reason)`` of every entry of a split folder that was
+            not scanned (not a video extension, hidden, outside a class
+            folder), sorted by path; never stored in the manifest.
         files: files per route (``dali``, ``fallback``, ``bad``).
         hours: hours of video per route.
         reasons: files per ``(route, reason)``, for non-empty reasons.
@@ -106,6 +109,7 @@ class ScanSummary:
     hours: Mapping[str, float] = field(default_factory=dict)
     reasons: Mapping[tuple[str, str], int] = field(default_factory=dict)
     elapsed_s: float = 0.0
+    skipped: tuple[tuple[str, str], ...] = ()
 
     def format(self) -> str:
         """A short human-readable report (what ``daliload scan`` prints)."""
@@ -130,7 +134,21 @@ class ScanSummary:
                 self.reasons.items(), key=lambda kv: (-kv[1], kv[0])
             ):
                 lines.append(f"| {route} | {reason} | {count} |")
-        return "\n".join(lines)
+        return "\n".join(lines + self._format_skipped())
+
+    def _format_skipped(self, shown: int = 10) -> list[str]:
+        """The files not scanned: a count per reason, then the first ``shown`` with their reason."""
+        if not self.skipped:
+            return []
+        counts: dict[str, int] = {}
+        for _, reason in self.skipped:
+            counts[reason] = counts.get(reason, 0) + 1
+        lines = ["", f"skipped, not scanned: {len(self.skipped)} file(s)", "", "| reason | files |", "|---|---:|"]
+        lines += [f"| {reason} | {n} |" for reason, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+        lines += [""] + [f"  {path}: {reason}" for path, reason in self.skipped[:shown]]
+        if len(self.skipped) > shown:
+            lines.append(f"  ... and {len(self.skipped) - shown} more (all in --json)")
+        return lines
 
 
 def default_manifest_path(root: str | os.PathLike) -> Path:
@@ -149,16 +167,15 @@ def default_workers() -> int:
     return usable_cores()
 
 
-def _records_from_root(
-    root: Path, splits: Sequence[str]
-) -> tuple[list[Any], tuple[str, ...], list[str], int]:
-    """``(records, classes, splits found, missing count)`` through the dataset index."""
+def _records_from_root(root: Path, splits: Sequence[str], manifest_path: str | os.PathLike) -> _Listing:
+    """What a scan of ``root`` covers, through the dataset index."""
     from daliload.index import load_index
 
     records: list[Any] = []
     classes: tuple[str, ...] | None = None
     found: list[str] = []
     missing = 0
+    skipped: list[tuple[str, str]] = []
     first_error: FileNotFoundError | None = None
     for split in splits:
         try:
@@ -175,11 +192,12 @@ def _records_from_root(
         records.extend(index.records)
         found.append(index.split)
         missing += len(index.missing)
+        skipped += index.skipped
     if not found:
         raise FileNotFoundError(
             f"none of the splits {list(splits)} found under {root}: {first_error}"
         ) from first_error
-    return records, classes or (), found, missing
+    return _Listing(records, classes or (), found, missing, manifest_path, tuple(sorted(skipped)))
 
 
 def _classes_from_records(records: Sequence[Any]) -> tuple[str, ...]:
@@ -295,6 +313,7 @@ def scan(
             hours=hours,
             reasons=reasons,
             elapsed_s=time.monotonic() - started,
+            skipped=listing.skipped,
         )
         manifest.finish_scan(
             {
@@ -343,6 +362,7 @@ class _Listing(NamedTuple):
     splits: list[str]  # the splits found (a root may lack some of those asked for)
     missing: int  # files the index lists that do not exist
     manifest_path: str | os.PathLike
+    skipped: tuple[tuple[str, str], ...] = ()  # entries of split folders not scanned, with the reason
 
 
 def _list_source(source: str | os.PathLike | Iterable[Any], splits: Sequence[str],
@@ -350,10 +370,8 @@ def _list_source(source: str | os.PathLike | Iterable[Any], splits: Sequence[str
     """List a dataset root through its index, or take explicit records (see :func:`scan`)."""
     if isinstance(source, (str, os.PathLike)):
         root = Path(os.path.abspath(source))
-        records, classes, scanned, missing = _records_from_root(root, splits)
-        if manifest_path is None:
-            manifest_path = default_manifest_path(root)
-        return _Listing(records, classes, scanned, missing, manifest_path)
+        return _records_from_root(root, splits, manifest_path if manifest_path is not None
+                                  else default_manifest_path(root))
     all_records = list(source)
     records = [r for r in all_records if r.split in splits]
     if all_records and not records:
