@@ -242,16 +242,19 @@ def _resolve_setup(args: argparse.Namespace) -> RunSetup:
 
 
 def _plan_frame_counts(dataset: Dataset, samples: Sequence[Sample]) -> dict[str, int]:
-    """Distinct frames the plan's clips use, and the frames a seek to the keyframe before each window decodes."""
-    from benchmarks.task import seek_decode_estimate
+    """Distinct frames the plan's clips use, and the frames decoded by a decoder that seeks to the keyframe
+    before each window (``seek_estimate``) or that has no index and decodes from frame 0 (``from_start_estimate``).
+    """
+    from benchmarks.task import from_start_decode_estimate, seek_decode_estimate
 
-    used = estimate = 0
+    used = estimate = from_start = 0
     for sample in samples:
         video = dataset.videos[sample.video_index]
         indices = sample.frame_indices(video.num_frames)
         used += len(set(indices))
         estimate += seek_decode_estimate(indices, video.keyframes)
-    return {"frames_used": used, "seek_estimate": estimate}
+        from_start += from_start_decode_estimate(indices)
+    return {"frames_used": used, "seek_estimate": estimate, "from_start_estimate": from_start}
 
 
 def _prepare_datasets(args: argparse.Namespace, setup: RunSetup, work_dir: Path, started: float) -> RunState:
@@ -359,7 +362,8 @@ def _measure(cls: type[LoaderAdapter], job: Job, number: int, state: RunState) -
     if measured["status"] == "ok":
         counts = state.frame_counts[job.dataset]
         ceiling = job.kind == "ceiling"
-        estimate = counts["seek_estimate"] if cls.plan_windows and not ceiling else None
+        kind = "from_start_estimate" if cls.decodes_from_start else "seek_estimate"
+        estimate = counts.get(kind) if cls.plan_windows and not ceiling else None
         figures = derive_figures(measured["runs"], estimated_decoded=estimate,
                                  frames_used=None if ceiling else counts["frames_used"])
         measured = measured | {"figures": dataclasses.asdict(figures)}

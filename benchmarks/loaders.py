@@ -111,6 +111,9 @@ class LoaderAdapter(abc.ABC):
         codecs: codecs it can decode (None: any).
         plan_windows: decodes the plan's windows (False: picks its own).
         counts_frames: reports ``frames_decoded``.
+        decodes_from_start: has no frame index and decodes every frame from 0
+            to the window's end (DALI's ``fn.decoders.video``): an uncounted
+            figure is estimated that way instead of from the keyframe before.
         knob: what ``LoaderConfig.workers`` means for it, or None when it has
             no such knob (the workers sweep then skips it).
     """
@@ -121,6 +124,7 @@ class LoaderAdapter(abc.ABC):
     codecs: ClassVar[tuple[str, ...] | None] = None
     plan_windows: ClassVar[bool] = True
     counts_frames: ClassVar[bool] = False
+    decodes_from_start: ClassVar[bool] = False
     knob: ClassVar[str | None] = "DataLoader workers"
 
     @classmethod

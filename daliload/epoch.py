@@ -187,8 +187,10 @@ class EpochPass:
                         here.append(sample)
                 rows.update(self._here.decode(here))
                 self._count_past_end(batch)
-                yield _merge(batch, rows, self.setup, self.counters,
-                             synchronize=self._dali is not None and self._dali.has_rows(i))
+                videos, labels = _merge(batch, rows, self.setup, self.counters)
+                if self._dali is not None:
+                    self._dali.copied(i, videos)
+                yield videos, labels
         finally:
             if self._dali is not None:
                 self._dali.drain()
@@ -255,10 +257,14 @@ class _DaliStage:
         self.submitted = 0
         self.in_flight: deque[int] = deque()  # batches submitted to DALI, oldest first
         self.early: dict[int, object] = {}  # results collected ahead while isolating (copies, or errors)
-        self._decoded: set[int] = set()  # batches whose rows live in DALI's output buffer
+        self._outputs: dict[int, object] = {}  # batch -> DALI's output, read by that batch's merge
+        self.held = HeldOutputs()
 
-    def has_rows(self, i: int) -> bool:
-        return i in self._decoded
+    def copied(self, i: int, videos: torch.Tensor) -> None:
+        """Batch ``i`` was merged into ``videos``: keep DALI's output alive until those copies ran."""
+        outputs = self._outputs.pop(i, None)
+        if outputs is not None and videos.is_cuda:
+            self.held.hold(outputs, torch.cuda.current_stream(videos.device))
 
     def rows(self, i: int) -> dict[int, Row]:
         """Rows (by plan position) of batch ``i``'s DALI share."""
@@ -277,7 +283,7 @@ class _DaliStage:
                                f"expected ({len(outcome.samples)} vs {len(part)} samples)")
         self.counters.clips_dali += len(part)
         if not copied:
-            self._decoded.add(i)
+            self._outputs[i] = outcome
         # The label comes from the plan: reading DALI's would sync the GPU per row.
         return {s.position: Row(outcome.videos[k], s.label) for k, s in enumerate(part)}
 
@@ -360,12 +366,55 @@ class _DaliStage:
         return dataclasses.replace(decoded, videos=videos)
 
     def drain(self) -> None:
-        """Drop what was submitted ahead for an abandoned pass."""
+        """Drop what was submitted ahead for an abandoned pass; release the outputs held."""
+        self.held.release_all()
         while self.decoder.pending and not self.decoder.stuck:
             try:
                 self.decoder.result(self._timeout(self.decoder.batch_size))
             except Exception as err:  # noqa: BLE001 - results of a dropped pass are discarded
                 logger.debug("discarding a pending DALI batch: %s", err)
+
+
+class HeldOutputs:
+    """DALI outputs kept alive until the GPU copies that read them have run: no host-side wait.
+
+    A batch's DALI rows are views into DALI's output (zero-copy, DLPack). The
+    merge copies them into a loader-owned tensor on torch's current stream,
+    asynchronously; DALI must not free or reuse that memory before the copies
+    run. Holding the output (and its views) keeps DALI's reference-counted
+    buffer alive, and an event recorded on the stream after the copies says
+    when it may go. Outputs are let go once their event has completed,
+    checked with ``query()`` at each new batch, so the CPU never waits for the
+    GPU here and decoding, copies and the training step overlap. Only the end
+    of a pass waits (``release_all``) for at most the last few batches.
+
+    Args:
+        new_event: makes an event (default ``torch.cuda.Event``); for tests.
+    """
+
+    def __init__(self, new_event=None) -> None:
+        self._new_event = new_event or torch.cuda.Event
+        self._held: deque = deque()
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def hold(self, outputs: object, stream) -> None:
+        event = self._new_event()
+        event.record(stream)
+        self._held.append((event, outputs))
+        self.prune()
+
+    def prune(self) -> None:
+        """Let go of the outputs whose copies have run (never waits)."""
+        while self._held and self._held[0][0].query():
+            self._held.popleft()
+
+    def release_all(self) -> None:
+        """Wait for every held output's copies, then let go of all (end of a pass)."""
+        while self._held:
+            event, _ = self._held.popleft()
+            event.synchronize()
 
 
 class _FallbackStage:
@@ -427,20 +476,22 @@ class _FallbackStage:
             self._loader.close()
 
 
-def _merge(batch: Sequence[Sample], rows: dict[int, Row], setup: PassSetup, counters: EpochCounters, *,
-           synchronize: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stack the rows of ``batch`` in plan order into ``(videos, labels)`` on the loader's device."""
+def _merge(batch: Sequence[Sample], rows: dict[int, Row], setup: PassSetup,
+           counters: EpochCounters) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stack the rows of ``batch`` in plan order into ``(videos, labels)`` on the loader's device.
+
+    Copies are asynchronous on torch's current stream (the caller keeps DALI's
+    rows alive until they ran: :class:`HeldOutputs`); labels come from the
+    plan, on the CPU, and go to the device with one non-blocking copy.
+    """
     first = rows[batch[0].position].video
     videos = torch.empty((len(batch), *first.shape), dtype=first.dtype, device=setup.device)
-    labels = torch.empty(len(batch), dtype=torch.int64)
+    # Pinned on a GPU run, so the labels' copy to the device is truly asynchronous.
+    labels = torch.empty(len(batch), dtype=torch.int64, pin_memory=setup.device.type == "cuda")
     for k, sample in enumerate(batch):
         row = rows[sample.position]
         videos[k].copy_(row.video, non_blocking=True)
         masked = setup.mask_failed and row.replaced
         counters.clips_masked += masked
         labels[k] = PADDING_LABEL if (setup.label_padding and sample.is_padding) or masked else row.label
-    if synchronize and videos.is_cuda:
-        # DALI rows live in DALI's output buffer, which its next run may overwrite from
-        # its own stream: wait for the copies before letting go of that buffer.
-        torch.cuda.current_stream(videos.device).synchronize()
     return videos, labels.to(setup.device, non_blocking=True)

@@ -60,7 +60,12 @@ class DecodeSpec:
             ``None``: on a GPU ``min(batch_size, 16)`` (at least twice the 7
             NVDEC engines of an H100/H200, so every engine has a session
             decoding while another demuxes), on the CPU one per core.
-        prefetch_batches: DALI batches in flight ahead of the one consumed. Default 2.
+        prefetch_batches: DALI batches in flight ahead of the one consumed. Default 2
+            (at least ``dali_pipelines``).
+        dali_pipelines: DALI pipelines per rank, each with ``dali_threads``
+            threads, taking batches in turn (batches still come in plan
+            order). More keep more NVDEC sessions busy at once; 1 (default)
+            until a GPU run picks a better default.
         fallback_workers: PyAV decoding processes. Default 2. 0 decodes in the
             training process: a debugging mode in which a crash inside FFmpeg
             ends the run and a hang inside it is not cut.
@@ -78,6 +83,7 @@ class DecodeSpec:
     decoder: DecoderChoice = "auto"
     dali_threads: int | None = None
     prefetch_batches: int = 2
+    dali_pipelines: int = 1
     fallback_workers: int = 2
     fallback_threads: int = 1
     timeout_s: float = 60.0
@@ -86,7 +92,7 @@ class DecodeSpec:
     def __post_init__(self) -> None:
         if self.decoder not in ("auto", "fallback"):
             raise ValueError(f"decoder must be 'auto' or 'fallback', got {self.decoder!r}")
-        for name in ("dali_threads", "prefetch_batches", "fallback_threads"):
+        for name in ("dali_threads", "prefetch_batches", "dali_pipelines", "fallback_threads"):
             value = getattr(self, name)
             if name == "dali_threads" and value is None:
                 continue
@@ -442,7 +448,8 @@ class KineticsDALILoader:
             self._dali = DaliClipDecoder(
                 self.output, batch_size=self.batch_size, device=self.device, device_id=self.device_id,
                 num_threads=self.decode.dali_threads_for(self.device, self.batch_size),
-                prefetch_queue_depth=self.decode.prefetch_batches,
+                prefetch_queue_depth=max(self.decode.prefetch_batches, self.decode.dali_pipelines),
+                pipelines=self.decode.dali_pipelines,
             )
         return self._dali
 

@@ -41,15 +41,44 @@ insists on that many batches already fed, and feeding fewer kills the
 pipeline. :class:`DaliClipDecoder` bounds the batches in flight with its own
 ``prefetch_queue_depth`` instead.
 
-Keeping NVDEC busy: with ``device="gpu"`` the decoder runs each sample of a
-batch as its own NVDEC session on a thread pool of ``num_threads`` threads, so
-``min(num_threads, batch size)`` clips decode at once, and the driver spreads
-the sessions over the GPU's NVDEC engines (A100: 5, H100/H200: 7; consumer and
-L4-class cards fewer). Use ``num_threads`` of at least twice the engine count
-(one session per engine decoding while another demuxes or converts) and a
-batch of at least ``num_threads`` clips; ``prefetch_queue_depth`` 2 lets the
-next batch decode while the training step runs. With ``device="cpu"``,
-``num_threads`` is the number of clips decoded in parallel on CPU cores.
+What ``fn.decoders.video`` does per sample (read in DALI's source near 2.4,
+``dali/operators/video/decoder/`` and ``frames_decoder_gpu.cc``; not yet
+observed on a GPU):
+
+* Every run builds a new demuxer, bitstream filter and NVDEC parser for every
+  sample, from the bytes fed in; the hardware decoder objects are taken from
+  a per-process, per-GPU cache (keyed by codec, coded size, surfaces, chroma
+  and bit depth) and given back afterwards.
+* One task per sample on the operator's own pool of ``num_threads`` threads,
+  so at most ``num_threads`` NVDEC sessions decode at once per pipeline; the
+  driver spreads them over the GPU's engines (A100: 5, H100/H200: 7). All
+  threads share the operator's one CUDA stream, and every decoded frame is
+  mapped, converted to RGB and followed by a stream synchronisation before it
+  is unmapped.
+* No frame index is built: a window at ``start_frame`` is reached by decoding
+  from frame 0 and dropping the frames before it. So DALI decodes
+  ``start_frame + span`` frames per clip where the fallback decodes from the
+  keyframe before the window; the benchmarks estimate DALI rows that way.
+  The frame count DALI checks ``start_frame`` against is the container's
+  ``nb_frames``, or the packet count.
+* A file it cannot open fails as ``Failed to create video decoder for
+  "memory file"``, which names no sample; a ``start_frame`` past the end says
+  ``sample #i``. The loader isolates the former by bisecting the batch.
+
+Keeping NVDEC busy: use ``num_threads`` of at least twice the engine count
+(one session per engine decoding while another demuxes or converts), a batch
+of at least ``num_threads`` clips, and ``prefetch_queue_depth`` 2 so the next
+batch decodes while the training step runs; ``pipelines`` > 1 runs several
+pipelines (each with its own threads and stream) in turn, for more sessions
+at once. With ``device="cpu"``, ``num_threads`` is the number of clips decoded
+in parallel on CPU cores.
+
+Output buffers: with DALI's default (dynamic) executor, an output stays valid
+as long as it is referenced; on a GPU :meth:`DaliClipDecoder.result` binds it
+to the caller's current torch stream (no host synchronisation). A consumer
+that keeps zero-copy views must hold the :class:`DecodedBatch` until its own
+stream's work on them has run (the loader holds it until a CUDA event after
+its copies completes: :class:`daliload.epoch.HeldOutputs`).
 
 Errors: a batch DALI cannot decode (corrupt or truncated file, start frame past
 what DALI counts, unsupported stream) raises :class:`DaliBatchError` from
@@ -69,6 +98,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import functools
 import logging
 import queue
 import re
@@ -186,8 +216,11 @@ class DecodedBatch:
         samples: the plan samples, one per clip.
         videos: ``(B, C, T, H, W)`` for layout CTHW or ``(B, T, C, H, W)`` for
             TCHW, dtype and normalisation from the :class:`OutputSpec`, on the
-            CPU or on ``cuda:device_id``. Shares memory with DALI's output buffer.
-        labels: ``(B,)`` int64 class indices, on the same device as ``videos``.
+            CPU or on ``cuda:device_id``. Shares memory with DALI's output
+            buffer, which stays valid while this object is referenced; on a GPU
+            it is ready in the order of the torch stream that was current when
+            :meth:`DaliClipDecoder.result` was called.
+        labels: ``(B,)`` int64 class indices, on the CPU (also for ``"gpu"``).
     """
 
     samples: tuple[Sample, ...]
@@ -199,6 +232,7 @@ class DecodedBatch:
 class _Pending:
     samples: tuple[Sample, ...]
     error: DaliBatchError | None  # set when the batch never reached DALI (unreadable file)
+    pipe: Any = None  # the DALI pipeline the batch went to
 
 
 class DaliClipDecoder:
@@ -218,6 +252,11 @@ class DaliClipDecoder:
         prefetch_queue_depth: most batches submitted and not yet collected.
             Default 2.
         read_threads: threads that read file bytes for :meth:`submit`. Default 4.
+        pipelines: DALI pipelines, each with ``num_threads`` threads, that take
+            the batches in turn (results still come in submission order).
+            Several keep more NVDEC sessions open at once, for GPUs with many
+            engines (H100/H200: 7); ``prefetch_queue_depth`` should be at
+            least this. Default 1.
 
     Not thread-safe: submit and collect from one thread. One decoder per
     process (rank); build it once and reuse it across epochs.
@@ -237,13 +276,15 @@ class DaliClipDecoder:
         num_threads: int = 4,
         prefetch_queue_depth: int = 2,
         read_threads: int = 4,
+        pipelines: int = 1,
     ) -> None:
         if not isinstance(output, OutputSpec):
             raise TypeError(f"output must be an OutputSpec, got {type(output).__name__}")
         if device not in ("cpu", "gpu"):
             raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
         counts = {"batch_size": batch_size, "num_threads": num_threads,
-                  "prefetch_queue_depth": prefetch_queue_depth, "read_threads": read_threads}
+                  "prefetch_queue_depth": prefetch_queue_depth, "read_threads": read_threads,
+                  "pipelines": pipelines}
         for name, value in counts.items():
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
@@ -268,7 +309,18 @@ class DaliClipDecoder:
         # Every wait for DALI's outputs runs on this one thread, so it can be timed out.
         self._waiter = _Waiter()
         self._stuck: DaliTimeoutError | None = None
-        self._pipe = self._build(pipeline_mod, fn, types)
+        self._pipes = [self._build(pipeline_mod, fn, types) for _ in range(pipelines)]
+        self._next_pipe = 0
+
+    @property
+    def pipelines(self) -> int:
+        """DALI pipelines batches are spread over, in turn."""
+        return len(self._pipes)
+
+    @property
+    def _pipe(self) -> Any:
+        """The first pipeline (``None`` once closed)."""
+        return self._pipes[0] if self._pipes else None
 
     # -- pipeline -------------------------------------------------------------
 
@@ -358,9 +410,11 @@ class DaliClipDecoder:
             error = DaliBatchError(samples, f"cannot read file: {err}", culprit=bad)
             self._pending.append(_Pending(samples, error))
             return
-        self._feed(samples, encoded)
-        self._pipe.schedule_run()
-        self._pending.append(_Pending(samples, None))
+        pipe = self._pipes[self._next_pipe]
+        self._next_pipe = (self._next_pipe + 1) % len(self._pipes)
+        self._feed(pipe, samples, encoded)
+        pipe.schedule_run()
+        self._pending.append(_Pending(samples, None, pipe))
 
     def result(self, timeout_s: float | None = None) -> DecodedBatch:
         """Wait for the oldest pending batch and return it.
@@ -383,7 +437,7 @@ class DaliClipDecoder:
         entry = self._pending.popleft()
         if entry.error is not None:
             raise entry.error
-        waiting = self._waiter.submit(self._pipe.outputs)
+        waiting = self._waiter.submit(self._outputs_call(entry.pipe))
         try:
             videos_tl, labels_tl = waiting.result(timeout=timeout_s)
         except concurrent.futures.TimeoutError:
@@ -398,10 +452,25 @@ class DaliClipDecoder:
             logger.debug("DALI batch failed: %s", err)
             raise DaliBatchError(entry.samples, reason, culprit=culprit) from err
         videos = self._to_torch(videos_tl)
+        # Labels never touch the GPU (a CPU input): moving them there would cost a
+        # synchronous copy per batch for a value the plan already has.
         labels = self._to_torch(labels_tl)
-        if labels.device != videos.device:
-            labels = labels.to(videos.device)
         return DecodedBatch(entry.samples, videos, labels)
+
+    def _outputs_call(self, pipe: Any):
+        """``pipe.outputs``, bound on a GPU to the caller's current torch stream.
+
+        Bound outputs are ready in stream order, with no host synchronisation:
+        work the caller queues on that stream after this (the loader's copies)
+        runs after DALI's. The stream is read here, on the caller's thread
+        (torch's current stream is per thread), not on the waiting thread.
+        """
+        if self.device != "gpu":
+            return pipe.outputs  # CPU outputs are ready when outputs() returns
+        import torch
+
+        stream = torch.cuda.current_stream(self.device_id)
+        return functools.partial(pipe.outputs, cuda_stream=stream)
 
     def decode_batch(self, samples: Sequence[Sample], timeout_s: float | None = None) -> DecodedBatch:
         """Decode one batch and wait for it (:meth:`submit` then :meth:`result`).
@@ -420,7 +489,7 @@ class DaliClipDecoder:
     def close(self) -> None:
         """Release the pipeline and the reader threads; pending batches are dropped."""
         self._pending.clear()
-        self._pipe = None
+        self._pipes = []
         self._reader.shutdown(wait=True)
         self._waiter.close()  # a thread stuck inside DALI is a daemon: it cannot hold up the exit
 
@@ -432,7 +501,7 @@ class DaliClipDecoder:
 
     def __repr__(self) -> str:
         return (f"DaliClipDecoder(device={self.device!r}, device_id={self.device_id}, "
-                f"batch_size={self.batch_size}, num_threads={self.num_threads}, "
+                f"batch_size={self.batch_size}, num_threads={self.num_threads}, pipelines={self.pipelines}, "
                 f"prefetch_queue_depth={self.prefetch_queue_depth}, output={self.output})")
 
     # -- internals ------------------------------------------------------------
@@ -451,11 +520,10 @@ class DaliClipDecoder:
                 f"all samples of a batch need the same clip_len to stack, got {sorted(lengths)}"
             )
 
-    def _feed(self, samples: tuple[Sample, ...], encoded: list[np.ndarray]) -> None:
+    def _feed(self, pipe: Any, samples: tuple[Sample, ...], encoded: list[np.ndarray]) -> None:
         def column(values: list, dtype: type) -> np.ndarray:
             return np.asarray(values, dtype=dtype)
 
-        pipe = self._pipe
         pipe.feed_input("encoded", encoded)
         pipe.feed_input("label", column([s.label for s in samples], np.int64))
         pipe.feed_input("start_frame", column([s.start_frame for s in samples], np.int32))

@@ -73,3 +73,14 @@ def small_kinetics(tmp_path_factory) -> Path:
                      duration_s=2.0, codec_mix={"h264": 0.5, "vp9": 0.5}, broken_fraction=0.2, seed=1)
     generate_dataset(root, spec, workers=2, progress=False)
     return root
+
+
+@pytest.fixture(scope="session")
+def gpu_kinetics(tmp_path_factory) -> Path:
+    """Like ``small_kinetics`` at 192x144 (4:3): every codec at a size NVDEC decodes (VP9 needs
+    128x128, HEVC 144x144), so on a GPU the H.264 and VP9 files go to DALI. For ``cuda`` tests."""
+    root = tmp_path_factory.mktemp("kinetics_gpu")
+    spec = SynthSpec(num_classes=4, clips_per_class=4, val_fraction=0.25, width=192, height=144,
+                     duration_s=2.0, codec_mix={"h264": 0.5, "vp9": 0.5}, broken_fraction=0.2, seed=1)
+    generate_dataset(root, spec, workers=2, progress=False)
+    return root

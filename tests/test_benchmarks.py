@@ -21,7 +21,7 @@ from benchmarks.datasets import (BenchVideo, Dataset, DatasetSpec, kinetics_layo
 from benchmarks.loaders import LOADERS, LoadedBatch, LoaderConfig, load_adapter
 from benchmarks.measure import _check_batch
 from benchmarks.metrics import summarize
-from benchmarks.task import PlanDataset, TaskSpec, make_plan, seek_decode_estimate
+from benchmarks.task import PlanDataset, TaskSpec, from_start_decode_estimate, make_plan, seek_decode_estimate
 from daliload.framecode import read_code
 from daliload.index import load_index
 from daliload.plan import CropBox, Sample
@@ -402,9 +402,11 @@ def test_gpu_script_split_helper_and_reassembly(tmp_path):
 
     done = _script("--check", "--wheels", str(tmp_path), lock=_empty_lock(tmp_path.parent))
     assert done.returncode == 0, done.stderr
-    assert f"assembled {wheel.name}" in done.stdout
+    assert "to install fakepkg from fakepkg-0.1-py3-none-any.whl (once its pieces are joined)" in done.stdout
+    assert not wheel.exists()  # --check changes nothing
+    subprocess.run([sys.executable, str(GPU_SCRIPT.parent / "wheelhouse.py"), "assemble", "--wheels", str(tmp_path)],
+                   check=True, capture_output=True)
     assert wheel.read_bytes() == original
-    assert "to install fakepkg from fakepkg-0.1-py3-none-any.whl" in done.stdout
 
 
 def test_gpu_script_refuses_pieces_that_do_not_add_up(tmp_path):
@@ -412,14 +414,14 @@ def test_gpu_script_refuses_pieces_that_do_not_add_up(tmp_path):
     pieces = _split(wheel)
     wheel.unlink()
     pieces[1].write_bytes(pieces[1].read_bytes()[:-10])  # truncated piece
-    done = _script("--check", "--wheels", str(tmp_path), lock=_empty_lock(tmp_path.parent))
+    done = _script("--install-only", "--wheels", str(tmp_path), lock=_empty_lock(tmp_path.parent))
     assert done.returncode == 2
     assert f"{wheel.name}: the 3 pieces add up to sha256" in done.stderr
     assert "a piece is missing, truncated or from another file" in done.stderr
     assert not wheel.exists()
 
     pieces[1].unlink()  # a gap: aa, ac
-    done = _script("--check", "--wheels", str(tmp_path), lock=_empty_lock(tmp_path.parent))
+    done = _script("--install-only", "--wheels", str(tmp_path), lock=_empty_lock(tmp_path.parent))
     assert done.returncode == 2
     assert f"piece {wheel.name}.part-ab is missing" in done.stderr
 
@@ -429,6 +431,7 @@ def test_gpu_script_says_exactly_which_wheels_are_missing(tmp_path):
     assert done.returncode == 3
     err = done.stderr
     assert "MISSING   nvidia-dali-cuda130 2.4.0 (required)" in done.stdout
+    assert "MISSING nvidia_dali_cuda130-2.4.0-py3-none-manylinux_2_28_x86_64.whl.part-ac (60.0 MB)" in done.stdout
     dali = "nvidia_dali_cuda130-2.4.0-py3-none-manylinux_2_28_x86_64.whl"
     assert f"  {dali}    (nvidia-dali-cuda130==2.4.0, required" in err
     assert "  av-18.1.0-cp311-abi3-manylinux_2_28_x86_64.whl    (av==18.1.0, required" in err
@@ -468,3 +471,114 @@ def test_faults_benchmark_writes_memory_and_culprit_figures(tmp_path):
         assert len(run["broken"]["rerouted"]) == 1 and run["after"]["clips_redecoded"] == 0
     text = md.read_text()
     assert "### Faults run `faults`" in text and "growth" in text and "bisects the batch" in text
+
+
+def test_dali_rows_are_credited_with_decoding_from_frame_zero():
+    """fn.decoders.video has no frame index: a window at 252..299 costs 300 frames, not 50."""
+    indices = [252, 256, 260, 264, 268, 272, 276, 280, 284, 288, 292, 296, 299, 299, 299, 299]
+    assert from_start_decode_estimate(indices) == 300
+    assert seek_decode_estimate(indices, [0, 250]) == 50
+    assert load_adapter("daliload-dali-cpu").decodes_from_start and not load_adapter("blog-pyav").decodes_from_start
+
+
+# --- the GPU run: transfer pieces, the nvidia namespace, NVDEC proof, the NVDEC ceiling -----
+
+def _wheel(folder: Path, name: str, files: dict[str, str], blob: int = 0) -> Path:
+    path = folder / f"{name}-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        for member, text in files.items():
+            archive.writestr(member, text)
+        if blob:
+            archive.writestr(f"{name}/blob.bin", np.random.default_rng(1).bytes(blob))
+        for member, text in (("METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n"),
+                             ("WHEEL", "Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n"),
+                             ("RECORD", "")):
+            archive.writestr(f"{name}-0.1.dist-info/{member}", text)
+    return path
+
+
+def _lock_of(wheels: list[Path], path: Path) -> Path:
+    from hashlib import sha256
+
+    path.write_text("".join(f"any\t{w.name.split('-')[0]}\t0.1\trequired\t{w.name}\t"
+                            f"{sha256(w.read_bytes()).hexdigest()}\n" for w in wheels))
+    return path
+
+
+def test_gpu_check_names_the_missing_pieces_and_install_joins_them(tmp_path, monkeypatch):
+    folder, site = tmp_path / "wheels", tmp_path / "site"
+    folder.mkdir()
+    big = _wheel(folder, "bigpkg", {"bigpkg/__init__.py": "V = 2\n"}, blob=2_500_000)
+    small = _wheel(folder, "smallpkg", {"smallpkg/__init__.py": "V = 3\n"})
+    lock = _lock_of([big, small], tmp_path / "t.lock")
+    monkeypatch.setenv("DALILOAD_BENCH_TRANSFER", str(tmp_path / "transfer-cuda13.tsv"))
+    monkeypatch.setenv("DALILOAD_BENCH_LOCK", str(lock))
+    subprocess.run([sys.executable, str(GPU_SCRIPT.parent / "wheelhouse.py"), "pack", "--wheels", str(folder),
+                    "--piece-mb", "1"], check=True, capture_output=True)
+    kept = {f"{big.name}.part-aa", f"{big.name}.part-ab", f"{big.name}.part-ac", "wheels-small-cuda13.tar"}
+    for path in folder.iterdir():
+        if path.name not in kept:
+            path.unlink()
+    (folder / f"{big.name}.part-ac").rename(tmp_path / "part-ac")  # still on its way
+    before = sorted(p.name for p in folder.iterdir())
+    done = _script("--check", "--wheels", str(folder), lock=lock)
+    assert done.returncode == 3, done.stderr
+    assert f"MISSING {big.name}.part-ac" in done.stdout
+    assert f"have    {big.name}.part-ab" in done.stdout and "have    wheels-small-cuda13.tar" in done.stdout
+    assert f"1 of 4 pieces missing: {big.name}.part-ac" in done.stdout
+    assert "MISSING   bigpkg 0.1 (required)" in done.stdout
+    assert "to install smallpkg from smallpkg-0.1-py3-none-any.whl (once its pieces are joined)" in done.stdout
+    assert sorted(p.name for p in folder.iterdir()) == before  # --check wrote nothing
+
+    (tmp_path / "part-ac").rename(folder / f"{big.name}.part-ac")
+    done = _script("--install-only", "--wheels", str(folder), site=site, lock=lock)
+    assert f"assembled {big.name}" in done.stdout and f"unpacked {small.name}" in done.stdout, done.stderr
+    assert (site / "bigpkg" / "__init__.py").read_text() == "V = 2\n"
+    assert (site / "smallpkg" / "__init__.py").read_text() == "V = 3\n"
+
+
+def test_gpu_install_keeps_nvidia_a_namespace_package(tmp_path):
+    wheels, site, system = tmp_path / "wheels", tmp_path / "site", tmp_path / "system"
+    wheels.mkdir()
+    (system / "nvidia" / "cudnn").mkdir(parents=True)  # the machine's own, as a CUDA torch image has it
+    (system / "nvidia" / "cudnn" / "__init__.py").write_text("WHERE = 'system'\n")
+    # nvimgcodec, nvjpeg2k and nvtiff wheels ship nvidia/__init__.py like this one
+    _wheel(wheels, "nvfake", {"nvidia/__init__.py": "\n", "nvidia/fakedali/__init__.py": "WHERE = 'site'\n"})
+    done = _script("--install-only", "--wheels", str(wheels), site=site, lock=_empty_lock(tmp_path))
+    assert "so nvidia stays a namespace package" in done.stdout, done.stderr
+    assert not (site / "nvidia" / "__init__.py").exists()
+    code = "import nvidia, nvidia.cudnn, nvidia.fakedali; print(nvidia.cudnn.WHERE, nvidia.fakedali.WHERE)"
+    both = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=f"{site}{os.pathsep}{system}"))
+    assert both.stdout.split() == ["system", "site"], both.stderr
+
+
+def test_a_row_without_nvdec_activity_is_failed():
+    from benchmarks.metrics import nvdec_failure
+
+    assert nvdec_failure([{"nvdec_util_pct": 0.0}, {"nvdec_util_pct": 0.0}], "nvml").startswith(
+        "no NVDEC activity: decoder utilisation 0 % in all 2 timed runs")
+    assert "not sampled" in nvdec_failure([{"nvdec_util_pct": None}], "none (pynvml not installed)")
+    assert nvdec_failure([{"nvdec_util_pct": 0.0}, {"nvdec_util_pct": 3.5}], "nvml") is None
+    from benchmarks.ceiling import DaliWholeFiles, DaliWholeFilesCPU
+    from benchmarks.peers.dali_reader import DaliReadersVideo
+
+    assert DaliWholeFiles.uses_nvdec and DaliReadersVideo.uses_nvdec and not DaliWholeFilesCPU.uses_nvdec
+
+
+def test_dali_ceiling_runs_several_pipelines_at_once(tmp_path):
+    pytest.importorskip("nvidia.dali")
+    from benchmarks.ceiling import DaliWholeFilesCPU
+
+    class SmallBatches(DaliWholeFilesCPU):
+        batch_size = 2  # 5 files: 3 pipelines of 2, 2 and 1 files
+
+    spec = DatasetSpec(name="v", codec="vp9", width=64, height=48, gop=250, num_clips=5, duration_s=1.0)
+    ceiling = SmallBatches(prepare_dataset(spec, tmp_path), [], LoaderConfig(task=TaskSpec(), workers=1, device="cpu"))
+    try:
+        assert len(ceiling._pipelines) == 3 and ceiling.num_threads == 16
+        for _ in range(2):
+            batches = list(ceiling.epoch())
+            assert sum(b.num_clips for b in batches) == 5 and sum(b.frames_decoded for b in batches) == 150
+    finally:
+        ceiling.close()

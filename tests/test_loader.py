@@ -66,7 +66,7 @@ def test_dali_and_fallback_samples_match_the_plan(dataset):
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("gpu", marks=pytest.mark.cuda)])
-def test_same_plan_dali_and_fallback_agree(dataset, device):
+def test_same_plan_dali_and_fallback_agree(request, device):
     """DALI on the CPU and the PyAV fallback give the same pixels for the same sample.
 
     Tolerance: mean absolute difference below 4 (0..255 scale). DALI interpolates
@@ -74,6 +74,7 @@ def test_same_plan_dali_and_fallback_agree(dataset, device):
     measures about 3 on colour edges (DESIGN.md); a wrong frame, crop or flip
     differs by tens.
     """
+    dataset = request.getfixturevalue("gpu_kinetics" if device == "gpu" else "dataset")
     aug = AugmentSpec(crop_size=(48, 64), crop_mode="random_resized", area_range=(0.3, 1.0), flip_prob=0.5)
     dali = make_loader(dataset, augment=aug, seed=5, device=device)
     pyav = make_loader(dataset, augment=aug, seed=5, device=device, decode=DecodeSpec(decoder="fallback"))
@@ -273,8 +274,8 @@ def test_split_batches_policies():
 
 
 @pytest.mark.cuda
-def test_gpu_samples_match_the_plan(dataset):
-    loader = make_loader(dataset, device="gpu")
+def test_gpu_samples_match_the_plan(gpu_kinetics):
+    loader = make_loader(gpu_kinetics, device="gpu")
     frames = {v.path: v.num_frames for v in loader.videos}
     for (videos, labels), batch in zip(loader, loader.plan()):
         assert videos.is_cuda

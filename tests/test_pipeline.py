@@ -210,6 +210,23 @@ def test_batches_in_flight_come_back_in_order_including_short_ones(vp9, raw_deco
         raw_decoder.result()
 
 
+@needs_dali
+def test_several_pipelines_take_batches_in_turn_and_return_them_in_order(vp9):
+    with DaliClipDecoder(raw_output(), batch_size=2, device="cpu", num_threads=1, pipelines=2,
+                         prefetch_queue_depth=3) as decoder:
+        assert decoder.pipelines == 2
+        starts = [[0, 8], [16, 24], [32, 40], [48, 56]]
+        submitted = 0
+        for i, pair in enumerate(starts):
+            while submitted < len(starts) and (submitted <= i or decoder.pending < 3):
+                decoder.submit([sample(vp9, s, 1, position=k) for k, s in enumerate(starts[submitted])])
+                submitted += 1
+            got = decoder.result()
+            assert [read_clip(v, layout="CTHW")[0] for v in got.videos] == pair
+    with pytest.raises(ValueError, match="pipelines must be an integer >= 1, got 0"):
+        DaliClipDecoder(raw_output(), batch_size=2, device="cpu", pipelines=0)
+
+
 @pytest.fixture(scope="module")
 def broken_files(vp9, tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("broken")
@@ -385,16 +402,21 @@ def test_dali_and_the_fallback_agree_on_the_same_plan(make_clip):
 @needs_dali
 @pytest.mark.cuda
 @pytest.mark.parametrize("layout", ["CTHW", "TCHW"])
-def test_frame_indices_match_the_plan_on_gpu(vp9, make_clip, layout):
-    """NVDEC ("mixed") decodes the same windows, flips them, and returns CUDA tensors."""
-    h264 = make_clip(codec="h264", num_frames=NUM_FRAMES, gop=30)
-    with DaliClipDecoder(raw_output(layout=layout), batch_size=4, device="gpu",
+def test_frame_indices_match_the_plan_on_gpu(make_clip, layout):
+    """NVDEC ("mixed") decodes the same windows, flips them, and returns CUDA tensors.
+
+    192x144: NVDEC's VP9 minimum is 128x128 (HEVC's 144x144), so the CPU tests' 128x96 clips
+    would be routed to the fallback on a GPU, never decoded by NVDEC.
+    """
+    vp9 = make_clip(codec="vp9", num_frames=NUM_FRAMES, width=192, height=144, gop=30)
+    h264 = make_clip(codec="h264", num_frames=NUM_FRAMES, width=192, height=144, gop=30)
+    with DaliClipDecoder(raw_output(size=(144, 192), layout=layout), batch_size=4, device="gpu",
                          num_threads=4) as decoder:
         for path in (vp9, h264):
             samples = [sample(path, *w[:2], 8, flip=i % 2 == 1, position=i)
                        for i, w in enumerate([(0, 1), (40, 3), (61, 2), (70, 4)])]
             batch = decoder.decode_batch(samples)
-            assert batch.videos.is_cuda and batch.labels.is_cuda
+            assert batch.videos.is_cuda and not batch.labels.is_cuda  # labels stay on the CPU: no sync
             for s, clip in zip(samples, batch.videos):
                 assert read_clip(clip, layout=layout) == s.frame_indices(NUM_FRAMES)
                 frame = clip[:, 0] if layout == "CTHW" else clip[0]

@@ -94,6 +94,7 @@ class DaliloadDali(LoaderAdapter):
     """:class:`daliload.pipeline.DaliClipDecoder` on the plan's batches; subclasses pick the device."""
 
     knob = "DALI threads"
+    decodes_from_start = True  # fn.decoders.video builds no frame index (daliload.pipeline docstring)
     device: ClassVar[Literal["cpu", "gpu"]]
 
     @classmethod
