@@ -5,9 +5,10 @@
   is what one core does when it only decodes; a loader's frames/s divided by
   it says how many such cores' worth of decoding it delivers.
 - GPU (:class:`DaliWholeFiles`): ``fn.decoders.video`` (``device="mixed"``:
-  NVDEC) over the bytes of whole files, a few files per batch, nothing else in
-  the pipeline. This is what the GPU's decoders give when nothing else gets
-  in the way.
+  NVDEC) over the bytes of whole files, batches of 32 files, 16 or more
+  threads, several pipelines running at once, nothing else in the pipeline.
+  This is what the GPU's decoders give when nothing else gets in the way; the
+  NVML decoder utilisation of its row says how busy NVDEC was.
 
 Both yield one :class:`~benchmarks.loaders.LoadedBatch` per file (or batch of
 files) with ``videos=None``: ``num_clips`` counts whole files, so "clips/s" of
@@ -16,6 +17,9 @@ a ceiling is files/s.
 
 from __future__ import annotations
 
+import math
+import queue
+import threading
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -69,15 +73,47 @@ class _FileBatches:
         return [np.fromfile(path, dtype=np.uint8) for path in chunk]
 
 
+def _drain(pipeline, results: queue.Queue) -> None:
+    """Run ``pipeline`` to the end of its files, putting ``(files, frames)`` per batch, then None."""
+    try:
+        while True:
+            try:
+                (decoded,) = pipeline.run()
+            except StopIteration:
+                pipeline.reset()
+                return
+            shapes = decoded.shape()
+            results.put((len(shapes), int(sum(shape[0] for shape in shapes))))
+    except BaseException as err:  # handed to the consumer, which raises it
+        results.put(err)
+    finally:
+        results.put(None)
+
+
 class DaliWholeFiles(LoaderAdapter):
-    """GPU ceiling; ``decoder_device="cpu"`` runs the same pipeline on DALI's CPU decoder (VP8/VP9/MJPEG only)."""
+    """GPU ceiling: what NVDEC gives when nothing else gets in the way.
+
+    The files are dealt round-robin to ``ceil(files / 32)`` pipelines (at most
+    :attr:`max_pipelines`), each decoding batches of :attr:`batch_size` whole
+    files with at least :attr:`min_threads` threads; the pipelines run at once,
+    each from its own thread, so several NVDEC engines work together (one
+    pipeline's decoder mostly keeps one engine busy). The run's 64 clips make
+    two pipelines of one batch each. The harness samples the decoder
+    utilisation through NVML during every timed epoch (the table's NVDEC %).
+    ``decoder_device="cpu"`` runs the same pipelines on DALI's CPU decoder
+    (VP8/VP9/MJPEG only).
+    """
 
     name = "ceiling-dali"
-    summary = "GPU ceiling: fn.decoders.video(device='mixed') over whole files, nothing else in the pipeline"
+    summary = ("GPU ceiling: fn.decoders.video(device='mixed') (NVDEC) over whole files, batches of 32, "
+               ">= 16 threads, several pipelines at once, nothing else in the pipeline")
     counts_frames = True
     knob = "DALI threads"
-    #: files per batch: whole decoded files are large (300 frames at 720p: 0.8 GB).
-    files_per_batch = 4
+    uses_nvdec = True
+    #: files per batch; a decoded 10 s 340x256 file is 78 MB, a 720p one 0.8 GB (26 GB per batch).
+    batch_size = 32
+    min_threads = 16
+    max_pipelines = 4
     decoder_device = "mixed"
 
     @classmethod
@@ -91,45 +127,55 @@ class DaliWholeFiles(LoaderAdapter):
     def __init__(self, dataset, samples: Sequence, config) -> None:
         from nvidia.dali import fn, pipeline_def, types
 
-        gpu = self.decoder_device == "mixed"
         device_id = None
-        if gpu:
+        if self.decoder_device == "mixed":
             import torch
 
             device_id = torch.cuda.current_device()
-        source = _FileBatches([video.path for video in dataset.videos], self.files_per_batch)
+        paths = [video.path for video in dataset.videos]
+        count = max(1, min(self.max_pipelines, math.ceil(len(paths) / self.batch_size)))
+        self.num_threads = max(self.min_threads, config.workers)
 
-        @pipeline_def(batch_size=self.files_per_batch, num_threads=max(1, config.workers), device_id=device_id)
-        def whole_files():
+        @pipeline_def(batch_size=self.batch_size, num_threads=self.num_threads, device_id=device_id,
+                      prefetch_queue_depth=1)  # one batch in flight per pipeline: whole files are large
+        def whole_files(source):
             encoded = fn.external_source(source=source, batch=True, batch_info=True, dtype=types.UINT8, ndim=1)
             return fn.decoders.video(encoded, device=self.decoder_device)
 
-        self._gpu = gpu
-        self._pipeline = whole_files()
-        self._pipeline.build()
+        self._pipelines = []
+        for index in range(count):
+            pipeline = whole_files(_FileBatches(paths[index::count], self.batch_size))
+            pipeline.build()
+            self._pipelines.append(pipeline)
 
     def epoch(self) -> Iterator[LoadedBatch]:
-        while True:
-            try:
-                (decoded,) = self._pipeline.run()
-            except StopIteration:
-                self._pipeline.reset()
-                return
-            if self._gpu:
-                import torch
-
-                torch.cuda.synchronize()  # waits for DALI's stream too: the frames exist
-            shapes = decoded.shape()
-            yield LoadedBatch(None, None, len(shapes), int(sum(shape[0] for shape in shapes)))
+        results: queue.Queue = queue.Queue()
+        threads = [threading.Thread(target=_drain, args=(p, results), daemon=True) for p in self._pipelines]
+        for thread in threads:
+            thread.start()
+        running, failure = len(threads), None
+        while running:
+            item = results.get()
+            if item is None:
+                running -= 1
+            elif isinstance(item, BaseException):
+                failure = failure or item
+            elif failure is None:
+                yield LoadedBatch(None, None, item[0], item[1])
+        for thread in threads:
+            thread.join()
+        if failure is not None:
+            raise failure
 
     def close(self) -> None:
-        del self._pipeline
+        del self._pipelines
 
 
 class DaliWholeFilesCPU(DaliWholeFiles):
-    """The GPU ceiling's pipeline on DALI's CPU decoder: for testing it without a GPU (VP9 only)."""
+    """The GPU ceiling's pipelines on DALI's CPU decoder: for testing them without a GPU (VP9 only)."""
 
     name = "ceiling-dali-cpu"
     summary = "fn.decoders.video(device='cpu') over whole files (VP8/VP9/MJPEG only)"
     decoder_device = "cpu"
+    uses_nvdec = False
     codecs = ("vp8", "vp9", "mjpeg")

@@ -123,17 +123,21 @@ class _GpuSampler:
                 with self._lock:
                     self._latest = values  # type: ignore[assignment]
 
-    def read(self) -> tuple[float, float, float] | None:
-        """``(memory used MiB, decoder %, SM %)`` now, or None."""
+    def _nvml_value(self, read) -> float | None:
+        try:
+            return float(read(self._handle))
+        except self._nvml.NVMLError:  # a GPU (a MIG slice, say) that does not report this figure
+            return None
+
+    def read(self) -> tuple[float, float | None, float | None] | None:
+        """``(memory used MiB, decoder %, SM %)`` now (a figure the GPU does not report: None), or None."""
         if self._nvml is not None:
             nvml = self._nvml
-            try:
-                memory = nvml.nvmlDeviceGetMemoryInfo(self._handle).used / _MB
-                decoder = nvml.nvmlDeviceGetDecoderUtilization(self._handle)[0]
-                sm = nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu
-            except nvml.NVMLError:  # a GPU that does not report one of them: no sample
+            memory = self._nvml_value(lambda h: nvml.nvmlDeviceGetMemoryInfo(h).used / _MB)
+            if memory is None:
                 return None
-            return memory, float(decoder), float(sm)
+            return (memory, self._nvml_value(lambda h: nvml.nvmlDeviceGetDecoderUtilization(h)[0]),
+                    self._nvml_value(lambda h: nvml.nvmlDeviceGetUtilizationRates(h).gpu))
         with self._lock:
             return self._latest
 
@@ -143,6 +147,30 @@ class _GpuSampler:
             self._smi.wait(timeout=5)
         if self._nvml is not None:
             self._nvml.nvmlShutdown()
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None
+
+
+def nvdec_failure(runs: Sequence, gpu_source: str | None) -> str | None:
+    """Why a row that should decode on NVDEC must be marked failed, or None when NVDEC was seen working.
+
+    ``runs`` are the timed epochs (objects or dicts with ``nvdec_util_pct``:
+    the mean NVML decoder utilisation of the epoch). A row whose decoder
+    utilisation is 0 in every run decoded nothing on NVDEC (DALI fell back, or
+    decoded on the CPU), and one with no decoder figure at all cannot show it
+    did: neither may be reported as a DALI/NVDEC figure.
+    """
+    values = [run["nvdec_util_pct"] if isinstance(run, dict) else run.nvdec_util_pct for run in runs]
+    measured = [v for v in values if v is not None]
+    if not measured:
+        return (f"no NVDEC activity shown: the decoder utilisation was not sampled "
+                f"(GPU monitor: {gpu_source or 'none'}; install nvidia-ml-py)")
+    if max(measured) <= 0:
+        return f"no NVDEC activity: decoder utilisation 0 % in all {len(measured)} timed runs ({gpu_source})"
+    return None
 
 
 def _cuda_index() -> int:
@@ -182,7 +210,7 @@ class ResourceMonitor:
         self._lock = threading.Lock()
         self._peak_rss = 0.0
         self._gpu_peak: float | None = None
-        self._gpu_samples: list[tuple[float, float]] = []
+        self._gpu_samples: list[tuple[float | None, float | None]] = []
         self._samples = 0
         self._cpu_start = 0.0
         self._stop = threading.Event()
@@ -228,16 +256,20 @@ class ResourceMonitor:
             total += t.user + t.system + t.children_user + t.children_system
         return total
 
+    def _sample_gpu(self) -> None:
+        reading = self._gpu.read() if self._gpu else None
+        if reading is not None:
+            with self._lock:
+                self._gpu_peak = max(self._gpu_peak or 0.0, reading[0])
+                self._gpu_samples.append((reading[1], reading[2]))
+
     def _loop(self) -> None:
         while not self._stop.wait(self._interval):
             rss = self.rss_mb()
-            reading = self._gpu.read() if self._gpu else None
+            self._sample_gpu()
             with self._lock:
                 self._samples += 1
                 self._peak_rss = max(self._peak_rss, rss)
-                if reading is not None:
-                    self._gpu_peak = max(self._gpu_peak or 0.0, reading[0])
-                    self._gpu_samples.append((reading[1], reading[2]))
 
     def begin_run(self) -> None:
         with self._lock:
@@ -250,10 +282,11 @@ class ResourceMonitor:
     def end_run(self) -> RunResources:
         cpu = self.cpu_s() - self._cpu_start
         rss = self.rss_mb()
+        self._sample_gpu()  # NVML averages over its last period: this reading covers the epoch's end
         with self._lock:
             peak = max(self._peak_rss, rss)
-            decoder = statistics.fmean(s[0] for s in self._gpu_samples) if self._gpu_samples else None
-            sm = statistics.fmean(s[1] for s in self._gpu_samples) if self._gpu_samples else None
+            decoder = _mean([s[0] for s in self._gpu_samples])
+            sm = _mean([s[1] for s in self._gpu_samples])
             return RunResources(cpu_s=cpu, peak_rss_mb=peak, gpu_mem_peak_mb=self._gpu_peak,
                                 gpu_mem_base_mb=self.gpu_base_mb, nvdec_util_pct=decoder, gpu_util_pct=sm,
                                 samples=self._samples)

@@ -11,12 +11,15 @@ The examples build a pipeline around the reader and iterate it with
                                      mirror=fn.random.coin_flip(), mean=..., std=...,
                                      output_layout="CFHW", dtype=types.FLOAT16)
 
-The reader is GPU-only. It cannot follow the plan: it enumerates every
-``(file, start)`` window stepping by ``step`` (default: ``sequence_length``)
-and shuffles them through a buffer of ``initial_fill`` windows, so an "epoch"
-here is the same NUMBER of clips as the plan, drawn by the reader (long files
-contribute more windows), not the plan's windows. It does not say how many
-frames it decoded.
+The reader is GPU-only. It cannot follow the plan: it enumerates the
+``(file, start)`` windows of every file, one every ``step`` frames, and
+shuffles them through a buffer of ``initial_fill`` windows, so an "epoch" here
+is the same NUMBER of clips as the plan, drawn by the reader (long files
+contribute more windows), not the plan's windows. ``step`` is set to the
+frames one window covers (``clip_len * frame_stride``: 64 for 16 frames at
+stride 4, so 4 windows in a 300-frame file), as intended: without it DALI
+steps by ``sequence_length`` (16) and a window starts every 16 frames, each
+overlapping the next three. It does not say how many frames it decoded.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ class DaliReadersVideo(LoaderAdapter):
     summary = ("DALI legacy fn.readers.video(device='gpu', random_shuffle) + resize + crop_mirror_normalize; "
                "own windows, not the plan's")
     needs_cuda = True
+    uses_nvdec = True
     plan_windows = False
     knob = "DALI threads"
 
@@ -59,7 +63,7 @@ class DaliReadersVideo(LoaderAdapter):
         def reader_pipeline():
             video, label = fn.readers.video(
                 device="gpu", filenames=files, labels=labels, sequence_length=task.clip_len,
-                stride=task.frame_stride, random_shuffle=True,
+                stride=task.frame_stride, step=task.clip_len * task.frame_stride, random_shuffle=True,
                 # The examples keep the shuffle buffer small; the default (1024
                 # windows) would hold GBs of decoded frames on the GPU.
                 initial_fill=2 * task.batch_size, name="Reader")
