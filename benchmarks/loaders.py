@@ -111,6 +111,8 @@ class LoaderAdapter(abc.ABC):
         codecs: codecs it can decode (None: any).
         plan_windows: decodes the plan's windows (False: picks its own).
         counts_frames: reports ``frames_decoded``.
+        uses_nvdec: decodes with NVDEC on a GPU: a GPU run whose decoder
+            engines stayed idle (NVML) is reported failed, never as a figure.
         decodes_from_start: has no frame index and decodes every frame from 0
             to the window's end (DALI's ``fn.decoders.video``): an uncounted
             figure is estimated that way instead of from the keyframe before.
@@ -125,6 +127,7 @@ class LoaderAdapter(abc.ABC):
     plan_windows: ClassVar[bool] = True
     counts_frames: ClassVar[bool] = False
     decodes_from_start: ClassVar[bool] = False
+    uses_nvdec: ClassVar[bool] = False
     knob: ClassVar[str | None] = "DataLoader workers"
 
     @classmethod

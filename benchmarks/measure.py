@@ -109,7 +109,7 @@ def measure(job: dict) -> MeasureResult:
     """Run one job (see the module docstring) and return its result."""
     from benchmarks.datasets import load_dataset
     from benchmarks.loaders import LoaderConfig, load_adapter
-    from benchmarks.metrics import ResourceMonitor
+    from benchmarks.metrics import ResourceMonitor, nvdec_failure
     from benchmarks.task import read_plan
 
     dataset = load_dataset(job["dataset"])
@@ -146,6 +146,12 @@ def measure(job: dict) -> MeasureResult:
     finally:
         monitor.close()
         adapter.close()
+    if config.device == "cuda" and cls.uses_nvdec:
+        # A "DALI" row whose runs never used the decoder engines decoded on the CPU or not at all.
+        why = nvdec_failure(runs, monitor.gpu_source)
+        if why is not None:
+            return MeasureResult(status="failed", reason=why, setup_s=setup_s, warmup_wall_s=tuple(warmups),
+                                 runs=tuple(runs), monitor_scope=monitor.scope, gpu_source=monitor.gpu_source)
     return MeasureResult(status="ok", setup_s=setup_s, warmup_wall_s=tuple(warmups), runs=tuple(runs),
                          monitor_scope=monitor.scope, gpu_source=monitor.gpu_source)
 

@@ -136,6 +136,7 @@ class DaliloadDaliGPU(DaliloadDali):
     summary = ("daliload's DALI path alone on the GPU: DaliClipDecoder(device='gpu'), NVDEC "
                "fn.decoders.video(device='mixed') + resize + crop_mirror_normalize, 2 batches in flight")
     needs_cuda = True
+    uses_nvdec = True
     device = "gpu"
 
 
@@ -145,6 +146,7 @@ class Daliload(LoaderAdapter):
                "(= the run's plan), decodes route dali with DALI (GPU: NVDEC; CPU: VP8/VP9/MJPEG) and the rest "
                "with the fallback, merged in plan order; DALI threads = fallback workers = the knob")
     knob = "DALI threads and fallback workers"
+    uses_nvdec = True  # on a GPU, route dali goes to NVDEC
 
     @classmethod
     def probe(cls, config) -> str | None:

@@ -57,6 +57,7 @@ class TorchCodecCUDA(LoaderAdapter):
     name = "torchcodec-cuda"
     summary = "torchcodec VideoDecoder(device='cuda') (NVDEC) in the main process, transform on the GPU"
     needs_cuda = True
+    uses_nvdec = True
     knob = None
 
     @classmethod
