@@ -19,8 +19,9 @@ and ``daliload synth`` writes all three::
       trainlist.txt                            "list": "<path> <label index>" per line;
       vallist.txt                              path relative to ROOT (may hold spaces)
 
-In the folders layout every other entry of a split folder is listed in
-:attr:`DatasetIndex.skipped` with its reason (``"not a video extension: .txt"``),
+Whatever the layout, every entry of ``ROOT/<split>/`` and its class folders
+that the index does not hold is listed in :attr:`DatasetIndex.skipped` with
+its reason (``"not a video extension: .txt"``, ``"not in the annotation CSV"``),
 so a scan can say what it did not look at. Raw elementary streams
 (``.h264``, ``.264``, ``.h265``, ``.265``, ``.hevc``) count as videos.
 
@@ -49,7 +50,7 @@ import logging
 import os
 import re
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable, Literal, NamedTuple, Sequence
 
@@ -114,8 +115,8 @@ class DatasetIndex:
         records: the videos, sorted by path.
         missing: absolute paths named by CSV rows (or list lines) whose file
             does not exist, sorted; empty for the folders layout.
-        skipped: entries of the split folder that are not videos of a class
-            folder, with the reason, sorted by path; folders layout only.
+        skipped: entries of ``ROOT/<split>/`` and its class folders that are
+            not in ``records``, with the reason, sorted by path.
     """
 
     root: str
@@ -224,6 +225,10 @@ def load_index(
         index = _load_csv(root_path, split, csv_path, classes)
     else:
         index = _load_list(root_path, split, list_path, classes)
+    index = replace(index, skipped=_unindexed(root_path / split, index))
+    if index.skipped:
+        logger.info("%d entries of %s are not indexed (see DatasetIndex.skipped)", len(index.skipped),
+                    root_path / split)
     if index.missing:
         shown = ", ".join(index.missing[:3]) + (", ..." if len(index.missing) > 3 else "")
         warnings.warn(f"{len(index.missing)} file(s) of split {split!r} listed in the "
@@ -302,25 +307,20 @@ def _load_folders(root: Path, split: str, classes: tuple[str, ...] | None) -> Da
     classes = _class_map(names, classes)
     lookup = {name: i for i, name in enumerate(classes)}
     records = []
-    skipped = [Skipped(str(p), "not in a class folder") for p in split_dir.iterdir() if not p.is_dir()]
     for class_dir in sorted(d for d in split_dir.iterdir() if d.is_dir()):
         for path in sorted(class_dir.iterdir()):
-            reason = _not_a_video(path)
-            if reason:
-                skipped.append(Skipped(str(path), reason))
-                continue
+            if _not_a_video(path):
+                continue  # listed in DatasetIndex.skipped
             label = _label_of(class_dir.name, classes, lookup, f"folder {class_dir}")
             records.append(VideoRecord(str(path), label, class_dir.name, split, *_parse_name(path)))
     if not records:
         raise _empty_split(root, split, "folders", split_dir)
     records.sort(key=lambda r: r.path)
-    if skipped:
-        logger.info("%d file(s) of split %r are not videos of a class folder; skipped", len(skipped), split)
-    return DatasetIndex(str(root), split, "folders", classes, tuple(records), skipped=tuple(sorted(skipped)))
+    return DatasetIndex(str(root), split, "folders", classes, tuple(records))
 
 
 def _not_a_video(path: Path) -> str:
-    """Why an entry of a class folder is not indexed, or ``""`` if it is a video."""
+    """Why an entry of a class folder cannot be a video, or ``""``."""
     if path.name.startswith("."):
         return "hidden file"
     if path.is_dir():
@@ -328,6 +328,27 @@ def _not_a_video(path: Path) -> str:
     if path.suffix.lower() not in VIDEO_EXTENSIONS:
         return f"not a video extension: {path.suffix or '(none)'}"
     return ""
+
+
+_UNLISTED = {"folders": "not in a class folder", "csv": "not in the annotation CSV", "list": "not in the list file"}
+
+
+def _unindexed(split_dir: Path, index: DatasetIndex) -> tuple[Skipped, ...]:
+    """Entries of ``split_dir`` and its class folders that ``index`` does not hold, with why, sorted."""
+    if not split_dir.is_dir():
+        return ()
+    indexed = {r.path for r in index.records}
+    unlisted = _UNLISTED[index.layout]
+    skipped = []
+    for entry in split_dir.iterdir():
+        if not entry.is_dir():  # directly in the split folder
+            if str(entry) not in indexed:
+                reason = unlisted if index.layout == "folders" else (_not_a_video(entry) or unlisted)
+                skipped.append(Skipped(str(entry), reason))
+            continue
+        skipped += [Skipped(str(path), _not_a_video(path) or unlisted) for path in entry.iterdir()
+                    if str(path) not in indexed]
+    return tuple(sorted(skipped))
 
 
 def _read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:

@@ -186,6 +186,25 @@ def test_folders_layout_takes_any_video_name_and_skips_other_files(tmp_path):
     ))
 
 
+def test_every_layout_lists_what_it_does_not_index(copy):
+    """The CSV and list layouts name the entries of the split folder that they do not hold, with why."""
+    folder = next(d for d in (copy / "train").iterdir() if d.is_dir())
+    (folder / "notes.txt").write_text("x")
+    extra = folder / "unlisted_clip.mp4"
+    shutil.copyfile(next(folder.glob("*.mp4")), extra)
+    stray = copy / "train" / "stray.webm"
+    stray.write_bytes(b"")
+    expected = {
+        "csv": {str(extra): "not in the annotation CSV", str(stray): "not in the annotation CSV"},
+        "list": {str(extra): "not in the list file", str(stray): "not in the list file"},
+        "folders": {str(stray): "not in a class folder"},
+    }
+    for layout, unlisted in expected.items():
+        index = load_index(copy, "train", layout=layout)
+        assert dict(index.skipped) == {**unlisted, str(folder / "notes.txt"): "not a video extension: .txt"}, layout
+        assert list(index.skipped) == sorted(index.skipped)
+
+
 # ---------------------------------------------------------------- bad input
 
 def test_missing_root(tmp_path):
