@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from daliload import workerpool
 from daliload.workerpool import TaskOutcome, WorkerPool
 
 
@@ -117,6 +118,7 @@ def test_bad_arguments_are_refused(kwargs, message):
 BROKEN_MODULE = '''\
 import multiprocessing as mp
 import os
+import time
 
 if mp.parent_process() is not None:  # only in the pool's workers
     {action}
@@ -134,10 +136,14 @@ def work(item):
          r"The last one: RuntimeError: no GPU here$"),
         ("exits_in_workers", "os._exit(7)",
          r"The last one: worker exited with code 7 before it could report an error"),
+        # The issue's case: workers stuck at start (an unguarded script waiting on a lock).
+        ("hangs_in_workers", "time.sleep(3600)", r"The last one: not ready after 2 s$"),
     ],
 )
 def test_workers_that_keep_failing_to_start_give_up_with_the_reason(tmp_path, monkeypatch, name, action, reason):
     """Each new worker fails to import the task's module: the pool stops after a few tries, says why."""
+    if name == "hangs_in_workers":
+        monkeypatch.setattr(workerpool, "STARTUP_TIMEOUT_S", 2.0)
     (tmp_path / f"{name}.py").write_text(BROKEN_MODULE.format(action=action))
     monkeypatch.syspath_prepend(str(tmp_path))
     module = __import__(name)
