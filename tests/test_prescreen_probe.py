@@ -207,18 +207,18 @@ def test_table_lists_the_issue_codecs():
         (
             {"width": 4097},
             "gpu",
-            ("fallback", "h264 frame size outside DALI on gpu limits 48x16..4096x4096"),
+            ("fallback", "h264 frame size 4097x256 outside DALI on gpu limits 48x16..4096x4096"),
         ),
         ({"codec": "hevc", "width": 7680, "height": 4320}, "gpu", ("dali", "")),
         (
             {"codec": "vp9", "width": 128, "height": 96},
             "gpu",
-            ("fallback", "vp9 frame size outside DALI on gpu limits 128x128..8192x8192"),
+            ("fallback", "vp9 frame size 128x96 outside DALI on gpu limits 128x128..8192x8192"),
         ),
         (
             {"codec": "mpeg4", "width": 2048, "height": 1080},
             "gpu",
-            ("fallback", "mpeg4 frame size outside DALI on gpu limits 48x16..2032x2032"),
+            ("fallback", "mpeg4 frame size 2048x1080 outside DALI on gpu limits 48x16..2032x2032"),
         ),
         ({"reason": "zero frames"}, "gpu", ("bad", "zero frames")),
     ],

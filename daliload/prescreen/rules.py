@@ -151,7 +151,7 @@ def route_for(facts: ProbeResult, device: Device) -> tuple[Route, str]:
     (min_w, min_h), (max_w, max_h) = support.min_size, support.max_size
     if not (min_w <= width <= max_w and min_h <= height <= max_h):
         return "fallback", (
-            f"{facts.codec} frame size outside DALI on {device} limits "
+            f"{facts.codec} frame size {width}x{height} outside DALI on {device} limits "
             f"{min_w}x{min_h}..{max_w}x{max_h}"
         )
     return "dali", ""
