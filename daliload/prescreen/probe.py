@@ -2,7 +2,9 @@
 
 :func:`probe_file` opens a file with PyAV, reads every packet of its video
 stream *without decoding them* (a 10-second 256p clip is ~300 small reads),
-and decodes exactly one frame (the first) to prove the stream decodes at all.
+and decodes only until the first frame comes out (one frame for a stream that
+opens on a keyframe; the rest of the cut GOP for a stream cut mid-GOP) to prove
+the stream decodes at all.
 From that it reports the facts the capability rules (:mod:`.rules`) and the
 loaders need:
 
