@@ -26,10 +26,10 @@ decoding the file from the start:
    frame that never comes out means the entry point was not a clean random
    access point (a sync sample that is not an IDR, damage after it). The
    window is then decoded again from the entry before it, and in the end from
-   the start of the file, and :attr:`DecodedClip.seek_unsafe` says so; the
-   pre-screen's ``--deep`` check records such files, and a
-   :class:`StreamHint` with ``unsafe_seek=True`` sends every window of the
-   file straight to the start.
+   the start of the file, and :attr:`DecodedClip.seek_unsafe` says so. The
+   process remembers the file (its later windows start at the start); the
+   pre-screen's ``--deep`` check records such files in the manifest, and a
+   :class:`StreamHint` with ``unsafe_seek=True`` does the same across runs.
 
 Worked example, a 300-frame H.264 file with keyframes at frames 0 and 250 and
 ``frame_indices = [252, 256, ..., 312]`` (16 frames at stride 4)::
@@ -74,6 +74,11 @@ from fallback.numbering import FrameTable, first_output_pts, timestamps_rank_fra
 
 logger = logging.getLogger(__name__)
 
+#: Files of this process whose keyframes once failed to start a decode: their later
+#: windows go straight to the start (what ``StreamHint.unsafe_seek`` says across runs).
+_UNSAFE_SEEK: set[str] = set()
+_UNSAFE_SEEK_MAX = 100_000
+
 #: Decoders for which switching ``skip_frame`` packet by packet is checked to
 #: skip exactly the packet's own frame. AV1 is not among them: libdav1d applies
 #: it to whichever frame it outputs next (and AV1 packets may carry hidden
@@ -110,8 +115,10 @@ class DecodedClip:
             window (window frames plus GOP waste; skipped frames not counted).
         video_num_frames: frames in the video, or ``None`` when the decode
             stopped before the end was known (hint path on a long file).
-        seek_unsafe: the nearest keyframe gave wrong or no frames, so the
-            window was decoded from an earlier entry point (or the start).
+        seek_unsafe: the window was decoded from an earlier entry point than
+            the nearest keyframe (or from the start), because that keyframe
+            gave wrong or no frames, or the file is known to (the hint, or an
+            earlier window in this process).
     """
 
     frames: np.ndarray = field(repr=False)
@@ -213,7 +220,8 @@ def decode_window(
         raise ValueError(f"threads must be >= 1, got {threads}")
     job = _Window(path_str, wanted, threads=threads, skip_nonref=skip_nonref,
                   deadline=None if timeout_s is None else time.monotonic() + timeout_s,
-                  timeout_s=timeout_s, unsafe_seek=hint is not None and hint.unsafe_seek)
+                  timeout_s=timeout_s,
+                  unsafe_seek=(hint is not None and hint.unsafe_seek) or path_str in _UNSAFE_SEEK)
     # Each strategy gets a fresh container: a new open costs about a
     # millisecond, a seek back to the start is not exact with edit lists.
     strategies = ([job.by_hint] if hint is not None else []) + [job.by_index, job.by_counting]
@@ -331,8 +339,10 @@ class _Window:
                 logger.info("%s: decoding from packet %d is not exact (%s); starting earlier",
                             self.path, entry, unsafe)
                 continue
+            if attempt > 0 and len(_UNSAFE_SEEK) < _UNSAFE_SEEK_MAX:
+                _UNSAFE_SEEK.add(self.path)
             return DecodedClip(frames, self.decoded, num_frames if end is None else end + 1,
-                               seek_unsafe=attempt > 0)
+                               seek_unsafe=attempt > 0 or self.unsafe_seek)
         raise AssertionError("the last entry (the file's start) never raises _UnsafeEntry")  # pragma: no cover
 
     # -- strategy 2: seek by the pre-screen's hint (constant frame rate) -----------
@@ -342,7 +352,7 @@ class _Window:
         wanted = self.wanted if hint.num_frames is None else clamp_frame_indices(self.wanted, hint.num_frames)
         keys = hint.keyframe_indices
         key = keys[bisect.bisect_right(keys, min(wanted)) - 1]
-        if key == 0 or hint.unsafe_seek or not stream.time_base or not timestamps_rank_frames(container.format.name):
+        if key == 0 or self.unsafe_seek or not stream.time_base or not timestamps_rank_frames(container.format.name):
             return None  # nothing to skip, seeking is unsafe, or no usable timestamps
         packets = (p for p in container.demux(stream) if p.size > 0)
         first_pts = first_output_pts(stream.codec_context, packets, self._check_deadline)

@@ -373,3 +373,23 @@ def test_unsafe_seek_and_packet_count_reach_the_manifest_entry(tmp_path):
         (entry,) = manifest.entries("train", device="gpu")
     assert entry.unsafe_seek and entry.num_packets == entry.num_frames == 40
     assert entry.route == "fallback" and "seeking to a keyframe gives wrong frames" in entry.reason
+
+
+def test_a_file_that_backed_off_once_starts_at_the_start_afterwards(tmp_path, monkeypatch):
+    import fallback.decode as decode
+    import fallback.numbering as numbering
+
+    path = encode(tmp_path / "src.webm", 40, "libvpx-vp9", options={"g": "50", "crf": "40", "b:v": "0",
+                                                                     "deadline": "realtime", "cpu-used": "8"})
+    with av.open(str(path)) as container:
+        liar = [p.pts for p in container.demux(container.streams.video[0]) if p.size][12]
+    honest = numbering.is_random_access
+    monkeypatch.setattr(numbering, "is_random_access", lambda c, p, n: p.pts == liar or honest(c, p, n))
+    monkeypatch.setattr(decode, "_UNSAFE_SEEK", set())
+    asked = []
+    candidates = FrameTable.entry_candidates
+    monkeypatch.setattr(FrameTable, "entry_candidates", lambda self, i: asked.append(i) or candidates(self, i))
+    first = decode_window(path, [14], skip_nonref=False)
+    assert first.seek_unsafe and asked == [14]  # tried the entry at frame 12, then the start
+    again = decode_window(path, [16], skip_nonref=False)
+    assert again.seek_unsafe and asked == [14] and again.num_frames_decoded == 17  # straight from the start
