@@ -1,7 +1,9 @@
 """Frame numbering: which packets become frames, and where a decode may start.
 
 Frame ``N`` of a file is the ``N``-th frame (0-based, presentation order) that a
-full sequential decode of its first video stream outputs. This module is the
+full sequential decode of its first video stream outputs (one that, like the
+``ffmpeg`` command line, goes on past decoder errors on the pictures before
+the first frame, e.g. a VP9 stream cut mid-GOP). This module is the
 one place that rule is written down; the pre-screen's probe (the manifest's
 frame counts and keyframes) and the fallback decoder (which decoded frame is
 frame ``N``) both use it, so the plan never asks for a frame the decoder
