@@ -403,7 +403,13 @@ class _Window:
         ctx = stream.codec_context
         for packet in container.demux(stream):
             self._check_deadline()
-            for frame in ctx.decode(packet if packet.size else None):
+            try:
+                frames = ctx.decode(packet if packet.size else None)
+            except av.error.InvalidDataError:
+                if self.decoded:
+                    raise
+                continue  # pictures before the first frame (a cut stream): no frame, as in a full decode
+            for frame in frames:
                 self.decoded += 1
                 yield frame
 

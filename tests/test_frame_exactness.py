@@ -410,3 +410,16 @@ def test_a_file_that_backed_off_once_starts_at_the_start_afterwards(tmp_path, mo
     assert first.seek_unsafe and asked == [14]  # tried the entry at frame 12, then the start
     again = decode_window(path, [16], skip_nonref=False)
     assert again.seek_unsafe and asked == [14] and again.num_frames_decoded == 17  # straight from the start
+
+
+def test_counting_path_numbers_a_cut_stream_the_same_way(clips, monkeypatch):
+    # Files without usable timestamps (AVI, raw streams) are counted from the start: the
+    # pictures before the first frame must not count there either.
+    import fallback.decode as decode
+
+    path = clips["vp9_webm_cut_mid_gop"]
+    reference, count = full_decode(path)
+    monkeypatch.setattr(decode, "timestamps_rank_frames", lambda name: False)
+    window = [0, 3, count - 1]
+    clip = decode_window(path, window)
+    assert all(np.array_equal(got, reference[i]) for got, i in zip(clip.frames, window))
