@@ -174,7 +174,7 @@ def test_hang_and_crash_cost_one_file_each(dataset, make_clip, monkeypatch):
     assert scan(dataset, device="gpu", workers=1, progress=False).probed == 2
     assert _routes(summary.manifest_path, "gpu")["boom.mp4"] == (
         "fallback",
-        "vp9 frame size outside DALI on " "gpu limits 128x128..8192x8192",
+        "vp9 frame size 128x96 outside DALI on gpu limits 128x128..8192x8192",
     )
 
 
