@@ -33,7 +33,7 @@ from daliload.failures import DEFAULT_MAX_FAILURE_FRACTION, Failure, FailureBudg
 from daliload.plan import (AugmentSpec, ClipSpec, LastBatch, OutputSpec, Sample, check_last_batch, make_train_plan,
                            make_val_plan, num_batches, samples_per_rank, split_batches)
 from daliload.prescreen import Manifest, ManifestEntry, ScanSpec, ensure_manifest
-from daliload.workerpool import usable_cores
+from daliload.workerpool import refuse_bootstrapping_main, usable_cores
 from fallback import DecodeOptions, StreamHint, WorkerOptions
 from fallback.dataset import faults_from_env
 
@@ -274,6 +274,8 @@ class KineticsDALILoader:
         decode: DecodeSpec | None = None,
         scan: ScanSpec | None = None,
     ) -> None:
+        # A spawn/forkserver child re-running an unguarded script must not load (and train) again.
+        refuse_bootstrapping_main("A KineticsDALILoader")
         source = Path(source)
         if not source.exists():
             raise FileNotFoundError(f"dataset root or manifest not found: {source}")

@@ -102,3 +102,20 @@ def test_a_foreign_worker_rerunning_the_script_stops_at_once_with_the_fix(small_
     assert "RuntimeError: A daliload loader (its scan of" in proc.stderr
     assert f"{script}, line 7," in proc.stderr  # the loader's line in the script
     assert GUARD in proc.stderr
+
+
+def test_an_unguarded_script_can_generate_the_dataset_too(tmp_path):
+    """generate_dataset starts a process pool: its workers must not re-run the script either."""
+    script = tmp_path / "make_data.py"
+    script.write_text(textwrap.dedent("""\
+        import sys
+        from daliload.synth.dataset import SynthSpec, generate_dataset
+
+        spec = SynthSpec(num_classes=2, clips_per_class=2, width=64, height=48, duration_s=1.0,
+                         broken_fraction=0.0, seed=1)
+        print("MADE", generate_dataset(sys.argv[1], spec, workers=2, progress=False).root)
+        """))
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "data")], capture_output=True, text=True,
+                          timeout=TRAIN_LIMIT_S)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("MADE") == 1  # the top level ran once, in the parent only

@@ -48,6 +48,7 @@ import av
 from daliload.synth.broken import write_broken
 from daliload.synth.encode import default_spec, write_video
 from daliload.synth.spec import Split, SynthClip, SynthSpec, plan_dataset
+from daliload.workerpool import main_script_hidden
 
 #: Columns of the annotation CSVs, in Kinetics' order.
 CSV_COLUMNS = ("label", "youtube_id", "time_start", "time_end", "split")
@@ -155,7 +156,8 @@ def generate_dataset(
             context = multiprocessing.get_context(
                 "forkserver" if "forkserver" in methods else "spawn")
             with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-                futures = [pool.submit(_write_clip, str(root_path), spec, c) for c in clips]
+                with main_script_hidden():  # workers start on submit; an unguarded script is not re-run
+                    futures = [pool.submit(_write_clip, str(root_path), spec, c) for c in clips]
                 try:
                     for future in futures:
                         future.result()  # re-raises a worker's error, which names the file
