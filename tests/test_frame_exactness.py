@@ -423,3 +423,20 @@ def test_counting_path_numbers_a_cut_stream_the_same_way(clips, monkeypatch):
     window = [0, 3, count - 1]
     clip = decode_window(path, window)
     assert all(np.array_equal(got, reference[i]) for got, i in zip(clip.frames, window))
+
+
+def test_scan_deep_marks_the_file_and_the_loader_decodes_it_from_the_start(tmp_path):
+    """End to end: `daliload scan --deep` records unsafe_seek; the loader's hint for it starts at frame 0."""
+    from daliload.loader import _hint
+    from daliload.prescreen import Manifest, scan
+
+    source = encode(tmp_path / "src.mp4", 40, "mpeg4", options={"g": "40", "qscale": "3"})
+    folder = tmp_path / "data" / "train" / "a"
+    folder.mkdir(parents=True)
+    remux(source, folder / "fake_key.mp4", mark_key=(20,))
+    summary = scan(tmp_path / "data", device="cpu", deep=True, workers=1, progress=False)
+    with Manifest(summary.manifest_path) as manifest:
+        (entry,) = manifest.entries("train", device="cpu")
+    assert entry.unsafe_seek and entry.route == "fallback"
+    hint = _hint(entry)
+    assert hint is not None and hint.unsafe_seek

@@ -25,6 +25,8 @@ JSON_FIELDS = (
     "height",
     "codec",
     "pix_fmt",
+    "num_packets",
+    "unsafe_seek",
 )
 
 
@@ -47,7 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--deep",
         action="store_true",
-        help="also decode a window at each end of every file with its routed decoder",
+        help="also decode a window at each end of every file with its routed decoder, and check that "
+        "seeking to its last keyframe gives the frames a decode from the start gives (files where it "
+        "does not are marked unsafe_seek and decoded from the start)",
     )
     parser.add_argument(
         "--workers",

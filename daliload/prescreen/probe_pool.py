@@ -41,7 +41,7 @@ import signal
 import time
 from typing import Iterator, NamedTuple
 
-from daliload.prescreen.deep import deep_check
+from daliload.prescreen.deep import deep_check, with_seek_check
 from daliload.prescreen.manifest import Manifest
 from daliload.prescreen.probe import ProbeResult, probe_file
 from daliload.prescreen.rows import FileRecord, Probed, ProbeRows, RouteRow
@@ -81,6 +81,9 @@ def run_probe_task(task: ProbeTask) -> tuple:
     facts = probe_file(task.path)
     deep: tuple[RouteRow, ...] = ()
     if task.deep_device is not None:
+        # Seeking to the last keyframe must give what a decode from the start gives; a file
+        # where it does not is marked unsafe_seek, and route_for keeps it off DALI.
+        facts = with_seek_check(facts)
         route, reason = route_for(facts, task.deep_device)
         result = deep_check(facts, route, reason, task.deep_device, allow_dali=task.allow_dali,
                             device_id=task.device_id)  # fmt: skip

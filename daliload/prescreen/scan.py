@@ -64,7 +64,8 @@ class ScanSpec:
     Attributes:
         manifest_path: where the manifest lives; default
             :func:`default_manifest_path` of the root.
-        deep: also decode a window at each end of every file (``daliload scan --deep``).
+        deep: also decode a window at each end of every file and check that seeking to its last
+            keyframe is exact (``daliload scan --deep``).
         workers: probing processes; default one per core.
     """
 
