@@ -34,7 +34,6 @@ from daliload.plan import OutputSpec, Sample
 from daliload.workerpool import WorkerPool
 from fallback.dataset import DecodeOptions, decode_sample, inject_fault
 from fallback.decode import DecodeError
-from fallback.loader import FORKSERVER_PRELOAD
 
 #: What one task carries: the sample, the output spec, its decode options, a test-only fault.
 _Task = tuple[Sample, OutputSpec, DecodeOptions, "str | None"]
@@ -82,8 +81,7 @@ class IsolatedDecoder:
             return [(s, self._here(task)) for s, task in zip(samples, tasks)]
         limit = None if self.decode_options.timeout_s is None else self.decode_options.timeout_s * 1.25 + 0.5
         results: dict[int, torch.Tensor | Failure] = {}
-        with WorkerPool(_decode_task, workers=min(self.workers, len(tasks)), timeout_s=limit,
-                        preload=[FORKSERVER_PRELOAD]) as pool:
+        with WorkerPool(_decode_task, workers=min(self.workers, len(tasks)), timeout_s=limit) as pool:
             for outcome in pool.imap_unordered(tasks):
                 sample = outcome.item[0]
                 results[id(outcome.item)] = self._result(sample, outcome, limit)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import math
-import multiprocessing
 import os
 from dataclasses import dataclass
 from typing import Iterator, Literal, NamedTuple, Sequence
@@ -39,6 +38,7 @@ from torch.utils.data import DataLoader
 from daliload.failures import (DEFAULT_MAX_FAILURE_FRACTION, REASON_TIMEOUT, REASON_WORKER_DIED, Failure,
                                FailureBudget)
 from daliload.plan import OutputSpec, Sample
+from daliload.workerpool import mp_context
 from daliload.workerpool import main_script_hidden, refuse_bootstrapping_main
 from fallback import _torch_internals as internals
 from fallback.dataset import ClipBatch, ClipDataset, DecodeOptions, collate_clips
@@ -50,8 +50,6 @@ logger = logging.getLogger(__name__)
 
 MultiprocessingContext = Literal["forkserver", "spawn"]
 
-#: Module the forkserver imports once so every worker starts with torch and PyAV loaded.
-FORKSERVER_PRELOAD = "fallback.dataset"
 #: Worker deaths between samples tolerated in one pass before giving up.
 _MAX_UNEXPLAINED_RESTARTS = 2
 
@@ -200,13 +198,9 @@ class FallbackLoader:
         self.budget = budget if budget is not None else FailureBudget(
             len(dataset), max_fraction=max_failure_fraction, max_count=max_failures)
         workers = options.num_workers > 0
-        self._ctx = multiprocessing.get_context(options.multiprocessing_context) if workers else None
-        if workers and options.multiprocessing_context == "forkserver":
-            # Workers are forked from one forkserver per process; with torch and PyAV
-            # imported there once, a new epoch's workers start in ~0.1 s instead of
-            # ~3.5 s (measured on 2 cores). Only takes effect if the server is not
-            # running yet; daliload's scan preloads the same module for that reason.
-            self._ctx.set_forkserver_preload([FORKSERVER_PRELOAD])
+        # Forkserver workers fork from one server per process, preloaded with torch and PyAV
+        # (daliload.workerpool.mp_context): a new epoch's workers start in ~0.1 s.
+        self._ctx = mp_context(options.multiprocessing_context) if workers else None
         if workers:
             dataset.board = ProgressBoard(self._ctx, options.num_workers)
             dataset.owner_pid = os.getpid()

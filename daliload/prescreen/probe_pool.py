@@ -124,11 +124,9 @@ def _execute(tasks: list[ProbeTask], workers: int, timeout_s: float
         return
     retry: list[ProbeTask] = []
     errors = 0
-    # The forkserver started here also serves the loader's fallback workers later in
-    # this process, so it preloads their module too (the fallback loader's FORKSERVER_PRELOAD):
-    # each epoch's workers then start without importing torch again.
-    with WorkerPool(run_probe_task, workers=min(workers, max(1, len(tasks))), timeout_s=timeout_s,
-                    preload=["daliload.prescreen.probe_pool", "fallback.dataset"]) as pool:  # fmt: skip
+    # The forkserver started here also serves the loader's fallback workers later in this
+    # process: WorkerPool preloads what they all need (daliload.workerpool.FORKSERVER_PRELOAD).
+    with WorkerPool(run_probe_task, workers=min(workers, max(1, len(tasks))), timeout_s=timeout_s) as pool:
         for attempt in (tasks, retry):
             if not attempt:
                 continue

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import csv
 import io
-import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -48,7 +47,7 @@ import av
 from daliload.synth.broken import write_broken
 from daliload.synth.encode import default_spec, write_video
 from daliload.synth.spec import Split, SynthClip, SynthSpec, plan_dataset
-from daliload.workerpool import main_script_hidden
+from daliload.workerpool import main_script_hidden, mp_context
 
 #: Columns of the annotation CSVs, in Kinetics' order.
 CSV_COLUMNS = ("label", "youtube_id", "time_start", "time_end", "split")
@@ -152,9 +151,8 @@ def generate_dataset(
                 bar.update()
         else:
             # Not fork: the caller may hold threads (torch, tqdm) that a fork would copy mid-lock.
-            methods = multiprocessing.get_all_start_methods()
-            context = multiprocessing.get_context(
-                "forkserver" if "forkserver" in methods else "spawn")
+            # daliload's context: the forkserver it may start here serves the loader later.
+            context = mp_context()
             with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
                 with main_script_hidden():  # workers start on submit; an unguarded script is not re-run
                     futures = [pool.submit(_write_clip, str(root_path), spec, c) for c in clips]
