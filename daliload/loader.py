@@ -33,6 +33,7 @@ from daliload.failures import DEFAULT_MAX_FAILURE_FRACTION, Failure, FailureBudg
 from daliload.plan import (AugmentSpec, ClipSpec, LastBatch, OutputSpec, Sample, check_last_batch, make_train_plan,
                            make_val_plan, num_batches, samples_per_rank, split_batches)
 from daliload.prescreen import Manifest, ManifestEntry, ScanSpec, ensure_manifest
+from daliload.prescreen.gpus import detect_gpu
 from daliload.workerpool import refuse_bootstrapping_main, usable_cores
 from fallback import DecodeOptions, StreamHint, WorkerOptions
 from fallback.dataset import faults_from_env
@@ -317,13 +318,17 @@ class KineticsDALILoader:
         self.rank, self.world_size, self.local_rank = dist.rank(), dist.world_size(), dist.local_rank()
         self.device_id = dist.local_cuda_device() if device == "gpu" else None
         self.torch_device = torch.device(f"cuda:{self.device_id}") if device == "gpu" else torch.device("cpu")
+        # Routes depend on this GPU's NVDEC (an H200 has no AV1 decode, an L40S has): the manifest
+        # routes for that generation, from its stored facts when it was scanned for another one.
+        self.gpu = detect_gpu(self.device_id) if device == "gpu" else None
+        self.route_target = self.gpu.route_target if self.gpu is not None else "cpu"
 
     def _load_videos(self, source: Path) -> None:
         """Scan ``source`` if it is a root, then read this split's videos from the manifest."""
         if source.is_file() and source.suffix in _MANIFEST_SUFFIXES:
             manifest_path = source
         else:
-            manifest_path = ensure_manifest(source, device=self.device, scan=self.scan,
+            manifest_path = ensure_manifest(source, device=self.route_target, scan=self.scan,
                                             splits=tuple(dict.fromkeys(("train", "val", self.split))))
         self.manifest_path = Path(manifest_path)
         with Manifest(self.manifest_path) as manifest:
@@ -331,7 +336,7 @@ class KineticsDALILoader:
             if self.split not in known_splits:
                 raise ValueError(f"split {self.split!r} is not in the manifest {self.manifest_path}; "
                                  f"it has: {', '.join(known_splits) or 'no split'}")
-            entries = manifest.entries(self.split, device=self.device)
+            entries = manifest.entries(self.split, device=self.route_target)
             self.classes: tuple[str, ...] = manifest.classes()
         self.rejected = tuple(Failure(e.path, e.reason) for e in entries if e.route == "bad")
         self.videos: tuple[ManifestEntry, ...] = tuple(e for e in entries if e.route != "bad")
@@ -464,7 +469,8 @@ class KineticsDALILoader:
     def __repr__(self) -> str:
         return (f"KineticsDALILoader(split={self.split!r}, videos={len(self.videos)}, "
                 f"rejected={len(self.rejected)}, batch_size={self.batch_size}, batches={len(self)}, "
-                f"rank={self.rank}/{self.world_size}, device={self.device!r}, dali={self.dali_enabled})")
+                f"rank={self.rank}/{self.world_size}, device={self.device!r}, routes={self.route_target!r}, "
+                f"dali={self.dali_enabled})")
 
 
 def _check_options(*, batch_size: object, last_batch: object, device: object, seed: object) -> None:

@@ -1,13 +1,21 @@
-"""What the first GPU run depends on, checked on the CPU: NVDEC's limits in the routes, no host sync."""
+"""What the first GPU run depends on, checked on the CPU: NVDEC's limits per GPU model in the routes,
+and no host synchronisation per batch."""
 
 from __future__ import annotations
 
 import ast
+import dataclasses
+import json
+import shutil
 from pathlib import Path
 
-from daliload import epoch
+import pytest
+
+from daliload import cli, epoch
 from daliload.epoch import HeldOutputs
 from daliload.prescreen import probe_file, route_for
+from daliload.prescreen.gpus import AV1_GENERATIONS, GENERATIONS, GPU_MODELS, model_from_name, resolve_gpu
+from daliload.prescreen.probe import ProbeResult
 
 
 def test_a_clip_under_nvdecs_minimum_size_goes_to_the_fallback_on_a_gpu(make_clip):
@@ -69,3 +77,76 @@ def test_the_merge_has_no_per_batch_host_synchronisation():
             if isinstance(call.func, ast.Attribute) and call.func.attr == "synchronize":
                 waiting.add(function.name)
     assert waiting == {"release_all", "_copied"}  # _copied: only while isolating a failed DALI batch
+
+
+# --- routes per GPU model ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def av1_dataset(tmp_path_factory, make_clip) -> Path:
+    """A class folder with an 8-bit 4:2:0 AV1 clip and an H.264 MP4, at sizes NVDEC decodes."""
+    root = tmp_path_factory.mktemp("av1_data")
+    folder = root / "train" / "a"
+    folder.mkdir(parents=True)
+    shutil.copy(make_clip(codec="av1", num_frames=20, width=192, height=144), folder / "clip_av1.mp4")
+    shutil.copy(make_clip(codec="h264", num_frames=20, width=192, height=144), folder / "clip_h264.mp4")
+    return root
+
+
+def scan_json(root: Path, tmp_path: Path, *args: str) -> dict[str, dict]:
+    out = tmp_path / "scan.json"
+    assert cli.main(["scan", str(root), "--split", "train", "--quiet", "--json", str(out), *args]) == 0
+    return {Path(item["path"]).name: item for item in json.loads(out.read_text())}
+
+
+def test_scan_for_an_h200_sends_av1_to_the_fallback_naming_the_gpu_and_for_an_l40s_to_dali(
+        av1_dataset, tmp_path, capsys):
+    hopper = scan_json(av1_dataset, tmp_path, "--device", "gpu", "--gpu-model", "H200")
+    assert hopper["clip_av1.mp4"]["route"] == "fallback"
+    assert "no av1 decoder" in hopper["clip_av1.mp4"]["reason"] and "H200" in hopper["clip_av1.mp4"]["reason"]
+    assert hopper["clip_av1.mp4"]["routed_for"].startswith("gpu:hopper: H200 (NVDEC hopper, no AV1)")
+    assert hopper["clip_h264.mp4"]["route"] == "dali"
+    assert "routes decided for GPU: H200 (NVDEC hopper, no AV1)" in capsys.readouterr().out
+    # Another GPU, the same manifest: routed from the stored facts, nothing probed again.
+    ada = scan_json(av1_dataset, tmp_path, "--device", "gpu", "--gpu-model", "L40S")
+    assert ada["clip_av1.mp4"]["route"] == "dali" and ada["clip_av1.mp4"]["routed_for"].startswith("gpu:ada")
+    assert "0 probed" in capsys.readouterr().out
+
+
+def test_without_a_gpu_or_a_model_the_scan_assumes_no_av1_and_says_so(av1_dataset, tmp_path, capsys):
+    routes = scan_json(av1_dataset, tmp_path, "--device", "gpu")
+    assert routes["clip_av1.mp4"]["route"] == "fallback"
+    out = capsys.readouterr().out
+    assert "assumed" in out and "no AV1" in out
+
+
+def test_a_gpu_model_needs_the_gpu_device_and_a_known_name(av1_dataset, tmp_path, capsys):
+    assert cli.main(["scan", str(av1_dataset), "--device", "cpu", "--gpu-model", "H200", "--quiet"]) == 2
+    assert "--gpu-model H200 needs --device gpu" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"unknown GPU model 'Z9000'; known models: .*H200"):
+        resolve_gpu("Z9000")
+
+
+@pytest.mark.parametrize("generation", GENERATIONS)
+def test_every_generation_routes_av1_by_its_nvdec_and_annex_b_h264_to_the_fallback(generation):
+    av1 = ProbeResult("a.mp4", has_video=True, codec="av1", width=192, height=144, bit_depth=8, chroma="420",
+                      container="mov,mp4,m4a,3gp,3g2,mj2", num_frames=20, num_packets=20)
+    h264_mp4 = dataclasses.replace(av1, codec="h264")
+    h264_ts = dataclasses.replace(h264_mp4, container="mpegts")
+    target = f"gpu:{generation}"
+    assert route_for(av1, target)[0] == ("dali" if generation in AV1_GENERATIONS else "fallback")
+    assert route_for(h264_mp4, target) == ("dali", "")
+    route, reason = route_for(h264_ts, target)
+    assert route == "fallback" and "length-prefixed" in reason and "mpegts" in reason
+    assert route_for(av1, "cpu")[0] == "fallback"  # DALI's CPU build has no AV1
+
+
+@pytest.mark.parametrize(("reported", "model", "generation"), [
+    ("NVIDIA H200", "H200", "hopper"), ("NVIDIA A100-SXM4-80GB", "A100", "ga100"),
+    ("NVIDIA GH200 480GB", "GH200", "hopper"), ("NVIDIA L40S", "L40S", "ada"), ("NVIDIA L4", "L4", "ada"),
+    ("NVIDIA GeForce RTX 4090", "RTX4090", "ada"), ("NVIDIA B200", "B200", "blackwell"),
+    ("Tesla T4", "T4", "turing"), ("NVIDIA A10G", "A10G", "ga10x"),
+])
+def test_gpu_names_map_to_their_nvdec_generation(reported, model, generation):
+    assert model_from_name(reported) == model and GPU_MODELS[model] == generation
+    assert resolve_gpu(reported).route_target == f"gpu:{generation}"

@@ -65,7 +65,7 @@ def test_yuv444_and_10_bit_go_to_the_fallback_on_both_devices(make_clip):
         assert (facts.pix_fmt, facts.chroma, facts.bit_depth) == (pix_fmt, chroma, depth)
         assert route_for(facts, "gpu") == (
             "fallback",
-            f"DALI on gpu decodes h264 only as 8-bit 420 (got {pix_fmt})",
+            f"DALI on {GPU} decodes h264 only as 8-bit 420 (got {pix_fmt})",
         )
         assert route_for(facts, "cpu") == ("fallback", "DALI on cpu has no h264 decoder")
 
@@ -165,6 +165,10 @@ def test_pixel_layout(pix_fmt, expected):
 # -- the capability table ---------------------------------------------------------------------
 
 
+#: How route reasons name the default GPU target ("gpu": the Hopper class, no AV1).
+GPU = "gpu (NVDEC hopper: H100, H200, GH200)"
+
+
 def _facts(**changes) -> ProbeResult:
     base = ProbeResult(
         "/x.mp4",
@@ -182,7 +186,8 @@ def _facts(**changes) -> ProbeResult:
 
 
 def test_table_lists_the_issue_codecs():
-    assert set(DALI_CAPABILITIES["gpu"]) == NVDEC_CODECS
+    assert set(DALI_CAPABILITIES["gpu:ada"]) == NVDEC_CODECS  # AV1: only GA10x, Ada, Blackwell
+    assert set(DALI_CAPABILITIES["gpu:hopper"]) == NVDEC_CODECS - {"av1"}
     assert set(DALI_CAPABILITIES["cpu"]) == DALI_CPU_CODECS
 
 
@@ -196,29 +201,29 @@ def test_table_lists_the_issue_codecs():
         (
             {"codec": "mjpeg", "chroma": "422", "pix_fmt": "yuvj422p"},
             "gpu",
-            ("fallback", "DALI on gpu has no mjpeg decoder"),
+            ("fallback", f"DALI on {GPU} has no mjpeg decoder"),
         ),
         (
             {"interlaced": True},
             "gpu",
-            ("fallback", "DALI on gpu decodes h264 only progressive (got interlaced)"),
+            ("fallback", f"DALI on {GPU} decodes h264 only progressive (got interlaced)"),
         ),
         ({"codec": "vp9", "interlaced": True}, "cpu", ("dali", "")),
         (
             {"width": 4097},
             "gpu",
-            ("fallback", "h264 frame size 4097x256 outside DALI on gpu limits 48x16..4096x4096"),
+            ("fallback", f"h264 frame size 4097x256 outside DALI on {GPU} limits 48x16..4096x4096"),
         ),
         ({"codec": "hevc", "width": 7680, "height": 4320}, "gpu", ("dali", "")),
         (
             {"codec": "vp9", "width": 128, "height": 96},
             "gpu",
-            ("fallback", "vp9 frame size 128x96 outside DALI on gpu limits 128x128..8192x8192"),
+            ("fallback", f"vp9 frame size 128x96 outside DALI on {GPU} limits 128x128..8192x8192"),
         ),
         (
             {"codec": "mpeg4", "width": 2048, "height": 1080},
             "gpu",
-            ("fallback", "mpeg4 frame size 2048x1080 outside DALI on gpu limits 48x16..2032x2032"),
+            ("fallback", f"mpeg4 frame size 2048x1080 outside DALI on {GPU} limits 48x16..2032x2032"),
         ),
         ({"reason": "zero frames"}, "gpu", ("bad", "zero frames")),
     ],
@@ -228,7 +233,7 @@ def test_route_for(changes, device, expected):
 
 
 def test_unknown_device_is_refused():
-    with pytest.raises(ValueError, match=r"device must be 'gpu' or 'cpu', got 'tpu'"):
+    with pytest.raises(ValueError, match=r"device must be 'cpu', 'gpu' or 'gpu:<generation>' .* got 'tpu'"):
         check_device("tpu")
 
 

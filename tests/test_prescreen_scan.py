@@ -174,7 +174,7 @@ def test_hang_and_crash_cost_one_file_each(dataset, make_clip, monkeypatch):
     assert scan(dataset, device="gpu", workers=1, progress=False).probed == 2
     assert _routes(summary.manifest_path, "gpu")["boom.mp4"] == (
         "fallback",
-        "vp9 frame size 128x96 outside DALI on gpu limits 128x128..8192x8192",
+        "vp9 frame size 128x96 outside DALI on gpu (NVDEC hopper: H100, H200, GH200) limits 128x128..8192x8192",
     )
 
 
@@ -255,7 +255,7 @@ def test_scan_of_records_and_its_argument_errors(dataset, tmp_path):
         scan(records, device="cpu", splits=("val",))
     with pytest.raises(ValueError, match=r"none of the 2 records is in splits \('train', 'test'\)"):
         scan(records, manifest_path=path, device="cpu", splits=("train", "test"))
-    with pytest.raises(ValueError, match=r"device must be 'gpu' or 'cpu', got 'cuda'"):
+    with pytest.raises(ValueError, match=r"device must be 'cpu', 'gpu' or 'gpu:<generation>' .* got 'cuda'"):
         scan(dataset, device="cuda")
     with pytest.raises(ValueError, match=r"workers must be an int >= 0, got -1"):
         scan(dataset, device="cpu", workers=-1)
@@ -333,7 +333,8 @@ def test_cli_scan_prints_a_summary_and_writes_json(dataset, tmp_path, capsys):
     assert "| dali | 1 | 0.00 |" in printed and "| fallback | 2 | 0.00 |" in printed
     assert "| fallback | DALI on cpu has no h264 decoder | 1 |" in printed
     rows = json.loads(out.read_text())
-    assert [tuple(row) for row in rows] == [JSON_FIELDS] * 4
+    assert [tuple(row) for row in rows] == [(*JSON_FIELDS, "routed_for")] * 4
+    assert {row["routed_for"] for row in rows} == {"cpu"}
     assert {Path(row["path"]).name: row["route"] for row in rows} == {
         "a_h264.mp4": "fallback",
         "a_vp9.webm": "dali",

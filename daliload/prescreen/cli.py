@@ -47,6 +47,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="device training decodes on; 'auto' = gpu if CUDA is available (default)",
     )
     parser.add_argument(
+        "--gpu-model",
+        metavar="NAME",
+        default=None,
+        help="with --device gpu: the GPU training runs on, whose NVDEC decides the routes (A100, H100, "
+        "H200, GH200, L4, L40S, RTX4090, B200, ...; a generation such as 'ada'; or 'auto' = the "
+        "visible GPU). Default: the most common datacenter GPUs (Hopper class: no AV1), said so in "
+        "the summary",
+    )
+    parser.add_argument(
         "--deep",
         action="store_true",
         help="also decode a window at each end of every file with its routed decoder, and check that "
@@ -79,7 +88,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         metavar="PATH",
-        help=f"also write a JSON array, one object per file: {', '.join(JSON_FIELDS)}; "
+        help=f"also write a JSON array, one object per file: {', '.join(JSON_FIELDS)}, routed_for; "
         "files of the split folders that were not scanned have route 'skipped' and the reason",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -106,24 +115,28 @@ def write_json(
     device: str,
     splits: tuple[str, ...],
     skipped: Sequence[tuple[str, str]] = (),
+    routed_for: str = "",
 ) -> int:
     """Write the ``--json`` listing; returns the number of files written.
 
     Scanned files come from the manifest; each of ``skipped`` (path, reason)
     follows as ``{"path": ..., "route": "skipped", "reason": ...}`` with the
-    other fields null.
+    other fields null. Every object carries ``routed_for``: the route target
+    and, on a GPU, the GPU the routes were decided for.
     """
+    routed_for = f"{device}: {routed_for}" if routed_for else device
     count = 0
     json_path.parent.mkdir(parents=True, exist_ok=True)
     with Manifest(manifest_path) as manifest, open(json_path, "w", encoding="utf-8") as out:
         out.write("[")
         for split in splits:
             for entry in manifest.entries(split, device=device):
-                item = {name: getattr(entry, name) for name in JSON_FIELDS}
+                item = {name: getattr(entry, name) for name in JSON_FIELDS} | {"routed_for": routed_for}
                 out.write(("\n" if count == 0 else ",\n") + json.dumps(item))
                 count += 1
         for path, reason in skipped:
-            item = dict.fromkeys(JSON_FIELDS, None) | {"path": path, "route": "skipped", "reason": reason}
+            item = dict.fromkeys(JSON_FIELDS, None) | {"path": path, "route": "skipped", "reason": reason,
+                                                       "routed_for": routed_for}
             out.write(("\n" if count == 0 else ",\n") + json.dumps(item))
             count += 1
         out.write("\n]\n")
@@ -133,6 +146,10 @@ def write_json(
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     device = _device(args.device)
+    if args.gpu_model is not None and device != "gpu":
+        print(f"daliload scan: --gpu-model {args.gpu_model} needs --device gpu (the device is {device}); "
+              "routes for a GPU can be decided on a machine without one", file=sys.stderr)
+        return 2
     manifest_path = args.manifest or default_manifest_path(args.root)
     try:
         summary = scan(
@@ -144,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
             splits=_splits(args.split),
             progress=not args.quiet,
             timeout_s=args.timeout,
+            gpu_model=args.gpu_model if device == "gpu" else None,
         )
     except KeyboardInterrupt:
         print(
@@ -154,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
         return 130
     print(summary.format())
     if args.json is not None:
-        count = write_json(summary.manifest_path, args.json, device=device, splits=summary.splits,
-                           skipped=summary.skipped)
+        count = write_json(summary.manifest_path, args.json, device=summary.device, splits=summary.splits,
+                           skipped=summary.skipped, routed_for=summary.gpu)
         print(f"\nwrote {count} files to {args.json}")
     return 0

@@ -277,18 +277,31 @@ class Manifest:
         Raises:
             ValueError: unknown ``device``.
         """
+        return [self._entry(row) for row in self._routed_rows(device, split)]
+
+    def _routed_rows(self, device: Device, split: str | None) -> list[tuple]:
+        """File columns plus ``(route, reason, deep)`` on ``device``, sorted by path.
+
+        Targets stored for every file (:data:`~daliload.prescreen.rules.DEVICES`)
+        are read; another GPU generation is routed here from the stored probe
+        facts (no re-probe), with the rows a deep check stored for it winning.
+        """
         check_device(device)
         columns = ", ".join(f"f.{c}" for c in _FILE_COLUMNS)
-        query = (
-            f"SELECT {columns}, r.route, r.reason, r.deep FROM files f "
-            "JOIN routes r ON r.path = f.path AND r.device = ?"
-        )
+        join = "JOIN" if device in DEVICES else "LEFT JOIN"
+        query = (f"SELECT {columns}, r.route, r.reason, r.deep FROM files f "
+                 f"{join} routes r ON r.path = f.path AND r.device = ?")
         params: list = [device]
         if split is not None:
             query += " WHERE f.split = ?"
             params.append(split)
-        query += " ORDER BY f.path"
-        return [self._entry(row) for row in self._conn.execute(query, params)]
+        rows = self._conn.execute(query + " ORDER BY f.path", params).fetchall()
+        if device in DEVICES:
+            return rows
+        facts_at = len(_FILE_COLUMNS) - len(FACT_COLUMNS)
+        return [row if row[-3] is not None else
+                (*row[:-3], *route_for(facts_from_row(row[0], row[facts_at:len(_FILE_COLUMNS)]), device), 0)
+                for row in rows]
 
     @staticmethod
     def _entry(row: Sequence) -> ManifestEntry:
@@ -307,26 +320,38 @@ class Manifest:
         self, device: Device, splits: Iterable[str] | None = None
     ) -> tuple[dict[str, int], dict[str, float], dict[tuple[str, str], int]]:
         """``(files per route, hours per route, files per (route, reason))`` on ``device``."""
-        check_device(device)
-        where, params = "", [device]
-        if splits is not None:
-            splits = list(splits)
-            where = f" WHERE f.split IN ({', '.join('?' * len(splits))})"
-            params += splits
+        grouped = self._route_groups(device, splits)
         files: dict[str, int] = {}
         hours: dict[str, float] = {}
         reasons: dict[tuple[str, str], int] = {}
-        rows = self._conn.execute(
-            "SELECT r.route, r.reason, COUNT(*), TOTAL(f.duration_s) FROM files f "
-            f"JOIN routes r ON r.path = f.path AND r.device = ?{where} GROUP BY r.route, r.reason",
-            params,
-        )
-        for route, reason, count, seconds in rows:
+        for (route, reason), (count, seconds) in grouped.items():
             files[route] = files.get(route, 0) + count
             hours[route] = hours.get(route, 0.0) + seconds / 3600.0
             if reason:
                 reasons[(route, reason)] = count
         return files, hours, reasons
+
+    def _route_groups(self, device: Device, splits: Iterable[str] | None) -> dict[tuple[str, str], list]:
+        """``(route, reason) -> [files, seconds]`` on ``device``: in SQL for stored targets."""
+        check_device(device)
+        wanted = None if splits is None else list(splits)
+        if device in DEVICES:
+            where, params = "", [device]
+            if wanted is not None:
+                where = f" WHERE f.split IN ({', '.join('?' * len(wanted))})"
+                params += wanted
+            rows = self._conn.execute(
+                "SELECT r.route, r.reason, COUNT(*), TOTAL(f.duration_s) FROM files f "
+                f"JOIN routes r ON r.path = f.path AND r.device = ?{where} GROUP BY r.route, r.reason", params)
+            return {(route, reason): [count, seconds] for route, reason, count, seconds in rows}
+        grouped: dict[tuple[str, str], list] = {}
+        for row in self._routed_rows(device, None):
+            entry = self._entry(row)
+            if wanted is None or entry.split in wanted:
+                counts = grouped.setdefault((entry.route, entry.reason), [0, 0.0])
+                counts[0] += 1
+                counts[1] += entry.duration_s or 0.0
+        return grouped
 
     # -- writing (the scanner) -----------------------------------------------------------------
 

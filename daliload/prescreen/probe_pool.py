@@ -45,6 +45,7 @@ from daliload.prescreen.deep import deep_check, with_seek_check
 from daliload.prescreen.manifest import Manifest
 from daliload.prescreen.probe import ProbeResult, probe_file
 from daliload.prescreen.rows import FileRecord, Probed, ProbeRows, RouteRow
+from daliload.prescreen.gpus import parse_route_target
 from daliload.prescreen.rules import Device, route_for
 from daliload.workerpool import WorkerPool
 
@@ -85,7 +86,8 @@ def run_probe_task(task: ProbeTask) -> tuple:
         # where it does not is marked unsafe_seek, and route_for keeps it off DALI.
         facts = with_seek_check(facts)
         route, reason = route_for(facts, task.deep_device)
-        result = deep_check(facts, route, reason, task.deep_device, allow_dali=task.allow_dali,
+        device = parse_route_target(task.deep_device)[0]  # "gpu:ada" decodes on the "gpu"
+        result = deep_check(facts, route, reason, device, allow_dali=task.allow_dali,
                             device_id=task.device_id)  # fmt: skip
         deep = ((task.deep_device, result.route, result.reason, int(result.checked)),)
     return ProbeRows.of(facts, deep).as_tuple()

@@ -44,6 +44,7 @@ from daliload import dist
 from daliload.prescreen.manifest import Manifest
 from daliload.prescreen.probe_pool import FAULT_ENV, ProbeTask, probe_into
 from daliload.prescreen.rows import FileRecord
+from daliload.prescreen.gpus import resolve_gpu
 from daliload.prescreen.rules import ROUTES, Device, check_device
 from daliload.workerpool import refuse_bootstrapping_main, usable_cores
 
@@ -80,7 +81,8 @@ class ScanSummary:
 
     Attributes:
         manifest_path: the manifest written.
-        device: the device routes are summarized for.
+        device: the route target routes are summarized for.
+        gpu: on a GPU target, the GPU the routes are for (and whether it was assumed).
         deep: whether the deep check ran.
         splits: the splits scanned.
         total: files in those splits.
@@ -111,6 +113,7 @@ class ScanSummary:
     reasons: Mapping[tuple[str, str], int] = field(default_factory=dict)
     elapsed_s: float = 0.0
     skipped: tuple[tuple[str, str], ...] = ()
+    gpu: str = ""
 
     def format(self) -> str:
         """A short human-readable report (what ``daliload scan`` prints)."""
@@ -118,6 +121,7 @@ class ScanSummary:
             f"manifest: {self.manifest_path}",
             f"device: {self.device}{' (deep check)' if self.deep else ''}   "
             f"splits: {', '.join(self.splits)}",
+            *([f"routes decided for GPU: {self.gpu}"] if self.gpu else []),
             f"files: {self.total} ({self.probed} probed, {self.reused} unchanged, "
             f"{self.removed} removed, "
             f"{self.missing} listed but missing) in {self.elapsed_s:.1f} s",
@@ -245,6 +249,7 @@ def scan(
     progress: bool = True,
     timeout_s: float | None = None,
     chunk_size: int = 256,
+    gpu_model: str | None = None,
 ) -> ScanSummary:
     """Probe a dataset's files and write or update its manifest.
 
@@ -255,8 +260,14 @@ def scan(
             such as :class:`daliload.index.VideoRecord`.
         manifest_path: the SQLite file; default :func:`default_manifest_path`
             of the root (required when ``source`` is a list of records).
-        device: route for ``"gpu"`` (DALI with NVDEC) or ``"cpu"``. Routes for
-            both devices are stored; this one is summarized and deep-checked.
+        device: route for ``"gpu"`` (DALI with NVDEC), ``"gpu:<generation>"``
+            or ``"cpu"``. Routes for ``"gpu"`` and ``"cpu"`` are stored for every
+            file (other generations are routed from the stored facts when
+            asked for); this one is summarized and deep-checked.
+        gpu_model: with ``device="gpu"``, the GPU the routes are for: a model
+            (``"H200"``, ``"L40S"``), a generation, or ``"auto"`` (the visible
+            GPU); see :mod:`daliload.prescreen.gpus`. ``None``: the default
+            generation (no AV1), which the summary says was assumed.
         deep: also decode a window at each end of each file with its routed
             decoder and reroute on failure (see :mod:`daliload.prescreen.deep`).
         workers: probe processes; default one per usable CPU core; ``0`` probes
@@ -276,6 +287,7 @@ def scan(
         FileNotFoundError: the root has none of ``splits``.
     """
     refuse_bootstrapping_main("A daliload scan")
+    device, gpu = _route_target(device, gpu_model)
     device, workers, splits, timeout_s = _checked_options(device, workers, chunk_size, splits,
                                                           deep, timeout_s)  # fmt: skip
     started = time.monotonic()
@@ -315,6 +327,7 @@ def scan(
             reasons=reasons,
             elapsed_s=time.monotonic() - started,
             skipped=listing.skipped,
+            gpu=gpu,
         )
         manifest.finish_scan(
             {
@@ -327,6 +340,18 @@ def scan(
             }
         )
     return summary
+
+
+def _route_target(device: Device, gpu_model: str | None) -> tuple[Device, str]:
+    """The route target of ``device`` and ``gpu_model``, and a phrase naming the GPU (``""`` on the CPU)."""
+    if gpu_model is not None and device != "gpu":
+        raise ValueError(f"gpu_model={gpu_model!r} needs device='gpu', got device={device!r}")
+    if device == "gpu":
+        target = resolve_gpu(gpu_model)
+        return ("gpu" if target.assumed else target.route_target), target.describe()
+    if device.startswith("gpu:"):
+        return device, resolve_gpu(device[4:]).describe()
+    return device, ""
 
 
 def _checked_options(
