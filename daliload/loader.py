@@ -1,5 +1,9 @@
 """KineticsDALILoader: the public face of the loader, for one DDP rank.
 
+(About 530 lines: the public API in one place, the loader class with its
+two option groups and its stats, each documented for users; the epoch pass,
+failures and plan live in their own modules.)
+
 Per epoch and rank::
 
     manifest (pre-screen) --> usable videos (route dali | fallback; bad ones are reported, never planned)

@@ -1,5 +1,11 @@
 """The DALI path: decode planned clips with ``fn.decoders.video``, crop, resize, flip, normalise.
 
+(About 600 lines for one concept, the DALI decoder: the pipeline, the way
+batches are fed, waited for with a time limit and handed over, and the errors
+a batch can end in. Half of it is this docstring and the argument docs, which
+record what DALI does; split apart, the waiting and the error rules would be
+read without the pipeline they guard.)
+
 One DALI pipeline per process (per rank), fed batch by batch with the plan::
 
     external_source: encoded file bytes (uint8, 1-D per sample), label,

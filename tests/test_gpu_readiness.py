@@ -150,3 +150,33 @@ def test_every_generation_routes_av1_by_its_nvdec_and_annex_b_h264_to_the_fallba
 def test_gpu_names_map_to_their_nvdec_generation(reported, model, generation):
     assert model_from_name(reported) == model and GPU_MODELS[model] == generation
     assert resolve_gpu(reported).route_target == f"gpu:{generation}"
+
+
+def test_on_a_gpu_host_each_class_is_confirmed_once_by_a_test_decode(av1_dataset, tmp_path, monkeypatch, capsys):
+    """The table says an L40S decodes AV1; a test decode on the GPU that fails overrides it, once per class."""
+    import sys
+
+    from daliload.prescreen import deep
+
+    scan_mod = sys.modules["daliload.prescreen.scan"]  # the package's `scan` attribute is the function
+
+    calls = []
+
+    def fake_check(entry, device, *, device_id=0):
+        calls.append(entry.codec)
+        return "Failed to create video decoder" if entry.codec == "av1" else ""
+
+    monkeypatch.setattr(scan_mod, "gpu_visible", lambda: True)
+    monkeypatch.setattr(deep, "dali_check", fake_check)
+    root = tmp_path / "data"  # its own manifest: the verdicts it caches must not reach other tests
+    shutil.copytree(av1_dataset, root, ignore=shutil.ignore_patterns(".daliload"))
+    routes = scan_json(root, tmp_path, "--device", "gpu", "--gpu-model", "L40S")
+    assert sorted(calls) == ["av1", "h264"]
+    assert routes["clip_av1.mp4"]["route"] == "fallback"
+    assert routes["clip_av1.mp4"]["reason"].startswith("a test decode of a av1/")
+    assert routes["clip_h264.mp4"]["route"] == "dali"
+    assert "confirmed by a test decode on this GPU" in capsys.readouterr().out
+    scan_json(root, tmp_path, "--device", "gpu", "--gpu-model", "L40S")
+    assert len(calls) == 2  # cached in the manifest per GPU generation: not decoded again
+    b200 = scan_json(root, tmp_path, "--device", "gpu", "--gpu-model", "B200")
+    assert len(calls) == 4 and b200["clip_av1.mp4"]["route"] == "fallback"  # another generation: its own test

@@ -30,6 +30,18 @@ JSON_FIELDS = (
 )
 
 
+def _add_gpu_model(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--gpu-model",
+        metavar="NAME",
+        default=None,
+        help="with --device gpu: the GPU training runs on, whose NVDEC decides the routes (A100, H100, "
+        "H200, GH200, L4, L40S, RTX4090, B200, ...; a generation such as 'ada'; or 'auto' = the "
+        "visible GPU). Default: the most common datacenter GPUs (Hopper class: no AV1), said so in "
+        "the summary",
+    )
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "root", type=Path, help="dataset root (ROOT/<split>/<class>/<file>, or CSV/list layouts)"
@@ -46,15 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="auto",
         help="device training decodes on; 'auto' = gpu if CUDA is available (default)",
     )
-    parser.add_argument(
-        "--gpu-model",
-        metavar="NAME",
-        default=None,
-        help="with --device gpu: the GPU training runs on, whose NVDEC decides the routes (A100, H100, "
-        "H200, GH200, L4, L40S, RTX4090, B200, ...; a generation such as 'ada'; or 'auto' = the "
-        "visible GPU). Default: the most common datacenter GPUs (Hopper class: no AV1), said so in "
-        "the summary",
-    )
+    _add_gpu_model(parser)
     parser.add_argument(
         "--deep",
         action="store_true",

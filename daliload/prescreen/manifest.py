@@ -1,5 +1,9 @@
 """The manifest: an SQLite file with one row per video, what the loaders read.
 
+(About 560 lines for one concept, the SQLite store: its schema, the queries
+that read routes per target, and the writes of a scan; what a row holds lives
+in :mod:`.rows`.)
+
 Schema (version :data:`SCHEMA_VERSION`; a manifest of another version is
 rebuilt by the next scan and refused by readers)::
 
@@ -54,7 +58,7 @@ from daliload.prescreen.rows import (
     Probed,
     facts_from_row,
 )
-from daliload.prescreen.rules import DEVICES, RULES_VERSION, Device, Route, check_device, route_for
+from daliload.prescreen.rules import DEVICES, RULES_VERSION, Device, Route, check_device, nvdec_class, route_for
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +116,13 @@ CREATE TABLE IF NOT EXISTS routes (
     deep INTEGER NOT NULL,
     PRIMARY KEY (path, device)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS nvdec_classes (
+    target TEXT NOT NULL,
+    class TEXT NOT NULL,
+    ok INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    PRIMARY KEY (target, class)
+);
 """
 
 
@@ -296,12 +307,39 @@ class Manifest:
             query += " WHERE f.split = ?"
             params.append(split)
         rows = self._conn.execute(query + " ORDER BY f.path", params).fetchall()
-        if device in DEVICES:
-            return rows
         facts_at = len(_FILE_COLUMNS) - len(FACT_COLUMNS)
-        return [row if row[-3] is not None else
-                (*row[:-3], *route_for(facts_from_row(row[0], row[facts_at:len(_FILE_COLUMNS)]), device), 0)
+        if device not in DEVICES:
+            rows = [row if row[-3] is not None else
+                    (*row[:-3], *route_for(facts_from_row(row[0], row[facts_at:len(_FILE_COLUMNS)]), device), 0)
+                    for row in rows]
+        failed = self.failed_classes(device)
+        if not failed:
+            return rows
+        # A class a test decode on this GPU could not decode goes to the fallback, whatever the table says.
+        return [(*row[:-3], "fallback", failed[key], row[-1])
+                if row[-3] == "dali" and (key := nvdec_class(facts_from_row(row[0], row[facts_at:len(_FILE_COLUMNS)])))
+                in failed else row
                 for row in rows]
+
+    # -- NVDEC classes confirmed on a GPU ------------------------------------------------------
+
+    def class_verdicts(self, target: Device) -> dict[str, tuple[bool, str]]:
+        """``class -> (decoded, reason)`` of the test decodes run for ``target`` (see :mod:`.confirm`)."""
+        try:
+            rows = self._conn.execute("SELECT class, ok, reason FROM nvdec_classes WHERE target = ?", (target,))
+            return {key: (bool(ok), reason) for key, ok, reason in rows}
+        except sqlite3.OperationalError:  # a manifest opened read-only from before the table existed
+            return {}
+
+    def failed_classes(self, target: Device) -> dict[str, str]:
+        """``class -> reason`` of the classes a test decode for ``target`` failed on."""
+        return {key: reason for key, (ok, reason) in self.class_verdicts(target).items() if not ok}
+
+    def record_class(self, target: Device, key: str, ok: bool, reason: str) -> None:
+        """Store the verdict of a test decode of ``key`` files for ``target``."""
+        self._require_writable()
+        with self._transaction() as conn:
+            conn.execute("INSERT OR REPLACE INTO nvdec_classes VALUES (?, ?, ?, ?)", (target, key, int(ok), reason))
 
     @staticmethod
     def _entry(row: Sequence) -> ManifestEntry:
@@ -335,7 +373,7 @@ class Manifest:
         """``(route, reason) -> [files, seconds]`` on ``device``: in SQL for stored targets."""
         check_device(device)
         wanted = None if splits is None else list(splits)
-        if device in DEVICES:
+        if device in DEVICES and not self.failed_classes(device):
             where, params = "", [device]
             if wanted is not None:
                 where = f" WHERE f.split IN ({', '.join('?' * len(wanted))})"
@@ -377,7 +415,7 @@ class Manifest:
                     version[0],
                     SCHEMA_VERSION,
                 )
-                for table in ("meta", "classes", "files", "routes"):
+                for table in ("meta", "classes", "files", "routes", "nvdec_classes"):
                     conn.execute(f"DROP TABLE IF EXISTS {table}")
             conn.executescript_in_transaction(_SCHEMA)
             conn.execute(

@@ -129,6 +129,15 @@ def _capabilities(target: str) -> tuple[str, Mapping[str, CodecSupport]]:
     return f"gpu (NVDEC {generation}: {GENERATION_EXAMPLES[generation]})", DALI_CAPABILITIES[f"gpu:{generation}"]
 
 
+def nvdec_class(facts) -> str:
+    """The class a test decode on a GPU confirms for all its files: codec, profile, bit depth, chroma.
+
+    ``facts`` is a :class:`ProbeResult` or anything with those attributes
+    (a manifest entry). Example: ``"h264/High/8-bit/420"``.
+    """
+    return f"{facts.codec}/{facts.profile}/{facts.bit_depth}-bit/{facts.chroma}"
+
+
 def _numbering_problem(facts: ProbeResult) -> str:
     """Why DALI's frame N would not be the full decode's frame N on this file, or ``""``.
 

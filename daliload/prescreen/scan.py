@@ -1,5 +1,9 @@
 """The scan: probe every file of a dataset in parallel and keep the manifest up to date.
 
+(About 520 lines for one concept, a scan run: listing, change detection,
+probing, the summary and ``ensure_manifest``'s once-per-job rule; probing in
+worker processes is :mod:`.probe_pool`.)
+
 :func:`scan` lists the dataset (through :func:`daliload.index.load_index`, or
 an explicit list of records), ``stat``s every file, and probes only files that
 are new or whose size or modification time changed (plus files not yet
@@ -44,6 +48,7 @@ from daliload import dist
 from daliload.prescreen.manifest import Manifest
 from daliload.prescreen.probe_pool import FAULT_ENV, ProbeTask, probe_into
 from daliload.prescreen.rows import FileRecord
+from daliload.prescreen.confirm import confirm_classes, gpu_visible
 from daliload.prescreen.gpus import resolve_gpu
 from daliload.prescreen.rules import ROUTES, Device, check_device
 from daliload.workerpool import refuse_bootstrapping_main, usable_cores
@@ -311,6 +316,10 @@ def scan(
         )
         removed = manifest.remove_missing(changes.listed, listing.splits)
         manifest.set_classes(listing.classes)
+        if device.startswith("gpu") and gpu_visible():
+            # The table's promise checked on this GPU: one test decode per new class, cached.
+            confirm_classes(manifest, device, device_id=device_id)
+            gpu += "; each class confirmed by a test decode on this GPU"
         files, hours, reasons = manifest.route_totals(device, listing.splits)
         summary = ScanSummary(
             manifest_path=manifest.path,
