@@ -180,3 +180,24 @@ def test_on_a_gpu_host_each_class_is_confirmed_once_by_a_test_decode(av1_dataset
     assert len(calls) == 2  # cached in the manifest per GPU generation: not decoded again
     b200 = scan_json(root, tmp_path, "--device", "gpu", "--gpu-model", "B200")
     assert len(calls) == 4 and b200["clip_av1.mp4"]["route"] == "fallback"  # another generation: its own test
+
+
+def test_the_test_decodes_run_in_a_supervised_worker(av1_dataset, tmp_path):
+    """The real path (no stand-in): DALI's test decode runs in one worker process and its outcome comes back.
+
+    Without a GPU, DALI refuses to build a GPU pipeline: the class gets that error, and nothing crashes here.
+    """
+    import torch
+
+    from daliload.prescreen import Manifest, confirm
+    from daliload.prescreen.rules import nvdec_class
+
+    scan_json(av1_dataset, tmp_path, "--device", "gpu", "--gpu-model", "L40S")
+    with Manifest(av1_dataset / ".daliload" / "manifest.sqlite") as manifest:
+        entry = next(e for e in manifest.entries(None, device="gpu:ada") if e.route == "dali")
+    result = confirm._isolated_checks({nvdec_class(entry): entry}, 0)
+    assert list(result) == [nvdec_class(entry)]
+    if torch.cuda.is_available():
+        assert result[nvdec_class(entry)] == ""
+    else:
+        assert "CUDA is not available" in result[nvdec_class(entry)]
