@@ -156,7 +156,7 @@ def test_on_a_gpu_host_each_class_is_confirmed_once_by_a_test_decode(av1_dataset
     """The table says an L40S decodes AV1; a test decode on the GPU that fails overrides it, once per class."""
     import sys
 
-    from daliload.prescreen import deep
+    from daliload.prescreen import confirm
 
     scan_mod = sys.modules["daliload.prescreen.scan"]  # the package's `scan` attribute is the function
 
@@ -167,7 +167,9 @@ def test_on_a_gpu_host_each_class_is_confirmed_once_by_a_test_decode(av1_dataset
         return "Failed to create video decoder" if entry.codec == "av1" else ""
 
     monkeypatch.setattr(scan_mod, "gpu_visible", lambda: True)
-    monkeypatch.setattr(deep, "dali_check", fake_check)
+    # The stand-in replaces the worker's decode (the real path is the next test).
+    monkeypatch.setattr(confirm, "_isolated_checks",
+                        lambda examples, device_id: {key: fake_check(e, "gpu") for key, e in examples.items()})
     root = tmp_path / "data"  # its own manifest: the verdicts it caches must not reach other tests
     shutil.copytree(av1_dataset, root, ignore=shutil.ignore_patterns(".daliload"))
     routes = scan_json(root, tmp_path, "--device", "gpu", "--gpu-model", "L40S")
