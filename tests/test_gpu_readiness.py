@@ -13,6 +13,7 @@ import pytest
 
 from daliload import cli, epoch
 from daliload.epoch import HeldOutputs
+from daliload.loader import DecodeSpec
 from daliload.prescreen import probe_file, route_for
 from daliload.prescreen.gpus import AV1_GENERATIONS, GENERATIONS, GPU_MODELS, model_from_name, resolve_gpu
 from daliload.prescreen.probe import ProbeResult
@@ -125,6 +126,10 @@ def test_a_gpu_model_needs_the_gpu_device_and_a_known_name(av1_dataset, tmp_path
     assert "--gpu-model H200 needs --device gpu" in capsys.readouterr().err
     with pytest.raises(ValueError, match=r"unknown GPU model 'Z9000'; known models: .*H200"):
         resolve_gpu("Z9000")
+    assert cli.main(["scan", str(av1_dataset), "--device", "gpu", "--gpu-model", "Z9000", "--quiet"]) == 2
+    assert "daliload scan: unknown GPU model 'Z9000'; known models:" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="dali_pipelines must be an integer >= 1, got 0"):
+        DecodeSpec(dali_pipelines=0)
 
 
 @pytest.mark.parametrize("generation", GENERATIONS)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from daliload.prescreen.gpus import resolve_gpu
 from daliload.prescreen.manifest import Manifest
 from daliload.prescreen.scan import default_manifest_path, scan
 
@@ -154,6 +155,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"daliload scan: --gpu-model {args.gpu_model} needs --device gpu (the device is {device}); "
               "routes for a GPU can be decided on a machine without one", file=sys.stderr)
         return 2
+    if args.gpu_model is not None:
+        try:
+            resolve_gpu(args.gpu_model)
+        except ValueError as err:
+            print(f"daliload scan: {err}", file=sys.stderr)
+            return 2
     manifest_path = args.manifest or default_manifest_path(args.root)
     try:
         summary = scan(
