@@ -170,7 +170,7 @@ class EpochPass:
         self._here = _DecodeHere(setup, plan, budget, counters)
         self._dali = _DaliStage(dali, self.batches, self._here, routes, setup, counters) if dali else None
         fallback = [s for b in self.batches for s in b if not routes.uses_dali(s)]
-        self._fallback = _FallbackStage(setup, fallback, self._here, budget, counters)
+        self._fallback = _FallbackStage(setup, fallback, budget, counters)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         try:
@@ -420,9 +420,8 @@ class HeldOutputs:
 class _FallbackStage:
     """The samples whose route was the fallback when the pass began, in plan order, from worker processes."""
 
-    def __init__(self, setup: PassSetup, samples: list[Sample], here: _DecodeHere, budget: FailureBudget,
+    def __init__(self, setup: PassSetup, samples: list[Sample], budget: FailureBudget,
                  counters: EpochCounters) -> None:
-        self.here = here
         self.budget = budget
         self.counters = counters
         self.exhausted = False

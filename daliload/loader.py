@@ -523,7 +523,7 @@ def _dali_usable() -> bool:
 def _hint(entry: ManifestEntry) -> StreamHint | None:
     """A seek hint for the fallback from the manifest: constant-frame-rate files with keyframes,
     and every file the deep check found unsafe to seek (decoded from its start)."""
-    if getattr(entry, "unsafe_seek", False):
+    if entry.unsafe_seek:
         return StreamHint(keyframe_indices=(0,), fps=entry.fps or 1.0,
                           num_frames=entry.num_frames or None, unsafe_seek=True)
     if entry.vfr or not entry.keyframes or entry.keyframes[0] != 0 or not entry.fps:
