@@ -304,7 +304,10 @@ def test_deep_scan_reroutes_and_is_remembered(dataset, realclips):
         scan(dataset, device="cpu", workers=2, progress=False).probed == 0
     )  # keeps the deep routes
     assert _routes(deep.manifest_path, "cpu")["corrupted.mp4"][0] == "bad"
-    assert scan(dataset, device="gpu", deep=True, workers=2, progress=False).probed == 7
+    # The GPU's deep check decodes on the GPU: without one it is refused, not half done.
+    with pytest.raises(ValueError, match="decodes on the GPU, and torch sees no CUDA GPU"):
+        scan(dataset, device="gpu", deep=True, workers=2, progress=False)
+    assert _routes(deep.manifest_path, "cpu")["corrupted.mp4"][0] == "bad"  # nothing touched
 
 
 def test_cli_scan_prints_a_summary_and_writes_json(dataset, tmp_path, capsys):

@@ -174,6 +174,9 @@ def run(args: argparse.Namespace) -> int:
             timeout_s=args.timeout,
             gpu_model=args.gpu_model if device == "gpu" else None,
         )
+    except ValueError as err:  # options scan() refuses, e.g. a GPU deep scan without a GPU
+        print(f"daliload scan: {err}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(
             f"\ninterrupted: everything probed so far is saved in {manifest_path}; "

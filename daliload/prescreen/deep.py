@@ -7,7 +7,8 @@ frames with the decoder the file was routed to, and reroutes on failure::
 
     dali  --(DALI fails)-->  fallback  --(PyAV fails)-->  bad
 
-- DALI: a tiny pipeline (one per worker process, built once) runs
+- DALI: a tiny pipeline (built once per process, and on a GPU in one process
+  per GPU: :mod:`daliload.prescreen.gpu_stage`) runs
   ``fn.decoders.video`` on the file's bytes, ``device="mixed"`` for the GPU
   route and ``"cpu"`` for the CPU route, with ``pad_mode="none"`` so a window
   past DALI's own idea of the frame count is an error, not silent padding.

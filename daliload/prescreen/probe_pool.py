@@ -18,7 +18,10 @@ raises                     ``"probe error: <the exception>"`` (warned once, coun
 
 A deep check whose worker hangs or dies is first tried once more with
 ``allow_dali=False``: DALI is the likely culprit, and the file may still
-decode in the fallback.
+decode in the fallback. On a GPU the DALI half of the deep check does not run
+in the probe workers at all but in one worker for the GPU
+(:mod:`daliload.prescreen.gpu_stage`), so a scan opens one DALI pipeline per
+GPU, whatever its number of probe workers.
 
 Test-only hook: the environment variable ``DALILOAD_TEST_PROBE_FAULT``
 (:data:`FAULT_ENV`, read when :func:`daliload.prescreen.scan.scan` starts and
@@ -42,12 +45,13 @@ import time
 from typing import Iterator, NamedTuple
 
 from daliload.prescreen.deep import deep_check, with_seek_check
+from daliload.prescreen.gpu_stage import DaliCheck, GpuStage
 from daliload.prescreen.manifest import Manifest
 from daliload.prescreen.probe import ProbeResult, probe_file
 from daliload.prescreen.rows import FileRecord, Probed, ProbeRows, RouteRow
 from daliload.prescreen.gpus import parse_route_target
 from daliload.prescreen.rules import Device, route_for
-from daliload.workerpool import WorkerPool
+from daliload.workerpool import TaskOutcome, WorkerPool
 
 logger = logging.getLogger(__name__)
 
@@ -70,13 +74,18 @@ class ProbeTask(NamedTuple):
     allow_dali: bool = True
     device_id: int = 0
     fault: str = ""
+    #: GPU deep check with probe workers: a DALI-routed file comes back as a DaliCheck for
+    #: the GPU's own worker (module docstring) instead of being decoded here.
+    dali_elsewhere: bool = False
 
 
-def run_probe_task(task: ProbeTask) -> tuple:
+def run_probe_task(task: ProbeTask) -> tuple | DaliCheck:
     """Worker entry point: probe one file (and deep-check it if asked).
 
     Returns:
-        :meth:`ProbeRows.as_tuple` of the result (plain tuples pickle fast).
+        :meth:`ProbeRows.as_tuple` of the result (plain tuples pickle fast), or,
+        for a DALI-routed file of a task with ``dali_elsewhere``, the
+        :class:`~daliload.prescreen.gpu_stage.DaliCheck` still to run.
     """
     _apply_test_fault(task)
     facts = probe_file(task.path)
@@ -86,6 +95,8 @@ def run_probe_task(task: ProbeTask) -> tuple:
         # where it does not is marked unsafe_seek, and route_for keeps it off DALI.
         facts = with_seek_check(facts)
         route, reason = route_for(facts, task.deep_device)
+        if route == "dali" and task.dali_elsewhere and task.allow_dali:
+            return DaliCheck(task, facts, reason)
         device = parse_route_target(task.deep_device)[0]  # "gpu:ada" decodes on the "gpu"
         result = deep_check(facts, route, reason, device, allow_dali=task.allow_dali,
                             device_id=task.device_id)  # fmt: skip
@@ -119,38 +130,54 @@ def _execute(tasks: list[ProbeTask], workers: int, timeout_s: float
     """Run the tasks; failures become ``bad`` files.
 
     A deep check that crashed or hung its worker is tried once more without DALI.
+    A GPU deep check's DALI half runs in the GPU's own worker (:class:`GpuStage`).
     """
     if workers == 0:
         for task in tasks:
             yield task, ProbeRows(*run_probe_task(task))
         return
+    if any(task.deep_device and parse_route_target(task.deep_device)[0] == "gpu" for task in tasks):
+        tasks = [task._replace(dali_elsewhere=True) for task in tasks]
     retry: list[ProbeTask] = []
-    errors = 0
+    errors = [0]
+    stage = GpuStage(timeout_s=timeout_s)
     # The forkserver started here also serves the loader's fallback workers later in this
     # process: WorkerPool preloads what they all need (daliload.workerpool.FORKSERVER_PRELOAD).
-    with WorkerPool(run_probe_task, workers=min(workers, max(1, len(tasks))), timeout_s=timeout_s) as pool:
-        for attempt in (tasks, retry):
-            if not attempt:
-                continue
-            for outcome in pool.imap_unordered(attempt):
-                task: ProbeTask = outcome.item
-                failed = outcome.status in ("timeout", "crash")
-                if outcome.ok:
-                    yield task, ProbeRows(*outcome.value)
-                elif failed and task.deep_device and task.allow_dali:
-                    logger.info("%s during the deep check of %s; retrying without DALI",
-                                outcome.status, task.path)  # fmt: skip
-                    retry.append(task._replace(allow_dali=False))
-                elif failed:
-                    logger.info("%s: %s (%s)", outcome.status, task.path, outcome.error)
-                    yield task, _failed(task, outcome.status)
-                else:
-                    errors += 1
-                    logger.warning("probe of %s raised %s", task.path, outcome.error)
-                    yield task, _failed(task, f"probe error: {outcome.error}")
-    if errors:
+    try:
+        with WorkerPool(run_probe_task, workers=min(workers, max(1, len(tasks))), timeout_s=timeout_s) as pool:
+            for attempt in (tasks, retry):
+                for outcome in pool.imap_unordered(attempt) if attempt else ():
+                    if outcome.ok and isinstance(outcome.value, DaliCheck):
+                        stage.submit(outcome.value)
+                    else:
+                        yield from _settled(outcome, outcome.item, retry, errors)
+                    for done in stage.ready():
+                        yield from _settled(done, done.item.task, retry, errors)
+        for done in stage.finish():
+            yield from _settled(done, done.item.task, retry, errors)
+    finally:
+        stage.close()
+    if errors[0]:
         logger.warning("%d file(s) made the probe raise; they are stored as bad with reason "
-                       "'probe error'", errors)  # fmt: skip
+                       "'probe error'", errors[0])  # fmt: skip
+
+
+def _settled(outcome: TaskOutcome, task: ProbeTask, retry: list[ProbeTask], errors: list[int]
+             ) -> Iterator[tuple[ProbeTask, ProbeRows]]:  # fmt: skip
+    """The rows ``outcome`` settles for ``task``; or nothing, when it goes to ``retry``."""
+    failed = outcome.status in ("timeout", "crash")
+    if outcome.ok:
+        yield task, ProbeRows(*outcome.value)
+    elif failed and task.deep_device and task.allow_dali:
+        logger.info("%s during the deep check of %s; retrying without DALI", outcome.status, task.path)
+        retry.append(task._replace(allow_dali=False))
+    elif failed:
+        logger.info("%s: %s (%s)", outcome.status, task.path, outcome.error)
+        yield task, _failed(task, outcome.status)
+    else:
+        errors[0] += 1
+        logger.warning("probe of %s raised %s", task.path, outcome.error)
+        yield task, _failed(task, f"probe error: {outcome.error}")
 
 
 def probe_into(

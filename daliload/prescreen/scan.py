@@ -288,7 +288,8 @@ def scan(
 
     Raises:
         ValueError: bad ``device``, ``workers``, ``chunk_size``; records given
-            without ``manifest_path``; no record in ``splits``.
+            without ``manifest_path``; no record in ``splits``; ``deep`` on a
+            GPU target where torch sees no GPU.
         FileNotFoundError: the root has none of ``splits``.
     """
     refuse_bootstrapping_main("A daliload scan")
@@ -386,7 +387,16 @@ def _checked_options(
     timeout_s = (
         timeout_s if timeout_s is not None else (DEEP_TIMEOUT_S if deep else PROBE_TIMEOUT_S)
     )
+    if deep and device.startswith("gpu") and not _cuda_visible():
+        raise ValueError(f"a deep scan for device {device!r} decodes on the GPU, and torch sees no CUDA GPU "
+                         f"here; run it on a GPU host, or scan without deep (routes from the probe's facts)")
     return device, workers, splits, timeout_s
+
+
+def _cuda_visible() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 class _Listing(NamedTuple):
