@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "scan": "daliload.prescreen.cli",
     "preview": "daliload.preview",
     "demo": "daliload.demo",
+    "transcode": "daliload.transcode.cli",
 }
 
 
