@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-from daliload.transcode.encode import FileJob, transcode_file
+from daliload.transcode.encode import FileJob, remove_partials, transcode_file
 from daliload.transcode.options import ALL_FILES, Shard, TranscodeOptions
 from daliload.transcode.plan import copy_layout_files, plan_transcode
 from daliload.transcode.record import Record
@@ -103,7 +103,8 @@ def _run_jobs(jobs: list[FileJob], record: Record, *, workers: int, timeout_s: f
 
 
 def _failed(job: FileJob, status: str, error: str) -> FileResult:
-    """The result of a file whose worker raised, timed out or crashed."""
+    """The result of a file whose worker raised, timed out or crashed (its half-written output removed)."""
+    remove_partials(Path(job.dst))
     try:
         stat = os.stat(job.src)
         size, mtime = stat.st_size, stat.st_mtime_ns
