@@ -317,6 +317,11 @@ def test_bad_arguments_are_clear_errors(source, tmp_path, monkeypatch, capsys):
     with pytest.raises(ValueError, match="no NVIDIA GPU is visible"):
         resolve_encoder("nvenc")
     assert resolve_encoder("auto") == "libx264"
+    monkeypatch.setattr(options_module, "gpu_visible", lambda: True)  # a GPU, but (here) no NVENC behind it
+    with pytest.raises(ValueError, match="does not open on this machine"):
+        resolve_encoder("nvenc")
+    assert resolve_encoder("auto") == "libx264"
+    monkeypatch.setattr(options_module, "gpu_visible", lambda: False)
     from daliload.cli import main
     assert main(["transcode", str(source), str(tmp_path / "o"), "--encoder", "nvenc"]) == 2
     assert "nvenc" in capsys.readouterr().err

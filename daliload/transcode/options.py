@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 from dataclasses import asdict, dataclass
@@ -20,6 +21,7 @@ from typing import Literal
 
 import av
 
+logger = logging.getLogger(__name__)
 EncoderChoice = Literal["auto", "libx264", "nvenc"]
 ENCODERS: tuple[str, ...] = ("auto", "libx264", "nvenc")
 #: FFmpeg's name of NVIDIA's H.264 encoder.
@@ -189,5 +191,30 @@ def resolve_encoder(choice: str) -> str:
         if not gpu_visible():
             raise ValueError("--encoder nvenc: no NVIDIA GPU is visible (no /dev/nvidia0, no nvidia-smi); "
                              "use --encoder libx264")
+        why = nvenc_problem()
+        if why:
+            raise ValueError(f"--encoder nvenc: {NVENC_CODEC} does not open on this machine ({why}); GPUs "
+                             f"without NVENC (A100, H100, H200) cannot encode; use --encoder libx264")
         return NVENC_CODEC
-    return NVENC_CODEC if has_nvenc and gpu_visible() else "libx264"
+    if has_nvenc and gpu_visible():
+        why = nvenc_problem()
+        if not why:
+            return NVENC_CODEC
+        logger.info("--encoder auto: %s does not open (%s); using libx264", NVENC_CODEC, why)
+    return "libx264"
+
+
+def nvenc_problem() -> str:
+    """Why a small NVENC encoder does not open here, or ``""`` if it does.
+
+    Having ``h264_nvenc`` in the build and a GPU is not enough: the A100, H100
+    and H200 have NVDEC engines but no NVENC.
+    """
+    try:
+        ctx = av.CodecContext.create(NVENC_CODEC, "w")
+        ctx.width, ctx.height, ctx.pix_fmt = 256, 256, "yuv420p"
+        ctx.time_base = Fraction(1, 30)
+        ctx.open()
+    except (av.FFmpegError, ValueError) as err:
+        return f"{type(err).__name__}: {err}"
+    return ""
