@@ -106,6 +106,29 @@ def broadcast_object(obj: T, *, src: int = 0, group: Any | None = None) -> T:
     return box[0]
 
 
+def all_gather_object(obj: T, *, group: Any | None = None) -> list[T]:
+    """Every rank's ``obj``, in rank order, on every rank; ``[obj]`` without a process group."""
+    dist = _dist()
+    if dist is None:
+        return [obj]
+    gathered: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(gathered, obj, group=group)
+    return gathered
+
+
+def gather_object(obj: T, *, dst: int = 0, group: Any | None = None) -> list[T] | None:
+    """Every rank's ``obj``, in rank order, on rank ``dst``; ``None`` on the others.
+
+    Without a process group: ``[obj]``.
+    """
+    dist = _dist()
+    if dist is None:
+        return [obj]
+    gathered: list[Any] | None = [None] * dist.get_world_size(group) if dist.get_rank() == dst else None
+    dist.gather_object(obj, gathered, dst=dst, group=group)
+    return gathered
+
+
 def patient_group(timeout_s: float) -> Any | None:
     """A gloo process group whose collectives wait up to ``timeout_s`` seconds.
 

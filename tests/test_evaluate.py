@@ -1,0 +1,192 @@
+"""daliload.evaluate: every validation video scored exactly once, on 1, 2 or 3 ranks, with the same figures."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from daliload.evaluate import EvaluationCountError, evaluate
+from daliload.loader import DecodeSpec, KineticsDALILoader
+from daliload.plan import AugmentSpec, CropBox, OutputSpec, Sample
+from daliload.prescreen import scan
+from daliload.synth import SynthSpec, generate_dataset
+from eval_model import ChannelMeans
+
+WORKER = Path(__file__).parent / "ddp" / "eval_worker.py"
+SPEC = SynthSpec(num_classes=7, clips_per_class=2, val_fraction=0.5, width=128, height=96, duration_s=1.0,
+                 codec_mix={"h264": 0.5, "vp9": 0.5}, seed=3)
+
+
+@pytest.fixture(scope="module")
+def seven_root(tmp_path_factory) -> Path:
+    """A dataset whose val split has 7 videos (one per class; no world size of 2 or 3 divides it)."""
+    root = tmp_path_factory.mktemp("seven") / "kinetics"
+    generate_dataset(root, SPEC, workers=2, progress=False)
+    return root
+
+
+@pytest.fixture(scope="module")
+def seven(seven_root, tmp_path_factory) -> Path:
+    """Its manifest."""
+    manifest = tmp_path_factory.mktemp("seven_manifest") / "manifest.sqlite"
+    return Path(scan(seven_root, manifest_path=manifest, device="cpu", workers=2, progress=False).manifest_path)
+
+
+def make_loader(source, split="val", **kwargs) -> KineticsDALILoader:
+    decode = DecodeSpec(fallback_workers=1, timeout_s=30.0, max_failure_fraction=kwargs.pop("max_failure_fraction",
+                                                                                           0.05))
+    return KineticsDALILoader(source, split, batch_size=kwargs.pop("batch_size", 2), clip_len=4, frame_stride=2,
+                              augment=AugmentSpec(crop_size=(48, 64), crop_mode="center"),
+                              output=OutputSpec(size=(48, 64), dtype="float32"), decode=decode, **kwargs)
+
+
+def hand_count(model, loader) -> dict[str, torch.Tensor]:
+    """Scores per video path, by iterating the loader as a user would."""
+    scores = {}
+    for (videos, _labels), batch in zip(loader, loader.plan()):
+        probs = torch.softmax(model(videos).float(), dim=1)
+        for row, sample in enumerate(batch):
+            if not sample.is_padding:
+                scores[sample.path] = probs[row]
+    return scores
+
+
+def test_every_video_once_and_the_figures_match_a_hand_count(seven):
+    loader = make_loader(seven)
+    model = ChannelMeans()
+    result = evaluate(model, loader, topk=(1, 3))
+    assert len(loader.videos) == 7 and result.num_videos == 7 and result.failed == ()
+    expected = hand_count(model, loader)
+    assert set(result.video_scores) == set(expected) == {str(v.path) for v in loader.videos}
+    labels = {str(v.path): v.label for v in loader.videos}
+    top = {p: torch.topk(s, 3).indices.tolist() for p, s in expected.items()}
+    assert result.top1 == sum(top[p][0] == labels[p] for p in top) / 7
+    assert result.topk[3] == sum(labels[p] in top[p] for p in top) / 7
+    assert result.loss == pytest.approx(sum(-math.log(expected[p][labels[p]]) for p in top) / 7, rel=1e-5)
+    for path, scores in expected.items():
+        torch.testing.assert_close(result.video_scores[path], scores)
+    per_class = [float(top[p][0] == labels[p]) for p in sorted(top, key=labels.get)]  # one video per class
+    assert list(result.per_class_top1) == per_class
+    assert result.mean_class_top1 == pytest.approx(sum(per_class) / 7)
+    assert "7 videos x 1 view: top-1" in result.format()
+    loader.close()
+
+
+def test_a_video_that_fails_at_run_time_is_listed_and_not_counted(seven_root, tmp_path):
+    root = tmp_path / "copy"
+    shutil.copytree(seven_root, root)
+    loader = make_loader(root, max_failure_fraction=0.5)
+    gone = sorted(str(v.path) for v in loader.videos)[3]
+    os.remove(gone)  # after the scan: only decoding finds out
+    result = evaluate(ChannelMeans(), loader)
+    assert result.failed == (gone,) and result.num_videos == 6 and gone not in result.video_scores
+    loader.close()
+
+
+def test_a_pass_that_misses_videos_is_refused_naming_them(seven):
+    loader = make_loader(seven, last_batch="drop")  # 7 videos in batches of 2: the last one is dropped
+    last = str(loader.plan()[-1][-1].path)
+    dropped = [str(v.path) for v in loader.videos if str(v.path) != last and str(v.path) not in
+               {str(s.path) for b in loader.plan() for s in b}]
+    with pytest.raises(EvaluationCountError, match=r"1 never seen \(" + dropped[0]):
+        evaluate(ChannelMeans(), loader)
+    loader.close()
+
+
+def test_bad_arguments_are_refused(seven):
+    train = make_loader(seven, split="train")
+    with pytest.raises(ValueError, match="needs an evaluation split"):
+        evaluate(ChannelMeans(), train)
+    train.close()
+    loader = make_loader(seven)
+    for kwargs, message in [({"reduce": "median"}, "reduce must be"), ({"views_per_forward": 0}, "views_per_forward"),
+                            ({"topk": (0,)}, "topk must be")]:
+        with pytest.raises(ValueError, match=message):
+            evaluate(ChannelMeans(), loader, **kwargs)
+    batches = iter(loader)
+    next(batches)  # a pass under way cannot count every video once
+    with pytest.raises(ValueError, match="at batch 1 of 4"):
+        evaluate(ChannelMeans(), loader)
+    batches.close()
+    loader.close()
+
+
+class MultiViewLoader:
+    """Stands in for a multi-view loader: 2 videos x 3 views, each view's clip a known constant."""
+
+    split = "val"
+
+    def __init__(self) -> None:
+        box = CropBox.full()
+        self.videos = [Sample(i, i, f"/v{i}.mp4", i, 0, 1, 4, box) for i in range(2)]
+        self.classes = ("a", "b", "c", "d", "e", "f", "g")
+        self.views = torch.arange(6, dtype=torch.float32).reshape(2, 3)  # the value of each view's pixels
+
+    def plan(self):
+        return [[self.videos[v // 3] for v in range(6)]]  # one batch: each video's 3 views in a row
+
+    def state_dict(self):
+        return {"next_batch": 0}
+
+    def __len__(self):
+        return 1
+
+    def __iter__(self):
+        videos = self.views[:, :, None, None, None, None].expand(2, 3, 3, 4, 2, 2).clone()
+        yield videos, torch.tensor([0, 1])
+
+
+def test_views_are_scored_per_video_with_the_mean_or_max_of_their_softmax(seven):
+    model = ChannelMeans()
+    mean = evaluate(model, MultiViewLoader(), views_per_forward=4)
+    assert model.calls == [4, 2]  # 6 views, at most 4 per forward
+    assert mean.num_videos == 2 and mean.views == 3
+    clips = MultiViewLoader().views[:, :, None, None, None, None].expand(2, 3, 3, 4, 2, 2).reshape(6, 3, 4, 2, 2)
+    probs = torch.softmax(ChannelMeans()(clips), dim=1).reshape(2, 3, -1)
+    torch.testing.assert_close(mean.video_scores["/v1.mp4"], probs[1].mean(dim=0))
+    largest = evaluate(ChannelMeans(), MultiViewLoader(), reduce="max")
+    torch.testing.assert_close(largest.video_scores["/v0.mp4"], probs[0].amax(dim=0))
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_one_two_and_three_ranks_give_the_same_figures(seven, tmp_path):
+    """7 videos: 2 and 3 ranks need padding; each world size counts 7 videos, with identical top-k."""
+    procs = {}
+    for world in (1, 2, 3):
+        out = tmp_path / f"w{world}"
+        out.mkdir()
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={world}",
+               f"--master_port={free_port()}", str(WORKER), str(seven), str(out)]
+        procs[world] = (subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
+                        out)
+    results = {}
+    for world, (proc, out) in procs.items():
+        output, _ = proc.communicate(timeout=300)
+        assert proc.returncode == 0, output[-4000:]
+        ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
+        assert all(r["num_videos"] == 7 and r["failed"] == [] for r in ranks)
+        assert all(r["topk"] == ranks[0]["topk"] and r["per_class_top1"] == ranks[0]["per_class_top1"]
+                   for r in ranks)  # every rank returns the same result
+        assert all(r["scores"] is None for r in ranks[1:]) and len(ranks[0]["scores"]) == 7
+        results[world] = ranks[0]
+    assert results[1]["topk"] == results[2]["topk"] == results[3]["topk"]
+    for world in (2, 3):
+        assert results[world]["loss"] == pytest.approx(results[1]["loss"], rel=1e-6)
+        for path, scores in results[1]["scores"].items():
+            assert results[world]["scores"][path] == pytest.approx(scores, rel=1e-5)
