@@ -23,15 +23,16 @@ the plan (coverage, disjointness, windows, crops) is testable on its own.
 
 from daliload.plan.batches import LAST_BATCH_POLICIES, LastBatch, check_last_batch, num_batches, split_batches
 from daliload.plan.sampling import (VideoInfo, VideoLike, center_crop_box, center_start_frame, make_train_plan,
-                                    make_val_plan, sample_crop_box, sample_start_frame, samples_per_rank)
+                                    make_val_plan, sample_crop_box, sample_start_frame, samples_per_rank,
+                                    spatial_view_boxes, temporal_view_starts)
 from daliload.plan.specs import (KINETICS_MEAN, KINETICS_STD, AugmentSpec, ClipSpec, CropBox, CropMode, OutputDType,
-                                 OutputLayout, OutputSpec, Sample, clamp_frame_indices, usable_fps)
+                                 OutputLayout, OutputSpec, Sample, check_views, clamp_frame_indices, usable_fps)
 from daliload.plan.streams import RandomSource
 
 __all__ = [
     "KINETICS_MEAN", "KINETICS_STD", "LAST_BATCH_POLICIES", "AugmentSpec", "ClipSpec", "CropBox", "CropMode",
     "LastBatch", "OutputDType", "OutputLayout", "OutputSpec", "RandomSource", "Sample", "VideoInfo", "VideoLike",
-    "center_crop_box", "center_start_frame", "check_last_batch", "clamp_frame_indices", "make_train_plan",
-    "make_val_plan", "num_batches", "sample_crop_box", "sample_start_frame", "samples_per_rank", "split_batches",
-    "usable_fps",
+    "center_crop_box", "center_start_frame", "check_last_batch", "check_views", "clamp_frame_indices",
+    "make_train_plan", "make_val_plan", "num_batches", "sample_crop_box", "sample_start_frame", "samples_per_rank",
+    "spatial_view_boxes", "split_batches", "temporal_view_starts", "usable_fps",
 ]

@@ -16,7 +16,7 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from daliload.plan.specs import AugmentSpec, ClipSpec, CropBox, Sample, is_int, usable_fps
+from daliload.plan.specs import AugmentSpec, ClipSpec, CropBox, Sample, check_views, is_int, usable_fps
 from daliload.plan.streams import (DRAWS_PER_CROP, PURPOSE_CROP, PURPOSE_FLIP, PURPOSE_START, SHUFFLE_STREAM, Draws,
                                    RandomSource, keyed_uniforms, sample_key)
 
@@ -116,6 +116,51 @@ def center_crop_box(width: int, height: int, output_size: tuple[int, int]) -> Cr
         box_w, box_h = width, min(height, max(1, round(width * out_h / out_w)))
     top, left = (height - box_h) // 2, (width - box_w) // 2
     return CropBox.from_pixels(top, left, box_h, box_w, width, height)
+
+
+def temporal_view_starts(num_frames: int, span: int, num_temporal: int) -> list[int]:
+    """Start frames of ``num_temporal`` windows of ``span`` frames spread evenly over a video.
+
+    One view is the centred window (:func:`center_start_frame`, the single-view
+    rule). Several: the first starts at frame 0, the last ends at the last
+    frame, the others are evenly spaced between (rounded down). A video
+    shorter than the span starts every view at 0; the edge rule then repeats
+    its last frame, as for single-view clips.
+
+    Example: a 300-frame video, span 61, 3 views: starts ``[0, 119, 239]``.
+    """
+    if num_temporal == 1:
+        return [center_start_frame(num_frames, span)]
+    room = max(0, num_frames - span)
+    return [room * k // (num_temporal - 1) for k in range(num_temporal)]
+
+
+def spatial_view_boxes(width: int, height: int, output_size: tuple[int, int], num_spatial: int) -> list[CropBox]:
+    """``num_spatial`` crop boxes of the test-time multi-crop, along the frame's long side.
+
+    Each box is the one :func:`center_crop_box` takes (for a square output:
+    the short side scaled to the crop size), moved along the axis where the
+    frame has room to spare: one view is the centre crop, several are spaced
+    evenly from one end to the other (3: both ends and the centre, as
+    SlowFast's test crops). Boxes fall on whole pixels of the frame.
+
+    Example: a 340x256 frame, 224x224 output, 3 views: columns ``0..256``,
+    ``42..298`` and ``84..340``, all rows.
+    """
+    centre = center_crop_box(width, height, output_size)
+    top, left, bottom, right = centre.pixels(height, width)
+    box_h, box_w = bottom - top, right - left
+    if num_spatial == 1:
+        return [centre]
+    room_x, room_y = width - box_w, height - box_h
+    boxes = []
+    for k in range(num_spatial):
+        if room_x >= room_y:  # slide along the width (also when neither side has room)
+            x, y = room_x * k // (num_spatial - 1), top
+        else:
+            x, y = left, room_y * k // (num_spatial - 1)
+        boxes.append(CropBox.from_pixels(y, x, box_h, box_w, width, height))
+    return boxes
 
 
 def sample_crop_box(
@@ -272,6 +317,7 @@ def make_val_plan(
     world_size: int,
     clip: ClipSpec,
     augment: AugmentSpec,
+    views: tuple[int, int] | None = None,
 ) -> list[Sample]:
     """This rank's validation samples: deterministic, in video order, centred.
 
@@ -288,36 +334,47 @@ def make_val_plan(
     100-frame video with ``clip_len=16, frame_stride=4`` (span 61) starts at
     frame 19.
 
+    With ``views=(T, S)`` each video gets ``V = T * S`` samples in a row
+    (``view`` 0..V-1, temporal-major): the windows of
+    :func:`temporal_view_starts` times the crops of :func:`spatial_view_boxes`.
+    Videos are sharded exactly as without views; a video's views never
+    straddle two ranks. ``views=(1, 1)`` gives the single-view samples.
+
     Args:
         videos: per-video facts (any :class:`VideoLike`).
         rank: this rank, ``0 <= rank < world_size``.
         world_size: number of ranks (>= 1).
         clip: clip length, stride and optional target frame rate.
         augment: only ``output_size`` is used.
+        views: ``(num_temporal, num_spatial)`` views per video, or ``None`` (one).
 
     Returns:
-        ``samples_per_rank(len(videos), world_size)`` samples.
+        ``samples_per_rank(len(videos), world_size) * V`` samples.
 
     Raises:
-        ValueError: as :func:`make_train_plan`.
+        ValueError: as :func:`make_train_plan`; ``views`` that are not two integers >= 1.
     """
     _check_rank(rank, world_size)
     _check_specs(clip, augment)
     _check_videos(videos)
+    num_temporal, num_spatial = check_views(views) if views is not None else (1, 1)
+    num_views = num_temporal * num_spatial
     num_videos = len(videos)
     strides = _strides(videos, clip)
     samples = []
     slots = _rank_slots(np.arange(num_videos), rank, world_size)
-    for position, (slot, video_index) in enumerate(slots):
+    for number, (slot, video_index) in enumerate(slots):
         video = videos[video_index]
         stride = strides[video_index]
-        start = center_start_frame(int(video.num_frames), clip.span(stride))
-        crop = center_crop_box(int(video.width), int(video.height), augment.output_size)
-        samples.append(Sample(
-            position=position, video_index=video_index, path=os.fspath(video.path),
-            label=int(video.label), start_frame=start, frame_stride=stride,
-            clip_len=clip.clip_len, crop=crop, flip=False, is_padding=slot >= num_videos,
-        ))
+        starts = temporal_view_starts(int(video.num_frames), clip.span(stride), num_temporal)
+        crops = spatial_view_boxes(int(video.width), int(video.height), augment.output_size, num_spatial)
+        for view in range(num_views):
+            samples.append(Sample(
+                position=number * num_views + view, video_index=video_index, path=os.fspath(video.path),
+                label=int(video.label), start_frame=starts[view // num_spatial], frame_stride=stride,
+                clip_len=clip.clip_len, crop=crops[view % num_spatial], flip=False,
+                is_padding=slot >= num_videos, view=view,
+            ))
     return samples
 
 

@@ -127,6 +127,9 @@ class Sample:
         flip: mirror horizontally.
         is_padding: True for samples repeated only to give every rank the same
             count; validation drops them.
+        view: which view of its video this sample is, ``0 .. V-1``,
+            temporal-major (:func:`~daliload.plan.make_val_plan` with ``views``);
+            0 in single-view plans. A video's views follow one another in the plan.
     """
 
     position: int
@@ -139,6 +142,7 @@ class Sample:
     crop: CropBox
     flip: bool = False
     is_padding: bool = False
+    view: int = 0
 
     def frame_indices(self, num_frames: int | None = None) -> list[int]:
         """Source frame of each clip frame; past the end, the edge rule if ``num_frames`` is given."""
@@ -167,6 +171,14 @@ def usable_fps(fps: object) -> bool:
 
 CropMode = Literal["short_side_jitter", "random_resized", "center"]
 _CROP_MODES = ("short_side_jitter", "random_resized", "center")
+
+
+def check_views(views: object) -> tuple[int, int]:
+    """``views`` as ``(num_temporal, num_spatial)``, both integers >= 1; else ``ValueError`` naming it."""
+    if not (isinstance(views, (tuple, list)) and len(views) == 2 and all(is_int(v) and v >= 1 for v in views)):
+        raise ValueError(f"views must be (num_temporal, num_spatial), two integers >= 1, e.g. (10, 3); "
+                         f"got {views!r}")
+    return int(views[0]), int(views[1])
 
 
 @dataclass(frozen=True)
