@@ -23,7 +23,9 @@ import av
 import numpy as np
 import pytest
 
+from daliload.framecode import read_code
 from daliload.index import load_index
+from daliload.loader import KineticsDALILoader
 from daliload.prescreen import Manifest, probe_file, scan
 from daliload.prescreen.gpus import GPU_MODELS
 from daliload.synth import SynthSpec, generate_dataset
@@ -60,6 +62,12 @@ def full_decode(path) -> list[float]:
                 continue
             times += [float(f.pts * f.time_base) if f.pts is not None else -1.0 for f in frames]
     return times
+
+
+def frame_codes(path) -> list[int]:
+    """The frame index painted into each frame (:mod:`daliload.framecode`), in output order."""
+    with av.open(str(path)) as container:
+        return [read_code(frame.to_ndarray(format="rgb24")).index for frame in container.decode(video=0)]
 
 
 def outputs(root: Path) -> dict[str, bytes]:
@@ -121,6 +129,7 @@ def test_layout_frames_keyframes_sizes_and_bad_files(source, transcoded):
         src_times = full_decode(source / result.rel)
         assert facts.num_frames == len(src_times) == result.frames_out, result.rel
         assert full_decode(out) == pytest.approx(src_times, abs=2e-3), f"timestamps of {result.rel}"
+        assert frame_codes(out) == frame_codes(source / result.rel), f"frames of {result.rel}"
     assert not list(dst.rglob(".*.partial-*"))
     lines = [json.loads(line) for line in json_path.read_text().splitlines()]
     assert sorted(r["rel"] for r in lines) == [r.rel for r in summary.results]
@@ -137,6 +146,17 @@ def test_scan_of_the_output_routes_every_file_to_dali_on_every_gpu_model(transco
             routes = {e.route for e in manifest.entries(device=f"gpu:{generation}")}
             assert routes == {"dali"}, generation
         assert len(manifest.entries(device="gpu")) == summary.written
+
+
+@pytest.mark.filterwarnings("ignore:.*listed in the csv index are missing")
+def test_the_loader_reads_the_output_unchanged(transcoded):
+    dst, summary, _ = transcoded
+    loader = KineticsDALILoader(dst, "train", batch_size=4, clip_len=4, frame_stride=2, crop_size=48)
+    try:
+        assert sum(len(labels) for _, labels in loader) == 4 * len(loader) and not loader.stats().failures
+        assert len(loader.videos) == sum(r.rel.startswith("train/") for r in summary.of("written"))
+    finally:
+        loader.close()
 
 
 def test_rerun_skips_everything_and_redoes_a_changed_source(source, transcoded, tmp_path):

@@ -65,12 +65,14 @@ class FileJob:
         dst: final output file (absolute).
         rel: source path relative to the dataset root, ``/``-separated (the record's key).
         options: how to encode.
+        out_rel: output path relative to the output root (``rel`` with ``.mp4``).
     """
 
     src: str
     dst: str
     rel: str
     options: TranscodeOptions
+    out_rel: str = ""
 
 
 @dataclass
@@ -80,7 +82,6 @@ class _Counts:
     decode_errors: int = 0
     first_error: str = ""
     size: tuple[int, int] = (0, 0)
-    audio: bool = False
     last_pts: int | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -134,14 +135,9 @@ def transcode_file(job: FileJob) -> FileResult:
         counts.notes.append(f"decoded {counts.frames_in} of the {facts.num_frames} frames the probe counted"
                             + (f" ({counts.decode_errors} decode errors, first: {counts.first_error})"
                                if counts.decode_errors else ""))
-    return base.replace(status="written", reason="; ".join(counts.notes), out_rel=_out_rel(job),
+    return base.replace(status="written", reason="; ".join(counts.notes), out_rel=job.out_rel or dst.name,
                         bytes_out=dst.stat().st_size, frames_in=counts.frames_in, frames_out=counts.frames_out,
                         width=counts.size[0], height=counts.size[1], seconds=time.monotonic() - started)
-
-
-def _out_rel(job: FileJob) -> str:
-    parts = Path(job.rel).with_suffix(".mp4").as_posix()
-    return parts
 
 
 def output_size(width: int, height: int, short_side: int) -> tuple[int, int]:
@@ -198,7 +194,6 @@ def _transcode(src: str, tmp: Path, facts: ProbeResult, options: TranscodeOption
             if aout is not None:
                 for out_packet in aout.encode(None):
                     out.mux(out_packet)
-                counts.audio = True
     if counts.frames_out == 0:
         raise TranscodeError(f"{src}: no frame decoded ({counts.decode_errors} decode errors, "
                              f"first: {counts.first_error or 'none'})")
@@ -238,7 +233,7 @@ class _VideoOut:
         self.step = max(1, round(1 / (self.rate * self.time_base)))
         # AVI timestamps count packets in decode order, not presentation times: frames are then
         # spaced evenly from the first, as a player shows them.
-        self.even = not timestamps_rank_frames(out_format(vin))
+        self.even = not timestamps_rank_frames(vin.container.format.name)
 
     def push(self, frame: av.VideoFrame) -> None:
         self.counts.frames_in += 1
@@ -296,21 +291,12 @@ class _VideoOut:
                                       self.time_base if options.fps is None else 1 / options.fps)
 
 
-def out_format(stream: av.stream.Stream) -> str:
-    """The demuxer name of the container ``stream`` belongs to."""
-    return stream.container.format.name
-
-
 def _pull(graph: av.filter.Graph) -> Iterator[av.VideoFrame]:
     while True:
         try:
             yield graph.pull()
-        except (BlockingIOError, EOFError):
+        except (BlockingIOError, EOFError):  # PyAV's EAGAIN (wants more input) and EOF (flushed)
             return
-        except av.FFmpegError as err:  # EAGAIN/EOF surface as these on some PyAV builds
-            if getattr(err, "errno", None) in (11, 541478725):
-                return
-            raise
 
 
 def _encoder_stream(out: av.container.OutputContainer, options: TranscodeOptions, width: int, height: int,

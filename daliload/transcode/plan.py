@@ -86,7 +86,7 @@ def plan_transcode(src: str | os.PathLike, dst: str | os.PathLike, options: Tran
         if first != rel:
             clashes.append((rel, f"name clash: {first} also becomes {out}; rename one of them"))
             continue
-        jobs.append(FileJob(str(src_root / rel), str(dst_root / out), rel, options))
+        jobs.append(FileJob(str(src_root / rel), str(dst_root / out), rel, options, out))
     return TranscodePlan(str(src_root), str(dst_root), tuple(sorted({s for s in found.values()})), tuple(jobs),
                          tuple(clashes), _layout_files(src_root), len(found))
 
