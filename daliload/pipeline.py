@@ -409,8 +409,9 @@ class DaliClipDecoder:
                 f"{len(self._pending)} batches are already pending (prefetch_queue_depth="
                 f"{self.prefetch_queue_depth}); call result() before submitting more"
             )
+        paths = list(dict.fromkeys(s.path for s in samples))  # one read per file: a video's views share it
         try:
-            encoded = list(self._reader.map(_read_file, [s.path for s in samples]))
+            by_path = dict(zip(paths, self._reader.map(_read_file, paths)))
         except OSError as err:
             bad = next((s for s in samples if s.path == getattr(err, "filename", None)), None)
             error = DaliBatchError(samples, f"cannot read file: {err}", culprit=bad)
@@ -418,7 +419,7 @@ class DaliClipDecoder:
             return
         pipe = self._pipes[self._next_pipe]
         self._next_pipe = (self._next_pipe + 1) % len(self._pipes)
-        self._feed(pipe, samples, encoded)
+        self._feed(pipe, samples, [by_path[s.path] for s in samples])
         pipe.schedule_run()
         self._pending.append(_Pending(samples, None, pipe))
 

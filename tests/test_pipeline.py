@@ -27,6 +27,7 @@ from daliload.plan import (
     make_train_plan,
 )
 
+from daliload import pipeline
 from daliload.pipeline import DaliBatchError, DaliClipDecoder, DecodedBatch
 
 try:
@@ -421,3 +422,20 @@ def test_frame_indices_match_the_plan_on_gpu(make_clip, layout):
                 assert read_clip(clip, layout=layout) == s.frame_indices(NUM_FRAMES)
                 frame = clip[:, 0] if layout == "CTHW" else clip[0]
                 assert read_code(frame, layout="CHW").flipped is s.flip
+
+
+@needs_dali
+def test_the_views_of_a_video_share_one_read_of_its_file(vp9, raw_decoder, monkeypatch):
+    """Multi-view evaluation gives DALI one entry per view; the file is read once per batch, not per view."""
+    reads = []
+
+    def counted(path):
+        reads.append(path)
+        return real_read(path)
+
+    real_read = pipeline._read_file
+    monkeypatch.setattr(pipeline, "_read_file", counted)
+    views = [sample(vp9, start, 2, label=4, position=i) for i, start in enumerate((0, 10, 20, 30))]
+    batch = raw_decoder.decode_batch(views)
+    assert reads == [str(vp9)]
+    assert [read_clip(v, layout="CTHW")[0] for v in batch.videos] == [0, 10, 20, 30]
