@@ -7,8 +7,9 @@
    4:4:4 and 10-bit files (which NVDEC cannot decode);
 2. transcodes it with ``daliload transcode``'s defaults (short side 256,
    GOP 16, libx264 veryfast) with 1 and with ``--workers`` workers, from
-   scratch each time: files/s, files/s per core, MB/s read, and the CPU
-   seconds per file of the whole process tree;
+   scratch each time, after a warm-up that starts the worker processes:
+   files/s, files/s per core, MB/s read, and the CPU seconds per file of the
+   whole process tree;
 3. runs :class:`~daliload.KineticsDALILoader` on SRC and on DST in this same
    run, with the same settings and seed, alternating SRC and DST epochs:
    clips/s (median of ``--epochs`` epochs after one warm-up, ± half the range);
@@ -33,7 +34,7 @@ from benchmarks.report import append_markdown, machine_info, machine_line, versi
 from daliload.loader import DecodeSpec, KineticsDALILoader
 from daliload.prescreen import Manifest, scan
 from daliload.synth.dataset import SynthSpec, generate_dataset
-from daliload.transcode import TranscodeOptions, transcode_dataset
+from daliload.transcode import Shard, TranscodeOptions, transcode_dataset
 from daliload.workerpool import usable_cores
 
 HERE = Path(__file__).resolve().parent
@@ -194,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     src = make_source(args)
     work = Path(args.data_dir)
     dst = work / "dst"
+    # Warm-up: start the worker processes' forkserver (it imports torch once) on a share of about one file.
+    transcode_dataset(src, work / "warmup", TranscodeOptions(), shard=Shard(0, args.classes * args.clips_per_class),
+                      workers=1, progress=False)
     monitor = ResourceMonitor()
     try:
         sweep = sorted({1, args.workers})
