@@ -346,3 +346,21 @@ def test_bad_arguments_are_clear_errors(source, tmp_path, monkeypatch, capsys):
     assert main(["transcode", str(source), str(tmp_path / "o"), "--encoder", "nvenc"]) == 2
     assert "nvenc" in capsys.readouterr().err
     assert output_size(1280, 544, 256) == (602, 256) and output_size(81, 61, 0) == (80, 60)
+
+
+def test_the_benchmark_writes_its_figures_and_section(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))  # the checkout's benchmarks/
+    from benchmarks import bench_transcode
+
+    out, md = tmp_path / "transcode.json", tmp_path / "RESULTS.md"
+    md.write_text("# Benchmark results\n\n## Other: `x`\n\n### Other run `x` — m\n\nkept\n")
+    args = ["--classes", "2", "--clips-per-class", "2", "--size", "128x96", "--duration-s", "1", "--epochs", "1",
+            "--workers", "1", "--data-dir", str(tmp_path / "data"), "--json", str(out), "--results-md", str(md)]
+    assert bench_transcode.main(args) == 0
+    assert bench_transcode.main(args) == 0  # a second run replaces its section
+    result = json.loads(out.read_text())
+    assert [t["workers"] for t in result["transcode"]] == [1] and result["transcode"][0]["files_per_s"] > 0
+    assert result["routes"]["dst"] == {"dali": 4} and result["loader"]["dst"]["clips_per_s"]["median"] > 0
+    text = md.read_text()
+    assert text.count(bench_transcode.SECTION) == 1 and text.count("### Transcode run `transcode`") == 1
+    assert "kept" in text and "DST over SRC" in text and result["load_average_start"]
