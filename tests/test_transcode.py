@@ -102,7 +102,7 @@ def transcoded(source, tmp_path_factory):
 
 
 # The CSVs still list the bad files, which were not written: the index of DST says they are missing.
-@pytest.mark.filterwarnings("ignore:.*listed in the csv index are missing")
+@pytest.mark.filterwarnings("ignore:.*listed in the .* index are missing")
 def test_layout_frames_keyframes_sizes_and_bad_files(source, transcoded):
     dst, summary, json_path = transcoded
     assert not summary.failed and summary.written == 13 and len(summary.bad) == 2  # truncated, garbage
@@ -119,6 +119,8 @@ def test_layout_frames_keyframes_sizes_and_bad_files(source, transcoded):
         listed = (dst / f"{split}list.txt").read_text().splitlines()
         assert listed == rewrite_list((source / f"{split}list.txt").read_text()).splitlines()
         assert all(line.rpartition(" ")[0].endswith(".mp4") for line in listed)
+        by_list = load_index(dst, split, layout="list")
+        assert [(r.path, r.label) for r in by_list.records] == [(r.path, r.label) for r in dst_index.records]
     for result in summary.of("written"):
         out = dst / result.out_rel
         facts = probe_file(out)
@@ -136,7 +138,7 @@ def test_layout_frames_keyframes_sizes_and_bad_files(source, transcoded):
     assert {r["status"] for r in lines} == {"written", "bad"}
 
 
-@pytest.mark.filterwarnings("ignore:.*listed in the csv index are missing")
+@pytest.mark.filterwarnings("ignore:.*listed in the .* index are missing")
 def test_scan_of_the_output_routes_every_file_to_dali_on_every_gpu_model(transcoded, tmp_path):
     dst, summary, _ = transcoded
     manifest_path = tmp_path / "manifest.sqlite"
@@ -148,7 +150,7 @@ def test_scan_of_the_output_routes_every_file_to_dali_on_every_gpu_model(transco
         assert len(manifest.entries(device="gpu")) == summary.written
 
 
-@pytest.mark.filterwarnings("ignore:.*listed in the csv index are missing")
+@pytest.mark.filterwarnings("ignore:.*listed in the .* index are missing")
 def test_the_loader_reads_the_output_unchanged(transcoded):
     dst, summary, _ = transcoded
     loader = KineticsDALILoader(dst, "train", batch_size=4, clip_len=4, frame_stride=2, crop_size=48)
@@ -316,6 +318,18 @@ def test_fps_and_audio_options(realclips, tmp_path):
     assert transcode_file(kept).frames_out == 150
     with av.open(kept.dst) as container:
         assert container.streams.audio[0].codec_context.name == "aac"
+
+
+def test_two_sources_that_would_become_one_output_are_a_clash(tmp_path):
+    folder = tmp_path / "src" / "train" / "a"
+    folder.mkdir(parents=True)
+    for name in ("x.webm", "x.mkv", "y.avi"):
+        (folder / name).write_bytes(b"not probed by the plan")
+    plan = plan_transcode(tmp_path / "src", tmp_path / "dst", OPTIONS)
+    assert [(j.rel, j.out_rel) for j in plan.jobs] == [("train/a/x.mkv", "train/a/x.mp4"),
+                                                       ("train/a/y.avi", "train/a/y.mp4")]
+    assert plan.clashes == (("train/a/x.webm", "name clash: train/a/x.mkv also becomes train/a/x.mp4; "
+                                               "rename one of them"),)
 
 
 def test_bad_arguments_are_clear_errors(source, tmp_path, monkeypatch, capsys):
