@@ -254,10 +254,10 @@ def _mpeg2_ts(path: Path) -> None:
             out.mux(packet)
 
 
-REAL = {  # class folder -> real clips (4:4:4 VFR, 10-bit, rotated, broken, AVI, FLV, IVF, MJPEG, HEVC)
+REAL = {  # class folder -> real clips (4:4:4 VFR, 10-bit, rotated, broken, AVI, FLV, IVF, MJPEG, HEVC, SAR)
     "odd": ["torchcodec/var_fps_video.mp4", "torchcodec/h264_10bits.mp4", "VALI/test_hevc10.mkv",
             "PySceneDetect/issue-134-rotate.mp4", "mp4ff/ed_hevc.mp4", "mp4ff/vp9.ivf"],
-    "old": ["video_reader_benchmark/RATRACE_wave_f_nm_np1_fr_goo_37.avi", "moviepy/clip1024.flv",
+    "old": ["video_reader_benchmark/RATRACE_wave_f_nm_np1_fr_goo_37.avi", "mmaction2/test.mp4", "moviepy/clip1024.flv",
             "nwb-video-widgets/stub_mjpeg.avi", "moviepy/big_buck_bunny_432_433.webm"],
     "broken": ["mp4parse-rust/chunk_out_of_range.mp4", "mp4parse-rust/zero_empty_stsc.mp4", "decord/corrupted.mp4"],
 }
@@ -282,6 +282,8 @@ def test_real_clips(realclips, tmp_path):
         assert np.diff([*facts.keyframes, facts.num_frames]).max() <= 12, result.rel
         assert facts.num_frames == len(full_decode(src / result.rel)), result.rel
         assert facts.rotation == 0
+    with av.open(str(dst / "train/old/mmaction2_test.mp4")) as container:  # non-square pixels, SAR 1024/765
+        assert container.streams.video[0].sample_aspect_ratio == Fraction(1024, 765)
     vfr = "train/odd/torchcodec_var_fps_video.mp4"
     assert full_decode(dst / "train/odd/torchcodec_var_fps_video.mp4") == pytest.approx(full_decode(src / vfr),
                                                                                          abs=1e-3)

@@ -11,7 +11,8 @@ with a time limit). It:
 3. filters each frame with FFmpeg's filters: the display rotation is applied
    (``transpose``/``hflip,vflip``, as ``ffmpeg`` does by default) so the
    output is upright and carries no rotation flag, the short side is scaled
-   to ``short_side`` (the other side rounded to even), the pixels become
+   to ``short_side`` (the other side rounded to even; a non-square pixel
+   aspect ratio is kept as the stream's flag), the pixels become
    8-bit 4:2:0 (``format=yuv420p``: 4:4:4 and 10-bit sources are converted),
    and with ``--fps`` the ``fps`` filter resamples to a constant rate;
 4. encodes with libx264 (or NVENC): an IDR frame every ``gop`` frames, no
@@ -289,6 +290,10 @@ class _VideoOut:
         self.stream = _encoder_stream(self.out, options, width, height,
                                       self.rate if options.fps is None else options.fps,
                                       self.time_base if options.fps is None else 1 / options.fps)
+        # Non-square pixels stay non-square (both sides scale alike); a quarter turn swaps the ratio.
+        sar = self.vin.codec_context.sample_aspect_ratio
+        if sar and sar != 1:
+            self.stream.codec_context.sample_aspect_ratio = 1 / sar if round(rotation / 90) % 2 else sar
 
 
 def _pull(graph: av.filter.Graph) -> Iterator[av.VideoFrame]:
