@@ -1,9 +1,11 @@
 """Ceilings: how fast plain decoding of the same files goes, measured in the same run.
 
-- CPU (:class:`PyAVSequential`): one process, one decoder thread, every file
+- CPU (:class:`PyAVSequential`): as many processes as the loaders have
+  workers (the run's ``--workers``), each with one decoder thread, every file
   decoded from start to end with PyAV, no RGB conversion, no transform. This
-  is what one core does when it only decodes; a loader's frames/s divided by
-  it says how many such cores' worth of decoding it delivers.
+  is what those processes do when they only decode; its frames/s is also the
+  full-decode speed behind the GOP-bound limit of exact-seeking decoders
+  (:mod:`benchmarks.summary`).
 - GPU (:class:`DaliWholeFiles`): ``fn.decoders.video`` (``device="mixed"``:
   NVDEC) over the bytes of whole files, batches of 32 files, 16 or more
   threads, several pipelines running at once, nothing else in the pipeline.
@@ -38,10 +40,17 @@ def decode_file_sequential(path: str) -> int:
 
 
 class PyAVSequential(LoaderAdapter):
+    """Whole files decoded by ``config.workers`` processes (0 or 1: in this process), files dealt in turn.
+
+    The pool starts with the adapter (not timed); its processes import PyAV in
+    the warm-up epoch, as a loader's workers do.
+    """
+
     name = "ceiling-pyav"
-    summary = "CPU ceiling: sequential PyAV decode of whole files, 1 process, 1 decoder thread, no RGB"
+    summary = ("CPU ceiling: PyAV decode of whole files, as many processes as the loaders' workers, "
+               "1 decoder thread each, no RGB")
     counts_frames = True
-    knob = None
+    knob = "decoding processes"
 
     @classmethod
     def probe(cls, config) -> str | None:
@@ -52,11 +61,27 @@ class PyAVSequential(LoaderAdapter):
         return None
 
     def __init__(self, dataset, samples: Sequence, config) -> None:
+        import multiprocessing
+
         self._paths = [video.path for video in dataset.videos]
+        self._pool = None
+        if config.workers > 1:
+            methods = multiprocessing.get_all_start_methods()
+            context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+            self._pool = context.Pool(config.workers)
 
     def epoch(self) -> Iterator[LoadedBatch]:
-        for path in self._paths:
-            yield LoadedBatch(None, None, 1, decode_file_sequential(path))
+        if self._pool is None:
+            counts: Iterator[int] = map(decode_file_sequential, self._paths)
+        else:
+            counts = self._pool.imap_unordered(decode_file_sequential, self._paths, chunksize=1)
+        for frames in counts:
+            yield LoadedBatch(None, None, 1, frames)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool.join()
 
 
 class _FileBatches:

@@ -166,6 +166,7 @@ def standard_specs(
     num_clips: int,
     num_clips_hd: int,
     duration_s: float,
+    duration_hd_s: float | None = None,
     seed: int = 0,
     size: tuple[int, int] | None = None,
 ) -> list[DatasetSpec]:
@@ -176,6 +177,7 @@ def standard_specs(
         num_clips: clips per dataset at Kinetics size.
         num_clips_hd: clips per :data:`HD_DATASETS` dataset (their frames cost ~10x more).
         duration_s: seconds per clip (Kinetics: 10).
+        duration_hd_s: seconds per :data:`HD_DATASETS` clip (None: ``duration_s``).
         seed: content seed.
         size: ``(width, height)`` replacing 340x256 in the Kinetics-size datasets
             (tests use tiny frames); the HD ones keep their size.
@@ -193,7 +195,8 @@ def standard_specs(
             width, height = size
         description = f"{width}x{height} {_CODEC_NAMES.get(codec, codec)}, keyframe every {gop} frames: {why}"
         specs.append(DatasetSpec(name=name, codec=codec, width=width, height=height, gop=gop,
-                                 num_clips=num_clips_hd if hd else num_clips, duration_s=duration_s,
+                                 num_clips=num_clips_hd if hd else num_clips,
+                                 duration_s=duration_hd_s if hd and duration_hd_s is not None else duration_s,
                                  seed=seed, description=description))
     return specs
 

@@ -1,15 +1,18 @@
-"""The benchmark run: datasets, one plan, every loader, ceilings, sweeps, report.
+"""The benchmark run: datasets, one plan, the fallback's stage profile, every loader, ceilings, sweeps, report.
 
 ``python -m benchmarks`` (from the repository root; ``make bench`` sets up and runs it) runs::
 
     1. generate (or reuse) the datasets               benchmarks.datasets
     2. draw ONE plan per dataset from --seed          benchmarks.task
        (the plan daliload's loader draws itself for epoch 0)
-    3. ceilings: plain decoding of the same files     benchmarks.ceiling
-    4. every loader on every dataset, --workers       benchmarks.loaders / peers
-    5. the workers sweep on --sweep-dataset
-    6. JSON, markdown, PNG plots                      benchmarks.report
-       (the run's section in RESULTS.md replaces the last run of the same name)
+    3. the fallback's per-stage profile per dataset   benchmarks.stages
+    4. ceilings: plain decoding of the same files,    benchmarks.ceiling
+       with as many processes as the loaders' workers
+    5. every loader on every dataset, --workers       benchmarks.loaders / peers
+    6. the workers sweep on --sweep-dataset
+    7. JSON, markdown, PNG plots                      benchmarks.report, benchmarks.summary
+       (the run's section in RESULTS.md replaces the last run of the same name;
+       the README's speed section, between its markers, is rewritten from the same JSON)
 
 Each measurement runs in its own process (``python -m benchmarks.measure``)
 with a timeout; a loader that cannot run here is listed with the reason, one
@@ -34,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from benchmarks.datasets import STANDARD
+from benchmarks.options import REPO_ROOT, add_arguments
 from daliload.workerpool import usable_cores
 
 if TYPE_CHECKING:
@@ -43,90 +47,7 @@ if TYPE_CHECKING:
     from daliload.plan import Sample
 
 HELP = "benchmark daliload against the video loaders people use, on generated datasets"
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from err
-    if any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"values must be >= 1, got {text!r}")
-    return values
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from err
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
-
-
-def _name_list(text: str) -> list[str]:
-    return [v.strip() for v in text.split(",") if v.strip()]
-
-
-def _size(text: str) -> tuple[int, int]:
-    try:
-        width, height = (int(v) for v in text.lower().split("x"))
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT, e.g. 128x96, got {text!r}") from err
-    return width, height
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``python -m benchmarks``."""
-    from benchmarks.loaders import LOADERS
-
-    g = parser.add_argument_group("what to run")
-    g.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                   help="where batches must end up; auto: cuda if torch sees a GPU (default)")
-    g.add_argument("--datasets", type=_name_list, default=list(STANDARD),
-                   help=f"comma-separated, from {', '.join(STANDARD)} (default: all)")
-    g.add_argument("--loaders", type=_name_list, default=list(LOADERS),
-                   help=f"comma-separated, from {', '.join(LOADERS)} (default: all); ceilings always run")
-    g.add_argument("--workers", type=_non_negative, default=None,
-                   help="DataLoader workers / DALI threads of the main table (default: 2 on CPU, 8 on GPU, "
-                        "at most the usable cores)")
-    g.add_argument("--sweep-workers", type=_int_list, default=None,
-                   help="workers sweep values, comma-separated (default: 1,2 on CPU; 2,8,16 with >= 16 cores)")
-    g.add_argument("--no-sweeps", action="store_true", help="skip the workers sweep")
-    g.add_argument("--sweep-dataset", default="h264-gop250", choices=list(STANDARD),
-                   help="dataset of the workers sweep (default h264-gop250)")
-    g = parser.add_argument_group("datasets and task")
-    g.add_argument("--clips", type=int, default=None,
-                   help="clips per 340x256 dataset (default: 16 on CPU, 64 on GPU)")
-    g.add_argument("--clips-hd", type=int, default=None,
-                   help="clips in the 1280x720 dataset (default: 4 on CPU, 32 on GPU)")
-    g.add_argument("--duration", type=float, default=10.0, help="seconds per clip (default 10, as Kinetics)")
-    g.add_argument("--size", type=_size, default=None,
-                   help="WIDTHxHEIGHT replacing 340x256 (tests use tiny frames); 720p keeps its size")
-    g.add_argument("--batch-size", type=int, default=None, help="clips per batch (default: 2 on CPU, 32 on GPU)")
-    g.add_argument("--seed", type=int, default=0, help="draws the datasets' content and the plan (default 0)")
-    g.add_argument("--data-dir", default=str(REPO_ROOT / "bench_out" / "datasets"),
-                   help="where generated datasets are cached (default bench_out/datasets)")
-    g.add_argument("--gen-workers", type=int, default=None, help="encoder processes (default: usable cores)")
-    g = parser.add_argument_group("timing")
-    g.add_argument("--runs", type=int, default=None,
-                   help="timed epochs per measurement (default: 2 on CPU, 3 on GPU)")
-    g.add_argument("--warmup", type=int, default=1, help="untimed epochs first (default 1)")
-    g.add_argument("--timeout", type=float, default=300.0, help="seconds per measurement before it is killed")
-    g.add_argument("--time-budget", type=float, default=None,
-                   help="seconds after which no new measurement starts (the rest are listed as skipped)")
-    g = parser.add_argument_group("output")
-    g.add_argument("--name", default=None, help="result name: RESULTS_DIR/NAME.json, NAME-*.png (default: cpu/gpu)")
-    g.add_argument("--machine", default="", help="a label for the machine, e.g. '2-core CPU VM, no GPU'")
-    g.add_argument("--results-dir", default=str(REPO_ROOT / "benchmarks" / "results"))
-    g.add_argument("--results-md", default=str(REPO_ROOT / "benchmarks" / "RESULTS.md"),
-                   help="markdown file the run's section goes to (replacing the previous run of the same name)")
-    g.add_argument("--no-md", action="store_true", help="do not write to --results-md")
-    g.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
-    g.add_argument("--report-from", default=None, metavar="JSON",
-                   help="measure nothing: make the table and plots of an earlier run's JSON (e.g. one cut short)")
+__all__ = ["add_arguments", "build_parser", "main", "run"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,14 +82,14 @@ def _default_sweep(cores: int, device: str) -> list[int]:
     return sorted({2, cores // 2, cores})
 
 
-def _run_child(job_file: Path, log_file: Path, timeout: float) -> str | None:
-    """Run one measurement process; return None, or why it produced no result."""
+def _run_child(job_file: Path, log_file: Path, timeout: float, module: str = "benchmarks.measure") -> str | None:
+    """Run one measurement process (``python -m MODULE JOB``); return None, or why it produced no result."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
     env.setdefault("PYTHONUNBUFFERED", "1")
     with open(log_file, "w", encoding="utf-8") as log:
         # Its own session, so a timeout can end the child AND its spawned workers.
-        process = subprocess.Popen([sys.executable, "-m", "benchmarks.measure", str(job_file)], stdout=log,
+        process = subprocess.Popen([sys.executable, "-m", module, str(job_file)], stdout=log,
                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
             code = process.wait(timeout=timeout)
@@ -231,14 +152,10 @@ def _resolve_setup(args: argparse.Namespace) -> RunSetup:
     gpu = device == "cuda"
     cores = usable_cores()
     workers = args.workers if args.workers is not None else min(8 if gpu else 2, cores)
-    # On a 2-core machine 16 clips per dataset and 2 timed epochs keep a run near 6 minutes;
-    # batches of 2 give each of 2 workers batches in every dataset, the 4-clip 720p one
-    # included (a batch of 4 there is the whole epoch: one worker would do it all).
     return RunSetup(
         name=args.name or ("gpu" if gpu else "cpu"), device=device, cores=cores, workers=workers,
         sweep_values=[] if args.no_sweeps else (args.sweep_workers or _default_sweep(cores, device)),
-        task=TaskSpec(batch_size=args.batch_size or (32 if gpu else 2), seed=args.seed),
-        runs=args.runs or (3 if gpu else 2))
+        task=TaskSpec(batch_size=args.batch_size or (32 if gpu else 2), seed=args.seed), runs=args.runs)
 
 
 def _plan_frame_counts(dataset: Dataset, samples: Sequence[Sample]) -> dict[str, int]:
@@ -262,10 +179,8 @@ def _prepare_datasets(args: argparse.Namespace, setup: RunSetup, work_dir: Path,
     from benchmarks.datasets import loader_order, prepare_dataset, standard_specs
     from benchmarks.task import make_plan, write_plan
 
-    gpu = setup.device == "cuda"
-    specs = standard_specs(args.datasets, num_clips=args.clips or (64 if gpu else 16),
-                           num_clips_hd=args.clips_hd or (32 if gpu else 4), duration_s=args.duration,
-                           seed=args.seed, size=args.size)
+    specs = standard_specs(args.datasets, num_clips=args.clips, num_clips_hd=args.clips_hd,
+                           duration_s=args.duration, duration_hd_s=args.duration_hd, seed=args.seed, size=args.size)
     state = RunState(args, setup, work_dir, started, datasets={}, plans={}, frame_counts={})
     for spec in specs:
         t0 = time.monotonic()
@@ -284,7 +199,9 @@ def _jobs(args: argparse.Namespace, setup: RunSetup, datasets: Sequence[str]) ->
     """Ceilings, then every loader dataset by dataset, then the workers sweep."""
     from benchmarks.loaders import CEILINGS
 
-    jobs = [Job(CEILINGS["cpu"], "ceiling", d, 1, "main") for d in datasets]
+    # The CPU ceiling decodes with as many processes as the loaders have workers: its frames/s
+    # is also the full-decode speed behind the GOP-bound limit (benchmarks.summary).
+    jobs = [Job(CEILINGS["cpu"], "ceiling", d, max(1, setup.workers), "main") for d in datasets]
     if setup.device == "cuda":
         jobs += [Job(CEILINGS["cuda"], "ceiling", d, setup.workers, "main") for d in datasets]
     # Dataset by dataset, Kinetics-like first: a run cut short by --time-budget still
@@ -392,6 +309,25 @@ def _measure_all(jobs: Sequence[Job], result: dict, json_path: Path, state: RunS
         json_path.write_text(json.dumps(result, indent=1), encoding="utf-8")
 
 
+def _profile_all(result: dict, json_path: Path, state: RunState) -> None:
+    """The fallback's per-stage profile on every dataset, each in its own process, into result["profiles"]."""
+    clips = state.args.profile_clips
+    if clips <= 0:
+        return
+    result["profiles"] = {}
+    for name, dataset in state.datasets.items():
+        job_file, out_file = state.work_dir / f"stages-{name}.job.json", state.work_dir / f"stages-{name}.json"
+        job_file.write_text(json.dumps({"dataset": dataset.root, "plan": str(state.plans[name]), "clips": clips,
+                                        "out": str(out_file)}), encoding="utf-8")
+        failure = _run_child(job_file, state.work_dir / f"stages-{name}.log", state.args.timeout,
+                             module="benchmarks.stages")
+        profile = {"error": failure} if failure else json.loads(out_file.read_text(encoding="utf-8"))
+        result["profiles"][name] = profile
+        total = "failed" if failure else f"{profile['total_ms']:.1f} ms per clip"
+        print(f"  stage profile of the fallback on {name}: {total}", flush=True)
+        json_path.write_text(json.dumps(result, indent=1), encoding="utf-8")
+
+
 def run(args: argparse.Namespace) -> int:
     from benchmarks.report import machine_info
 
@@ -418,6 +354,7 @@ def run(args: argparse.Namespace) -> int:
     jobs = _jobs(args, setup, list(state.datasets))
     result = _new_result(state, machine)
     json_path = results_dir / f"{setup.name}.json"
+    _profile_all(result, json_path, state)
     _measure_all(jobs, result, json_path, state)
 
     result["machine"]["load_avg_end"] = _load_average()
@@ -428,8 +365,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _finish(result: dict, args: argparse.Namespace, json_path: Path, results_dir: Path) -> None:
-    """Plots, the JSON with their names, the markdown table (printed and written to RESULTS.md)."""
+    """Plots, the JSON with their names, the markdown (printed, written to RESULTS.md and the README)."""
     from benchmarks.report import append_markdown, markdown_report, write_plots
+    from benchmarks.summary import write_readme
 
     if not args.no_plots:
         result["plots"] = write_plots(result, results_dir)
@@ -440,11 +378,17 @@ def _finish(result: dict, args: argparse.Namespace, json_path: Path, results_dir
     if not args.no_md:
         append_markdown(args.results_md, text)
         print(f"written to {args.results_md}")
+        if write_readme(args.readme, result):
+            print(f"speed section of {args.readme} rewritten")
+        else:
+            print(f"{args.readme} has no speed markers: not rewritten")
     print(f"results: {json_path}" + (f"; plots: {', '.join(result['plots'])}" if result["plots"] else ""))
 
 
 def _fill_ratios(result: dict) -> None:
-    """Set each ok measurement's ratios to the run's ceiling on the same dataset."""
+    """Set each ok measurement's ratios to the run's ceiling on the same dataset, and the run's targets."""
+    from benchmarks.summary import ratios
+
     ok_ceilings = [m for m in result["measurements"] if m["kind"] == "ceiling" and m["status"] == "ok"]
     # On a GPU run the GPU ceiling, unless it could not run; then the CPU one.
     if result["settings"]["device"] == "cuda" and any(m["loader"] == "ceiling-dali" for m in ok_ceilings):
@@ -459,6 +403,7 @@ def _fill_ratios(result: dict) -> None:
         figures["ratio_clips"] = figures["clips_per_s"]["median"] / ceiling["clips_per_s"]["median"]
         if figures["frames_per_s"] and ceiling["frames_per_s"]:
             figures["ratio_frames"] = figures["frames_per_s"]["median"] / ceiling["frames_per_s"]["median"]
+    result["targets"] = ratios(result)  # the GOP-bound limit and the loader's ratios, per dataset
 
 
 def _print_record(record: dict, number: int, total: int) -> None:

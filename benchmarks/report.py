@@ -159,10 +159,11 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 
 
 def _fmt_summary(summary: Summary | None) -> str:
+    """``median (min-max)``, or the median alone for one run."""
     if summary is None:
         return "–"
     text = _fmt(summary.median)
-    return f"{text} ±{summary.spread_pct:.0f}%" if summary.n > 1 else text
+    return f"{text} ({_fmt(summary.low)}-{_fmt(summary.high)})" if summary.n > 1 else text
 
 
 def _intro_lines(result: dict) -> list[str]:
@@ -182,8 +183,9 @@ def _intro_lines(result: dict) -> list[str]:
         (f"Task: one random {settings['clip_len']}-frame window at stride {settings['frame_stride']} per video "
          f"(the same windows, crops and flips for every loader, seed {settings['seed']}), "
          f"{settings['crop_size']} crop after a random short-side resize, flip, normalise, "
-         f"batch {settings['batch_size']}; median of {settings['runs']} runs after {settings['warmup']} warm-up "
-         f"(± half the range). Datasets: "
+         f"batch {settings['batch_size']}, {settings['workers']} workers; median (min-max) of {settings['runs']} "
+         f"timed epochs after {settings['warmup']} warm-up; the CPU ceiling decodes with "
+         f"{max(1, settings['workers'])} processes, as many as the loaders' workers. Datasets: "
          + "; ".join(f"`{d['name']}` {d['num_clips']} clips x {d['duration_s']:g} s ({d['description']})"
                      for d in result["datasets"]) + "."),
         "",
@@ -236,10 +238,11 @@ def _main_table(result: dict) -> tuple[list[str], dict[str, str]]:
             not_run.setdefault(_not_run_key(m), f"{m['status']}: {m['reason']}")
             continue
         lines.append(_table_row(m, gpu))
-    lines += ["", "Ceilings (bold) are files/s and frames/s of plain decoding; `x ceil` divides by the ceiling "
+    lines += ["", "Ceilings (bold) are files/s and frames/s of plain decoding of whole files (their `workers` "
+              "are decoding processes); `x ceil` divides by the ceiling "
               f"of the same dataset ({'GPU: ' if gpu else ''}{result['ceiling_used']}). `~`: the loader cannot "
-              "count decoded frames; credited with a seek to the keyframe before the window. "
-              "† picks its own windows (not the plan's)."]
+              "count decoded frames; credited with a seek to the keyframe before the window (DALI: with a "
+              "decode from frame 0). † picks its own windows (not the plan's)."]
     return lines, not_run
 
 
@@ -262,8 +265,10 @@ def _sweep_table(result: dict) -> list[str]:
 
 def markdown_report(result: dict) -> str:
     """The run as markdown: machine, settings, main table, workers sweep, what did not run."""
+    from benchmarks.summary import stages_markdown, targets_markdown
+
     table, not_run = _main_table(result)
-    lines = _intro_lines(result) + table + _sweep_table(result)
+    lines = _intro_lines(result) + table + targets_markdown(result) + stages_markdown(result) + _sweep_table(result)
     if not_run:
         lines += ["", "Not measured here:", ""]
         lines += [f"- {key}: {why}" for key, why in not_run.items()]

@@ -10,7 +10,10 @@ written to a plan file that every loader's process reads, so all loaders
 decode the same frames and cut the same pixels.
 
 Loaders that decode frames themselves and hand over ``uint8`` RGB frames use
-:func:`transform_clip` for the rest, so they also spend the same work on it;
+:func:`transform_clip` for the rest, which is daliload's fallback transform
+(:func:`fallback.transform.apply_plan`): every loader of a table does the same
+transform (same uint8 resize path, same crop and resize rule) and delivers
+tensors equal in shape, dtype and normalisation;
 :class:`PlanDataset` is the map-style ``torch.utils.data.Dataset`` they share.
 
 Torch is imported lazily: the orchestrator and ``python -m benchmarks --help`` never need it.
@@ -143,7 +146,16 @@ def from_start_decode_estimate(frame_indices: Sequence[int]) -> int:
 
 
 def transform_clip(frames, sample: Sample, output: OutputSpec):
-    """Crop, resize, flip and normalise one clip of RGB frames, as the plan says.
+    """Crop, resize, flip and normalise one clip of RGB frames, as the plan says: the fallback's own transform.
+
+    On the CPU this IS :func:`fallback.transform.apply_plan` (the crop rule of
+    :meth:`daliload.plan.CropBox.pixels`, antialiased bilinear resize on uint8,
+    skipped when the crop already has the output size, then flip and
+    normalise), so every peer that hands over uint8 RGB frames spends the same
+    work on its transform as daliload's fallback and gives the same tensor for
+    the same frames. Frames on a GPU (torchcodec's CUDA decoder) take the same
+    steps on the GPU, resizing in float32: torch has no antialiased uint8
+    resize on CUDA. Its summary says so.
 
     Args:
         frames: ``(T, H, W, 3)`` uint8 numpy array or torch tensor (any device).
@@ -152,24 +164,34 @@ def transform_clip(frames, sample: Sample, output: OutputSpec):
 
     Returns:
         A tensor ``(C, T, h, w)`` (``CTHW``) or ``(T, C, h, w)`` of ``output.dtype``
-        on the frames' device. Bilinear resize with antialiasing.
+        on the frames' device.
     """
+    import torch
+
+    from fallback.transform import apply_plan
+
+    if not isinstance(frames, torch.Tensor) or frames.device.type == "cpu":
+        return apply_plan(frames, sample, output)
+    return _transform_on_gpu(frames, sample, output)
+
+
+def _transform_on_gpu(frames, sample: Sample, output: OutputSpec):
+    """:func:`fallback.transform.apply_plan`'s steps on a CUDA tensor (resize in float32)."""
     import torch
     import torch.nn.functional as F
 
-    frames = torch.as_tensor(frames)
     _, height, width, _ = frames.shape
-    box = sample.crop
-    y0, y1 = round(box.y0 * height), round(box.y1 * height)
-    x0, x1 = round(box.x0 * width), round(box.x1 * width)
+    y0, x0, y1, x1 = sample.crop.pixels(height, width)
     clip = frames[:, y0:y1, x0:x1].permute(0, 3, 1, 2).float()  # T, C, h, w
-    clip = F.interpolate(clip, size=tuple(output.size), mode="bilinear", align_corners=False, antialias=True)
+    if (y1 - y0, x1 - x0) != tuple(output.size):
+        clip = F.interpolate(clip, size=tuple(output.size), mode="bilinear", align_corners=False, antialias=True)
+        clip = clip.round_().clamp_(0, 255)  # as the uint8 resize rounds
     if sample.flip:
         clip = clip.flip(-1)
     mean = torch.tensor(output.mean, device=clip.device).view(1, 3, 1, 1)
     std = torch.tensor(output.std, device=clip.device).view(1, 3, 1, 1)
     clip = ((clip - mean) / std).to(getattr(torch, output.dtype))
-    return clip.permute(1, 0, 2, 3) if output.layout == "CTHW" else clip
+    return (clip.permute(1, 0, 2, 3) if output.layout == "CTHW" else clip).contiguous()
 
 
 class PlanDataset:

@@ -49,7 +49,10 @@ instead of demuxing it from the start, which matters for long videos.
 
 The numbering and random-access rules live in :mod:`fallback.numbering`; here
 are the three strategies (hint, packet table, counting) and their shared
-decode loop and assembly step.
+decode loop and assembly step. The module runs past 500 lines because those
+belong together: the strategies differ only in how they find the entry point,
+and splitting the loop from them would spread one exactness argument over
+several files.
 """
 
 from __future__ import annotations
@@ -222,9 +225,12 @@ def decode_window(
                   deadline=None if timeout_s is None else time.monotonic() + timeout_s,
                   timeout_s=timeout_s,
                   unsafe_seek=(hint is not None and hint.unsafe_seek) or path_str in _UNSAFE_SEEK)
-    # Each strategy gets a fresh container: a new open costs about a
-    # millisecond, a seek back to the start is not exact with edit lists.
-    strategies = ([job.by_hint] if hint is not None else []) + [job.by_index, job.by_counting]
+    # Each strategy gets a fresh container: a seek back to the start is not
+    # exact with edit lists. A hint that cannot skip anything (the window's
+    # keyframe is the first, or the file is unsafe to seek) opens none: an
+    # open costs a few milliseconds, as much as RGB-converting a whole clip.
+    use_hint = hint is not None and job.hint_keyframe(hint) > 0 and not job.unsafe_seek
+    strategies = ([job.by_hint] if use_hint else []) + [job.by_index, job.by_counting]
     for strategy in strategies:
         try:
             with job.open() as container:
@@ -347,11 +353,16 @@ class _Window:
 
     # -- strategy 2: seek by the pre-screen's hint (constant frame rate) -----------
 
+    def hint_keyframe(self, hint: StreamHint) -> int:
+        """The hint's keyframe at or before the window's first frame (clamped to the hint's frame count)."""
+        wanted = self.wanted if hint.num_frames is None else clamp_frame_indices(self.wanted, hint.num_frames)
+        keys = hint.keyframe_indices
+        return keys[bisect.bisect_right(keys, min(wanted)) - 1]
+
     def by_hint(self, container, hint: StreamHint) -> DecodedClip | None:
         stream = container.streams.video[0]
         wanted = self.wanted if hint.num_frames is None else clamp_frame_indices(self.wanted, hint.num_frames)
-        keys = hint.keyframe_indices
-        key = keys[bisect.bisect_right(keys, min(wanted)) - 1]
+        key = self.hint_keyframe(hint)
         if key == 0 or self.unsafe_seek or not stream.time_base or not timestamps_rank_frames(container.format.name):
             return None  # nothing to skip, seeking is unsafe, or no usable timestamps
         packets = (p for p in container.demux(stream) if p.size > 0)

@@ -44,14 +44,29 @@ def tiny_dataset(tmp_path_factory):
 
 
 def test_smoke_run_reports_every_peer(tmp_path):
-    results, md = tmp_path / "results", tmp_path / "RESULTS.md"
+    from benchmarks.summary import README_BEGIN, README_END
+
+    results, md, readme = tmp_path / "results", tmp_path / "RESULTS.md", tmp_path / "README.md"
+    readme.write_text(f"# x\n\n## Speed\n\n{README_BEGIN}\nold table 1.0\n{README_END}\n\nNotes (2026-01-01).\n")
     code = harness.main([
         "--device", "cpu", "--datasets", "h264-gop250", "--clips", "3", "--duration", "1", "--size", "128x96",
         "--batch-size", "2", "--workers", "0", "--no-sweeps", "--runs", "1", "--warmup", "0",
         "--data-dir", str(tmp_path / "data"), "--results-dir", str(results), "--results-md", str(md),
+        "--readme", str(readme), "--profile-clips", "2",
         "--name", "smoke", "--machine", "test machine", "--timeout", "120"])
     assert code == 0
     result = json.loads((results / "smoke.json").read_text())
+    # The README's speed section is the run's, between the markers; the hand notes after them stay.
+    text = readme.read_text()
+    assert "old table" not in text and text.endswith(f"{README_END}\n\nNotes (2026-01-01).\n")
+    assert "Generated from run `smoke`" in text and "| daliload fallback alone | ceiling files/s |" in text
+    assert "| `h264-gop250`: 128x96 h264, keyframe every 250 | 3 x 1 s |" in text
+    assert "fallback alone / GOP-bound limit on `h264-gop250`" in text
+    # The fallback's stage profile, and the GOP-bound limit with the loader's ratios.
+    profile = result["profiles"]["h264-gop250"]
+    assert profile["clips"] == 2 and profile["total_ms"] > 0 and profile["ms_per_clip"]["decode"] > 0
+    targets = result["targets"]["h264-gop250"]
+    assert targets["path"] == "daliload-fallback" and targets["fallback_over_limit"] > 0
 
     machine = result["machine"]
     assert machine["label"] == "test machine" and machine["cpu_cores"] >= 1 and machine["date_utc"]
@@ -62,7 +77,7 @@ def test_smoke_run_reports_every_peer(tmp_path):
 
     by_loader = {m["loader"]: m for m in result["measurements"]}
     ceiling = by_loader["ceiling-pyav"]
-    assert ceiling["status"] == "ok"
+    assert ceiling["status"] == "ok" and ceiling["workers"] == 1  # as many processes as the loaders' workers
     assert ceiling["runs"][0]["frames_decoded"] == 90  # every frame of the 3 files
     assert ceiling["figures"]["ratio_clips"] == pytest.approx(1.0)
     for name in LOADERS:
@@ -114,7 +129,8 @@ def test_report_from_rebuilds_the_table(tmp_path):
     path = tmp_path / "x.json"
     path.write_text(json.dumps(result))
     md = tmp_path / "R.md"
-    assert harness.main(["--report-from", str(path), "--results-md", str(md), "--no-plots"]) == 0
+    assert harness.main(["--report-from", str(path), "--results-md", str(md), "--readme", str(tmp_path / "README.md"),
+                         "--no-plots"]) == 0
     assert "- `decord-cpu`: unavailable: decord does not import" in md.read_text()
 
 

@@ -15,10 +15,11 @@
   ``fn.crop_mirror_normalize``), two batches in flight; the knob is DALI's
   thread count. The CPU one decodes VP8, VP9 and MJPEG only (DALI's CPU
   decoder has the rest compiled out).
-- ``daliload-fallback``: :func:`fallback.make_fallback_loader` alone on the
-  plan (window-only PyAV decode, one FFmpeg thread, non-reference frames the
-  clip does not use skipped) in forkserver DataLoader workers; it counts the
-  frames it decodes.
+- ``daliload-fallback``: the fallback alone on the plan, configured exactly as
+  the whole loader configures its fallback (:class:`daliload.loader.DecodeSpec`:
+  window-only PyAV decode, one FFmpeg thread, non-reference frames the clip
+  does not use skipped, the scan's seek hints, one clip per transfer, the
+  loader's prefetch, forkserver workers); it counts the frames it decodes.
 
 DALI does not say how many frames it decoded, so the DALI rows and the whole
 loader are credited with a seek to the keyframe before each window (``~`` in
@@ -58,10 +59,46 @@ def _batches(samples: Sequence, batch_size: int) -> list[list]:
     return [list(samples[i:i + batch_size]) for i in range(0, len(samples), batch_size)]
 
 
+def loader_hints(dataset) -> dict:
+    """The fallback's seek hints for ``dataset``, as the loader builds them from its scan's manifest.
+
+    The scan records each file's keyframes, frame rate and frame count (the
+    generated clips are constant-frame-rate), and the loader turns them into
+    :class:`fallback.StreamHint` s; the benchmark's own metadata holds the same
+    facts, probed the same way (:func:`benchmarks.datasets.probe_keyframes`).
+    """
+    from fallback import StreamHint
+
+    return {v.path: StreamHint(keyframe_indices=tuple(v.keyframes), fps=v.fps, num_frames=v.num_frames)
+            for v in dataset.videos}
+
+
+def _split(n: int, parts: int) -> list[int]:
+    """``n`` clips in ``min(n, parts)`` near-equal transfers, as the loader splits a batch's fallback share:
+    ``_split(5, 2) == [3, 2]``."""
+    k = min(n, parts)
+    return [n // k + (j < n % k) for j in range(k)]
+
+
 class DaliloadFallback(LoaderAdapter):
+    """The fallback exactly as :class:`daliload.KineticsDALILoader` configures it.
+
+    Its options come from the loader's own :class:`daliload.loader.DecodeSpec`
+    (``fallback_decode``: FFmpeg threads, time limit, seek hints;
+    ``fallback_workers_options``: transfers, prefetch, forkserver workers), and
+    its transfers are the loader's: where the fallback loader takes per-pass
+    transfer sizes (``set_plan``), each batch comes as one transfer per worker,
+    as the loader's epoch pass sends a batch's fallback share; otherwise the
+    spec's fixed transfer size. Transfers that make up a batch are joined in
+    the training process (one that is the whole batch is handed out as it
+    is), as the loader's merge does. So the row is what users get from the
+    loader's fallback path, without the routing and merge of DALI's rows.
+    """
+
     name = "daliload-fallback"
-    summary = ("daliload's PyAV fallback alone: make_fallback_loader (window-only decode, 1 FFmpeg thread, "
-               "unused non-reference frames skipped) in forkserver DataLoader workers")
+    summary = ("daliload's PyAV fallback alone, configured by the loader's DecodeSpec (window-only decode, "
+               "1 FFmpeg thread, unused non-reference frames skipped, seek hints, the loader's transfers and "
+               "prefetch, forkserver workers), transfers joined into batches in the main process")
     counts_frames = True
 
     @classmethod
@@ -69,22 +106,50 @@ class DaliloadFallback(LoaderAdapter):
         return _probe_fallback()
 
     def __init__(self, dataset, samples: Sequence, config) -> None:
-        from fallback import make_fallback_loader
+        from daliload.loader import DecodeSpec
+        from fallback import ClipDataset, FallbackLoader
 
-        # Persistent workers: started in the warm-up epoch, as the other DataLoader peers'.
-        self._loader = make_fallback_loader(list(samples), config.task.output, batch_size=config.task.batch_size,
-                                            num_workers=config.workers, persistent_workers=True)
+        spec = DecodeSpec(fallback_workers=config.workers)
+        decode = spec.fallback_decode(loader_hints(dataset))
+        workers = spec.fallback_workers_options(pin_memory=config.device == "cuda")
+        self._batch_size = config.task.batch_size
+        self._loader = FallbackLoader(ClipDataset(list(samples), config.task.output, decode=decode), workers,
+                                      max_failure_fraction=spec.max_failure_fraction)
+        sizes = None
+        if hasattr(self._loader, "set_plan"):  # per-pass transfer sizes: one transfer per worker per batch
+            sizes = [size for batch in _batches(samples, self._batch_size)
+                     for size in _split(len(batch), max(1, workers.num_workers))]
+            self._loader.set_plan(list(samples), batch_sizes=sizes)
+        self.options = (decode, workers, sizes)  # for tests: what the loader's fallback runs with
 
     def epoch(self) -> Iterator[LoadedBatch]:
-        counted = 0
-        for videos, labels, _positions in self._loader:
-            decoded = self._loader.stats().frames_decoded  # cumulative over the pass
-            yield LoadedBatch(videos, labels, int(labels.shape[0]), decoded - counted)
-            counted = decoded
+        size, counted = self._batch_size, 0
+        parts: list = []
+        labels: list[int] = []
+        for videos, batch_labels, _positions in self._loader:
+            parts.append(videos)
+            labels += batch_labels.tolist()
+            if len(labels) >= size:
+                batch, counted = self._batch(parts, labels[:size], counted)
+                parts, labels = [], labels[size:]
+                yield batch
+        if labels:
+            yield self._batch(parts, labels, counted)[0]
         failures = self._loader.failures
         if failures:
             raise ValueError(f"{self.name}: {len(failures)} sample(s) failed to decode, first "
                              f"{failures[0].path}: {failures[0].reason}")
+
+    def _batch(self, parts: list, labels: list[int], counted: int) -> tuple[LoadedBatch, int]:
+        """The transfers as one batch, with the frames decoded since ``counted``; and the new count."""
+        import torch
+
+        videos = parts[0] if len(parts) == 1 else torch.cat(parts)
+        if videos.shape[0] != len(labels):
+            raise RuntimeError(f"{self.name}: transfers of {[len(p) for p in parts]} clips do not make a batch of "
+                               f"{len(labels)}: the loader's transfers no longer split batches")
+        total = self._loader.stats().frames_decoded  # cumulative over the pass
+        return LoadedBatch(videos, torch.tensor(labels), len(labels), total - counted), total
 
     def close(self) -> None:
         self._loader.close()

@@ -55,7 +55,8 @@ class TorchCodecCPU(DataLoaderAdapter):
 
 class TorchCodecCUDA(LoaderAdapter):
     name = "torchcodec-cuda"
-    summary = "torchcodec VideoDecoder(device='cuda') (NVDEC) in the main process, transform on the GPU"
+    summary = ("torchcodec VideoDecoder(device='cuda') (NVDEC) in the main process, the fallback's transform "
+               "steps on the GPU (resize in float32: torch has no antialiased uint8 resize on CUDA)")
     needs_cuda = True
     uses_nvdec = True
     knob = None

@@ -1,0 +1,118 @@
+"""Every loader of the benchmark table, on one plan, delivers the same tensors: shape, dtype, normalisation, values.
+
+The table compares loaders on equal work only if they all do the same
+transform; these tests run every loader registered in
+:data:`benchmarks.loaders.LOADERS` that can run here (torchcodec and decord
+are skipped cleanly where they do not import; ``make bench`` installs them)
+and compare their clips with daliload's fallback, sample by sample.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from benchmarks.datasets import BenchVideo, DatasetSpec, loader_order, prepare_dataset
+from benchmarks.loaders import LOADERS, LoaderConfig, load_adapter
+from benchmarks.task import TaskSpec, _transform_on_gpu, make_plan, transform_clip
+from fallback.transform import apply_plan
+
+#: Loaders that decode with FFmpeg and convert with swscale, as the fallback does: the same pixels
+#: up to FFmpeg's version (torchcodec uses the system's, decord its own), so nearly equal clips.
+PYAV_LIKE_TOLERANCE = 0.02  # mean |difference| in normalised units (about 1 grey level in 0..255)
+#: DALI converts YUV to RGB with interpolated chroma and resizes with its own filter (DESIGN.md):
+#: a mean difference of about 3 grey levels on the same frames.
+DALI_TOLERANCE = 0.12
+
+
+@pytest.fixture(scope="module")
+def vp9_dataset(tmp_path_factory):
+    # VP9: the one codec every loader here decodes, DALI's CPU decoder included.
+    spec = DatasetSpec(name="vp9", codec="vp9", width=128, height=96, gop=250, num_clips=3, duration_s=2.0)
+    return prepare_dataset(spec, tmp_path_factory.mktemp("bench-outputs"), workers=1)
+
+
+def _clips(name: str, dataset, samples, task) -> list[torch.Tensor] | str:
+    """The clips ``name`` delivers for the plan, in plan order, or why it cannot run here."""
+    cls = load_adapter(name)
+    config = LoaderConfig(task=task, workers=0, device="cpu")
+    reason = cls.skip_reason(dataset.spec, config) or cls.probe(config)
+    if reason is not None:
+        return reason
+    adapter = cls(dataset, samples, config)
+    try:
+        return [clip for batch in adapter.epoch() for clip in batch.videos]
+    finally:
+        adapter.close()
+
+
+def test_every_loader_of_the_table_delivers_the_same_clips(vp9_dataset):
+    task = TaskSpec(batch_size=2, seed=5)
+    samples = make_plan(vp9_dataset.videos, task, loader_order(vp9_dataset))
+    assert {s.flip for s in samples} == {True, False}
+    ran, skipped = {}, {}
+    for name in LOADERS:
+        clips = _clips(name, vp9_dataset, samples, task)
+        (skipped if isinstance(clips, str) else ran)[name] = clips
+    reference = ran.pop("daliload-fallback")
+    # On a CPU machine every loader but the GPU-only ones runs (torchcodec and decord when installed).
+    assert {"blog-pyav", "daliload", "daliload-dali-cpu"} <= set(ran), skipped
+    assert all("GPU only" in why or "does not import" in why for why in skipped.values()), skipped
+    out = task.output
+    mean = torch.tensor(out.mean).view(3, 1, 1, 1)
+    std = torch.tensor(out.std).view(3, 1, 1, 1)
+    for k, expected in enumerate(reference):
+        assert tuple(expected.shape) == task.output_shape and expected.dtype == torch.float16
+        pixels = expected.float() * std + mean  # normalised with the Kinetics mean/std in 0..255 units
+        assert pixels.min() > -1 and pixels.max() < 256 and pixels.std() > 10
+        for name, clips in ran.items():
+            clip = clips[k]
+            assert tuple(clip.shape) == tuple(expected.shape) and clip.dtype == expected.dtype, name
+            diff = (clip.float() - expected.float()).abs().mean().item()
+            uses_dali = name in ("daliload", "daliload-dali-cpu")  # VP9 routes to DALI on the CPU
+            limit = DALI_TOLERANCE if uses_dali else PYAV_LIKE_TOLERANCE
+            assert diff < limit, (name, samples[k], diff)
+            if name == "blog-pyav":  # the same PyAV, the same swscale, the same transform: identical
+                assert torch.equal(clip, expected), (name, samples[k], diff)
+
+
+def test_the_peers_transform_is_the_fallbacks():
+    generator = torch.Generator().manual_seed(0)
+    frames = torch.randint(0, 256, (4, 96, 128, 3), dtype=torch.uint8, generator=generator)
+    task = TaskSpec(batch_size=1, seed=2)
+    videos = [BenchVideo(f"x{i}.mp4", 0, 40, 30.0, 128, 96, (0,), 1) for i in range(4)]
+    for sample in make_plan(videos, task):
+        sample = dataclasses.replace(sample, clip_len=4)
+        expected = apply_plan(frames, sample, task.output)
+        assert torch.equal(transform_clip(frames, sample, task.output), expected)
+        assert torch.equal(transform_clip(frames.numpy(), sample, task.output), expected)
+        # The GPU path takes the same steps, resizing in float32; run here on the CPU it stays within
+        # one grey level of the uint8 resize (plus float16's rounding of the normalised value).
+        gpu_path = _transform_on_gpu(frames, sample, task.output)
+        assert gpu_path.shape == expected.shape and gpu_path.dtype == expected.dtype
+        grey = (gpu_path.float() - expected.float()).abs() * torch.tensor(task.output.std).view(3, 1, 1, 1)
+        assert grey.max() < 1.5 and grey.mean() < 0.3
+
+
+def test_the_fallback_row_runs_the_fallback_as_the_loader_configures_it(vp9_dataset):
+    from daliload.loader import DecodeSpec
+
+    task = TaskSpec(batch_size=2, seed=5)
+    samples = make_plan(vp9_dataset.videos, task, loader_order(vp9_dataset))
+    adapter = load_adapter("daliload-fallback")(vp9_dataset, samples, LoaderConfig(task=task, workers=2,
+                                                                                    device="cpu"))
+    try:
+        decode, workers, sizes = adapter.options
+    finally:
+        adapter.close()
+    spec = DecodeSpec(fallback_workers=2)
+    assert workers == spec.fallback_workers_options(pin_memory=False)  # transfers, prefetch, context
+    # Where the fallback loader takes per-pass transfer sizes, a batch of 2 comes as one clip per worker,
+    # the last (short) batch as one transfer: the loader's epoch pass splits a batch's share the same way.
+    assert sizes in (None, [1, 1, 1])
+    assert (decode.threads, decode.timeout_s, decode.skip_nonref) == (spec.fallback_threads, spec.timeout_s, True)
+    hint = decode.hint(vp9_dataset.videos[0].path)  # the seek hints the scan gives the loader
+    assert hint is not None and hint.keyframe_indices == vp9_dataset.videos[0].keyframes
+    assert hint.num_frames == vp9_dataset.videos[0].num_frames

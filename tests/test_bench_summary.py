@@ -1,0 +1,118 @@
+"""The run's verdicts (GOP-bound limit, ratios, targets, README section) and the fallback's stage profile."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.datasets import DatasetSpec, loader_order, prepare_dataset
+from benchmarks.summary import README_BEGIN, README_END, gop_bound, ratios, readme_section, write_readme
+
+
+def _measurement(loader: str, clips_per_s: float, *, kind: str = "loader", workers: int = 2,
+                 frames_per_s: float | None = None, busy: float = 2.0) -> dict:
+    def summary(value):
+        return {"median": value, "low": value * 0.9, "high": value * 1.1, "spread_pct": 10.0, "n": 3}
+
+    return {"loader": loader, "kind": kind, "dataset": "h264-gop250", "workers": workers, "sweep": "main",
+            "status": "ok", "figures": {"clips_per_s": summary(clips_per_s),
+                                        "frames_per_s": summary(frames_per_s) if frames_per_s else None,
+                                        "cores_busy": summary(busy)}}
+
+
+def _result(ceiling_workers: int = 2) -> dict:
+    # The docstring's worked example: 6,000 frames/s, 170 frames per clip from keyframe to window end.
+    return {
+        "name": "t", "settings": {"workers": 2, "runs": 3, "clip_len": 16, "frame_stride": 4, "crop_size": 224,
+                                  "batch_size": 2},
+        "machine": {"label": "", "cpu_model": "cpu", "cpu_cores": 2, "cpu_cores_usable": 2, "memory_gib": 1,
+                    "gpu": None, "date_utc": "2026-01-01 00:00 UTC", "versions": {"torchcodec": "0.13.0"},
+                    "load_avg_start": 1.0, "load_avg_end": 2.0},
+        "datasets": [{"name": "h264-gop250", "num_clips": 64, "seek_estimate": 170 * 64, "width": 340,
+                      "height": 256, "codec": "h264", "gop": 250, "duration_s": 10.0, "description": ""}],
+        "measurements": [
+            _measurement("ceiling-pyav", 20.0, kind="ceiling", workers=ceiling_workers, frames_per_s=6000.0),
+            _measurement("torchcodec-cpu", 20.0),
+            _measurement("daliload", 40.0),
+            _measurement("daliload-fallback", 42.4, busy=1.0),
+        ],
+    }
+
+
+def test_gop_bound_limit_and_ratios_worked_example():
+    result = _result()
+    limit = gop_bound(result, result["datasets"][0])
+    assert limit["clips_per_s"] == pytest.approx(6000 / 170) and limit["processes"] == 2
+    r = ratios(result)["h264-gop250"]
+    assert r["path"] == "daliload-fallback"  # no DALI row on this dataset: the loader routes to the fallback
+    assert r["fallback_over_limit"] == pytest.approx(42.4 / (6000 / 170))  # 1.20
+    assert r["whole_over_limit"] == pytest.approx(40 / (6000 / 170))
+    assert r["whole_over_path"] == pytest.approx(40 / 42.4)
+    # Per busy core: the fallback used one core, the ceiling two: twice the wall-clock ratio.
+    assert r["fallback_over_limit_per_core"] == pytest.approx(2 * 42.4 / (6000 / 170))
+
+
+def test_no_limit_from_a_ceiling_with_other_processes_than_the_loaders():
+    result = _result(ceiling_workers=1)
+    assert gop_bound(result, result["datasets"][0]) is None
+    assert ratios(result)["h264-gop250"]["fallback_over_limit"] is None
+
+
+def test_readme_section_is_replaced_between_the_markers_only(tmp_path):
+    readme = tmp_path / "README.md"
+    assert write_readme(readme, _result()) is False  # no file: nothing written
+    readme.write_text("# x\n\nno markers here\n")
+    assert write_readme(readme, _result()) is False and readme.read_text() == "# x\n\nno markers here\n"
+    readme.write_text(f"# x\n\n{README_BEGIN}\n| old | 9.9 |\n{README_END}\n\nHand notes (2026-01-01).\n")
+    assert write_readme(readme, _result()) is True
+    text = readme.read_text()
+    assert "9.9" not in text and text.endswith(f"{README_END}\n\nHand notes (2026-01-01).\n")
+    assert readme_section(_result()) in text
+    assert "| torchcodec 0.13.0 | daliload (as users run it) | daliload fallback alone |" in text
+    assert "42.4 (38.2-46.6)" in text  # median (min-max)
+    assert "fallback alone / GOP-bound limit on `h264-gop250`: 1.20x (target >= 1.2: met)" in text
+    assert "whole loader / GOP-bound limit on `h264-gop250`: 1.13x (target >= 1.1: met)" in text
+
+
+@pytest.fixture(scope="module")
+def tiny_h264(tmp_path_factory):
+    spec = DatasetSpec(name="h264-gop250", codec="h264", width=128, height=96, gop=30, num_clips=3,
+                       duration_s=3.0)
+    return prepare_dataset(spec, tmp_path_factory.mktemp("bench-stages"), workers=1)
+
+
+def test_stage_profile_times_every_stage(tiny_h264):
+    from benchmarks.peers.daliload_peer import loader_hints
+    from benchmarks.stages import STAGES, profile_clips
+    from benchmarks.task import TaskSpec, make_plan
+
+    task = TaskSpec(batch_size=2, seed=1)
+    samples = make_plan(tiny_h264.videos, task, loader_order(tiny_h264))
+    profile = profile_clips(samples, tiny_h264.videos, task.output, hints=loader_hints(tiny_h264),
+                            batch_size=2, warmup=1)
+    assert profile.clips == 3 and set(profile.ms_per_clip) == set(STAGES)
+    assert all(profile.ms_per_clip[stage] > 0 for stage in STAGES), profile.ms_per_clip
+    assert profile.total_ms == pytest.approx(sum(profile.ms_per_clip.values()))
+    assert 16 <= profile.frames_decoded_per_clip < profile.exact_frames_per_clip
+    # The wrappers are gone afterwards: the fallback's own functions are back.
+    from fallback import decode
+
+    assert decode._Window.open.__qualname__ == "_Window.open"
+    assert decode.FrameTable.demux.__func__.__qualname__ == "FrameTable.demux"
+
+
+def test_a_hint_that_cannot_skip_opens_the_file_once(tiny_h264, monkeypatch):
+    import av
+
+    from benchmarks.peers.daliload_peer import loader_hints
+    from fallback import decode_window
+
+    video = tiny_h264.videos[0]
+    hint = loader_hints(tiny_h264)[video.path]
+    opened = []
+    real_open = av.open
+    monkeypatch.setattr(av, "open", lambda *a, **k: opened.append(a[0]) or real_open(*a, **k))
+    decode_window(video.path, [2, 6, 10], hint=hint)  # keyframe 0: nothing for a seek to skip
+    assert len(opened) == 1
+    opened.clear()
+    clip = decode_window(video.path, [40, 44, 48], hint=hint)  # keyframe 30: the hint's seek
+    assert len(opened) == 1 and clip.num_frames_decoded <= 48 - 30 + 1 + 4
