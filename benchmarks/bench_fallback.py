@@ -17,8 +17,11 @@ drawn once and every method loads the same windows. Measured, in one run:
   (workers start), then timed passes.
 * ``memory``: peak RSS of a fresh process after 500 and after N decodes.
 
-Run: ``python -m benchmarks.bench_fallback`` (about 1-2 minutes on 2 cores).
-Writes ``benchmarks/results/fallback.json`` and prints a markdown table.
+Run: ``python -m benchmarks.bench_fallback`` (about 5 minutes on 2 cores).
+Writes ``benchmarks/results/fallback.json``, prints the markdown and puts it in
+``benchmarks/RESULTS.md`` as the section ``### Fallback run `fallback` — ...``,
+replacing the previous run's (``--no-md``: print only; ``--report-from JSON``:
+rebuild the section from an earlier run's JSON).
 """
 
 from __future__ import annotations
@@ -285,7 +288,10 @@ def measure_memory(root: Path, decodes: int, checkpoint: int) -> dict:
 def markdown(r: dict) -> str:
     pc, ld, mem, ce = r["per_clip"], r["loaders"], r["memory"], r["ceiling"]
     lines = [
-        f"### fallback benchmark ({r['machine']}, {r['date']})",
+        f"### Fallback run `fallback` — {r['machine']}, {r['date']}",
+        "",
+        "`python -m benchmarks.bench_fallback`; " + ", ".join(f"{k} {v}" for k, v in r["versions"].items())
+        + (f"; {r['seconds']:.0f} s." if "seconds" in r else "."),
         "",
         *([f"Load average (1 min) {r['load_average_1min']['start']:.1f} at the start, "
            f"{r['load_average_1min']['end']:.1f} at the end, on {r['load_average_1min']['cores']} cores.", ""]
@@ -336,18 +342,25 @@ def markdown(r: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--videos", type=int, default=16, help="generated clips (default 16)")
-    parser.add_argument("--clips", type=int, default=48, help="windows in the plan (default 48)")
+    parser.add_argument("--clips", type=int, default=64, help="windows in the plan (default 64)")
     parser.add_argument("--workers", type=int, default=2, help="DataLoader workers for both loaders")
     parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--passes", type=int, default=2, help="timed passes per loader after a warm-up")
-    parser.add_argument("--runs", type=int, default=2, help="repeats of the in-process measurements")
+    parser.add_argument("--passes", type=int, default=3, help="timed passes per loader after a warm-up")
+    parser.add_argument("--runs", type=int, default=3, help="repeats of the in-process measurements")
     parser.add_argument("--memory-decodes", type=int, default=5000)
     parser.add_argument("--memory-checkpoint", type=int, default=500)
     parser.add_argument("--data-dir", type=Path, default=None, help="keep/reuse generated clips here")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--machine", default="2-core CPU VM, no GPU")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "fallback.json")
+    parser.add_argument("--results-md", type=Path, default=Path(__file__).parent / "RESULTS.md",
+                        help="markdown file whose `### Fallback run` section the run replaces")
+    parser.add_argument("--no-md", action="store_true", help="print the markdown only")
+    parser.add_argument("--report-from", type=Path, default=None, metavar="JSON",
+                        help="measure nothing: write the section of an earlier run's JSON")
     args = parser.parse_args(argv)
+    if args.report_from is not None:
+        return _report(json.loads(args.report_from.read_text()), args)
 
     torch.set_num_threads(1)
     started = time.perf_counter()
@@ -359,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         output = OutputSpec(size=(CROP, CROP))
         result = {
             "benchmark": "fallback", "machine": args.machine,
-            "date": datetime.date.today().isoformat(),
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "versions": {"python": platform.python_version(), "av": av.__version__, "torch": torch.__version__,
                          "ffmpeg": ".".join(map(str, av.library_versions["libavcodec"]))},
             "params": {"videos": args.videos, "clips": args.clips, "clip_len": CLIP_LEN, "stride": STRIDE,
@@ -374,8 +387,19 @@ def main(argv: list[str] | None = None) -> int:
     result["load_average_1min"] = {"start": load_start, "end": os.getloadavg()[0], "cores": os.cpu_count()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(markdown(result))
-    print(f"\n(wrote {args.out}; {result['seconds']:.0f} s)")
+    print(f"(wrote {args.out}; {result['seconds']:.0f} s)\n")
+    return _report(result, args)
+
+
+def _report(result: dict, args: argparse.Namespace) -> int:
+    """Print the run's markdown and, unless ``--no-md``, put it in ``--results-md`` (replacing the last run's)."""
+    from benchmarks.report import append_markdown
+
+    text = markdown(result)
+    print(text)
+    if not args.no_md:
+        append_markdown(args.results_md, text)
+        print(f"\n(section written to {args.results_md})")
     return 0
 
 

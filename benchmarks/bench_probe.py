@@ -20,7 +20,11 @@ Each is repeated ``--runs`` times after a warm-up; the median and the spread
 run, so this measures CPU cost, not disk. Target: >= 200 files/s per core for
 the probe, so Kinetics-700 (~650k files) screens in minutes on a 16-core host.
 
-    python benchmarks/bench_probe.py --clips 32 --runs 5
+    python -m benchmarks.bench_probe --clips 32 --runs 5
+
+It writes ``benchmarks/results/probe.json`` and puts its markdown in
+``benchmarks/RESULTS.md`` as the section ``### Probe run `probe` — ...``,
+replacing the previous run's.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import date
+from datetime import datetime, timezone
 from pathlib import Path
 
 from daliload.prescreen import probe_file, scan
@@ -139,6 +143,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--out", type=Path, default=Path(__file__).parent / "results" / "probe.json"
     )
+    parser.add_argument("--results-md", type=Path, default=Path(__file__).parent / "RESULTS.md",
+                        help="markdown file whose `### Probe run` section the run replaces")
+    parser.add_argument("--no-md", action="store_true", help="print the markdown only")
+    parser.add_argument("--report-from", type=Path, default=None, metavar="JSON",
+                        help="measure nothing: write the section of an earlier run's JSON")
     return parser
 
 
@@ -205,46 +214,60 @@ def _measure_scan(args: argparse.Namespace, every: list[str], tmp: Path) -> dict
     return scan_rate
 
 
-def _print_table(args: argparse.Namespace, report: dict) -> None:
-    """The report as a markdown table with the load, the scan supervisor's cost and the verdict."""
+def markdown(report: dict) -> str:
+    """The run as a RESULTS.md section (``### Probe run `probe` — ...``): load, table, supervisor cost, verdict."""
     results = report["results"]
-    cores = min(args.workers, default_workers())
-    print(
-        f"\nPre-screen throughput, {args.machine}, {report['date']} "
-        f"({', '.join(f'{n} {c}' for c, n in report['clips'].items())} clips, 340x256 10 s)\n"
-    )
-    print(
-        f"load average {report['load_average_1min']['start']:.1f} at start, {os.getloadavg()[0]:.1f} at end "
-        f"({default_workers()} cores)\n"
-    )
-    print("| measurement | clips | files/s per core (median) | spread (min..max) |")
-    print("|---|---|---:|---|")
+    s = results["scan"]["all"]
+    cores = report["scan_cores"]
+    load = report["load_average_1min"]
+    lines = [
+        f"### Probe run `probe` — {report['machine']}, {report['date']}",
+        "",
+        f"`python -m benchmarks.bench_probe`; {', '.join(f'{k} {v}' for k, v in report['versions'].items())}. "
+        f"Load average (1 min) {load['start']:.1f} at the start and {load['end']:.1f} at the end, on "
+        f"{report['cores']} cores. Clips: {', '.join(f'{n} {c}' for c, n in report['clips'].items())} "
+        f"({report['clip']}); median of {report['runs']} runs after a warm-up, spread min..max. Probe and deep "
+        "rows count the probing process's CPU time (files/s per core); the scan row is wall time divided by "
+        "the cores it used.",
+        "",
+        "| measurement | clips | files/s per core (median) | spread (min..max) |",
+        "|---|---|---:|---|",
+    ]
     for kind in ("probe", "deep"):
         for codec, r in results[kind].items():
-            label = kind if kind == "probe" else f"deep ({args.device})"
-            print(
-                f"| {label}, CPU time | {codec} | {r['median_files_per_s']:.0f} | "
-                f"{r['min_files_per_s']:.0f}..{r['max_files_per_s']:.0f} |"
-            )
-    s = results["scan"]["all"]
-    print(
+            label = kind if kind == "probe" else f"deep ({report['deep_device']})"
+            lines.append(f"| {label}, CPU time | {codec} | {r['median_files_per_s']:.0f} | "
+                         f"{r['min_files_per_s']:.0f}..{r['max_files_per_s']:.0f} |")
+    lines += [
         f"| scan, {s['workers']} workers, wall / {cores} cores | {s['files']} files | "
         f"{s['median_files_per_s_per_core']:.0f} | "
-        f"{s['min_files_per_s'] / cores:.0f}..{s['max_files_per_s'] / cores:.0f} |"
-    )
-    print(f"\nscan supervisor (stat, IPC, SQLite): {s['parent_cpu_ms_per_file']:.2f} ms CPU "
-          "per file")
+        f"{s['min_files_per_s'] / cores:.0f}..{s['max_files_per_s'] / cores:.0f} |",
+        "",
+        f"Scan supervisor (stat, IPC, SQLite): {s['parent_cpu_ms_per_file']:.2f} ms of CPU per file.",
+    ]
     probe_all = results["probe"]["all"]["median_files_per_s"]
-    verdict = "meets" if probe_all >= TARGET_FILES_PER_S else "misses"
-    print(
-        f"\nprobe: {probe_all:.0f} files/s per core {verdict} the "
-        f"{TARGET_FILES_PER_S:.0f} files/s target; "
-        f"JSON in {args.out}"
-    )
+    verdict = "met" if probe_all >= TARGET_FILES_PER_S else "missed"
+    lines += ["", f"**Probe target (>= {TARGET_FILES_PER_S:.0f} files/s per core, all clips): {probe_all:.0f}, "
+                  f"{verdict}.**"]
+    return "\n".join(lines) + "\n"
+
+
+def _report(report: dict, args: argparse.Namespace) -> int:
+    """Print the section and, unless ``--no-md``, put it in ``--results-md`` (replacing the last run's)."""
+    from benchmarks.report import append_markdown
+
+    text = markdown(report)
+    print(text)
+    if not args.no_md:
+        append_markdown(args.results_md, text)
+        print(f"(section written to {args.results_md}; JSON in {args.out})")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.report_from is not None:
+        return _report(json.loads(args.report_from.read_text(encoding="utf-8")), args)
     load_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench_probe_") as tmp:
         by_codec = _clips(args.data or Path(tmp) / "clips", args.clips)
@@ -255,8 +278,12 @@ def main(argv: list[str] | None = None) -> int:
 
     report = {
         "benchmark": "bench_probe",
-        "date": date.today().isoformat(),
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": args.machine,
+        "versions": {"python": platform.python_version(), **_versions()},
+        "cores": default_workers(),
+        "scan_cores": min(args.workers, default_workers()),
+        "runs": args.runs,
         "clips": {codec: len(paths) for codec, paths in by_codec.items()},
         "clip": "340x256, 10 s, 30 fps, keyframe every 250 frames, no audio",
         "deep_device": args.device,
@@ -266,8 +293,19 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
-    _print_table(args, report)
-    return 0
+    return _report(report, args)
+
+
+def _versions() -> dict[str, str]:
+    import importlib.metadata
+
+    found = {}
+    for package in ("av", "nvidia-dali-cuda130", "nvidia-dali-cuda120"):
+        try:
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return found
 
 
 if __name__ == "__main__":
