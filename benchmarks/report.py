@@ -263,12 +263,23 @@ def _sweep_table(result: dict) -> list[str]:
     return lines
 
 
+def _loader_lines(result: dict) -> list[str]:
+    """What each measured loader is, its decoder and its transform (the peers use the fallback's)."""
+    seen = {m["loader"]: m.get("summary") for m in result["measurements"] if m["status"] == "ok"}
+    if not seen:
+        return []
+    return (["", "The rows (peers that hand over RGB frames crop, resize, flip and normalise them with the "
+             "fallback's own transform, `fallback.transform.apply_plan`; the DALI rows use DALI's):", ""]
+            + [f"- `{name}`: {summary}" for name, summary in seen.items() if summary])
+
+
 def markdown_report(result: dict) -> str:
     """The run as markdown: machine, settings, main table, workers sweep, what did not run."""
     from benchmarks.summary import stages_markdown, targets_markdown
 
     table, not_run = _main_table(result)
-    lines = _intro_lines(result) + table + targets_markdown(result) + stages_markdown(result) + _sweep_table(result)
+    lines = (_intro_lines(result) + table + _loader_lines(result) + targets_markdown(result)
+             + stages_markdown(result) + _sweep_table(result))
     if not_run:
         lines += ["", "Not measured here:", ""]
         lines += [f"- {key}: {why}" for key, why in not_run.items()]

@@ -10,17 +10,17 @@ one clip after another on one core, as one fallback worker decodes them
     decode         the decoder itself, from the entry point to the window's last frame
                    (non-reference frames the clip does not use skipped)
     RGB conversion YUV to RGB of the clip's frames, and their copy into the clip array
-    crop/resize    the plan's crop, the uint8 antialiased resize, flip, layout
-    normalise      (pixel - mean) / std and the cast to the output dtype
+    crop/resize    the plan's crop, the uint8 antialiased resize, flip
+    normalise      (pixel - mean) / std, the cast to the output dtype and the layout
     transfer       a worker's copy of the clip into shared memory, and its share of
                    stacking the batch in the training process
 
 Opening, demux/index and RGB conversion are timed by wrapping the fallback's
 own functions (:mod:`fallback.decode`) while the profile runs; decode is the
 rest of :func:`fallback.decode.decode_window`'s time. The two transform stages
-come from :func:`fallback.transform.apply_plan` with a uint8 output (crop,
-resize, flip, layout) and with the run's output (the difference is
-normalisation). The same windows decoded the exact way (from the keyframe
+are its two halves, :func:`fallback.transform.crop_resize` (crop, uint8
+resize, flip) and :func:`fallback.transform.normalize` (normalisation, cast
+and layout). The same windows decoded the exact way (from the keyframe
 before the window to its end, every frame, no RGB, a fresh open) give the
 exact-seek time of the same spans, for comparison.
 
@@ -158,11 +158,10 @@ def profile_clips(samples: Sequence, videos: Sequence, output, *, hints: dict | 
 
     from benchmarks.task import seek_decode_estimate
     from fallback import decode_window
-    from fallback.transform import apply_plan
+    from fallback.transform import apply_plan, crop_resize, normalize
 
     torch.set_num_threads(1)  # as in a DataLoader worker
     hints = hints or {}
-    uint8 = dataclasses.replace(output, dtype="uint8", mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
     for sample in samples[:warmup]:
         apply_plan(decode_window(sample.path, _indices(sample, videos)).frames, sample, output)
     clock = _StageClock()
@@ -175,12 +174,11 @@ def profile_clips(samples: Sequence, videos: Sequence, output, *, hints: dict | 
             whole += time.perf_counter() - start
         decoded += clip.num_frames_decoded
         start = time.perf_counter()
-        apply_plan(clip.frames, sample, uint8)
-        resize_s = time.perf_counter() - start
-        start = time.perf_counter()
-        tensor = apply_plan(clip.frames, sample, output)
-        clock.seconds["crop/resize"] += resize_s
-        clock.seconds["normalise"] += max(0.0, time.perf_counter() - start - resize_s)
+        resized = crop_resize(clip.frames, sample, output)
+        middle = time.perf_counter()
+        tensor = normalize(resized, output)
+        clock.seconds["crop/resize"] += middle - start
+        clock.seconds["normalise"] += time.perf_counter() - middle
         clock.seconds["transfer"] += _transfer_seconds(tensor, batch_size)
         video = videos[sample.video_index]
         key = max(k for k in video.keyframes if k <= min(indices))

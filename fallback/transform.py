@@ -32,7 +32,7 @@ def apply_plan(frames: np.ndarray | torch.Tensor, sample: Sample, output: Output
 
     Resampling runs on uint8 (torch's antialiased uint8 path, ten times
     faster than float32 and rounded to the nearest integer, as DALI's uint8
-    resize is).
+    resize is). The two halves are :func:`crop_resize` and :func:`normalize`.
 
     Args:
         frames: ``(T, H, W, 3)`` uint8 RGB clip, numpy or torch.
@@ -42,6 +42,18 @@ def apply_plan(frames: np.ndarray | torch.Tensor, sample: Sample, output: Output
     Returns:
         ``(3, T, h, w)`` for ``CTHW`` or ``(T, 3, h, w)`` for ``TCHW``, where
         ``(h, w) = output.size``, of ``output.dtype``; contiguous.
+
+    Raises:
+        TypeError: ``frames`` is not uint8 or not ``(T, H, W, 3)``.
+    """
+    return normalize(crop_resize(frames, sample, output), output)
+
+
+def crop_resize(frames: np.ndarray | torch.Tensor, sample: Sample, output: OutputSpec) -> torch.Tensor:
+    """Steps 1 and 2: the plan's crop, resized to ``output.size`` on uint8, mirrored if ``sample.flip``.
+
+    Returns:
+        ``(T, 3, h, w)`` uint8, a channels-last view (what the resize returns; not copied).
 
     Raises:
         TypeError: ``frames`` is not uint8 or not ``(T, H, W, 3)``.
@@ -57,6 +69,19 @@ def apply_plan(frames: np.ndarray | torch.Tensor, sample: Sample, output: Output
         x = F.interpolate(x, size=tuple(output.size), mode="bilinear", align_corners=False, antialias=True)
     if sample.flip:
         x = x.flip(-1)
+    return x
+
+
+def normalize(x: torch.Tensor, output: OutputSpec) -> torch.Tensor:
+    """Steps 3 and 4: ``(pixel - mean) / std``, cast to ``output.dtype``, laid out as ``output.layout``.
+
+    Args:
+        x: ``(T, 3, h, w)`` uint8 (any strides), as :func:`crop_resize` returns it.
+        output: normalization, dtype and layout.
+
+    Returns:
+        A new contiguous tensor ``(3, T, h, w)`` (``CTHW``) or ``(T, 3, h, w)`` (``TCHW``).
+    """
     if output.dtype == "uint8":
         out = x.permute(1, 0, 2, 3) if output.layout == "CTHW" else x
         return out.contiguous()
