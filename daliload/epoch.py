@@ -1,5 +1,9 @@
 """One pass over an epoch for one rank: routes, the DALI stage, the fallback stage, the merge.
 
+(About 600 lines: the stages of one pass share its counters, its failure
+budget and the batch rows each fills; apart, they would pass that state
+around. The DALI stage's isolation of failed batches is the largest part.)
+
 :class:`~daliload.KineticsDALILoader` is the public face; this module does the
 work of one pass over the batches of its plan::
 
@@ -12,13 +16,16 @@ work of one pass over the batches of its plan::
          DALI until the files to blame are found, the good clips stay DALI's,
          the culprits move to the fallback from the next batch on.
       -> fallback stage (_FallbackStage): the samples whose route was the
-         fallback when the pass began, in plan order, from a supervised
-         fallback.FallbackLoader
+         fallback when the pass began, in plan order, each batch's share in
+         one transfer, from a supervised fallback.FallbackLoader whose
+         workers the loader keeps across passes (FallbackWorkers): a new
+         epoch sends them its plan, it starts no process
       -> decoded here (_DecodeHere): everything else (culprits, files moved
          off DALI mid-pass, the search once the fallback loader has nothing
          decodable left), in supervised worker processes (fallback.isolated)
-      -> merge (_merge): rows in plan order into one ``(videos, labels)`` batch
-         on the loader's device
+      -> merge (_merge): the parts (rows that arrived together) in plan order
+         into one ``(videos, labels)`` batch on the loader's device: one copy
+         per run of rows, none when one part is the whole batch
 
 Every failure, whichever path met it, goes to the epoch's one
 :class:`~daliload.failures.FailureBudget`, which counts it once, raises past
@@ -43,7 +50,7 @@ import torch
 
 from daliload.failures import Failure, FailureBudget, NoReplacementError, replacement_order
 from daliload.plan import OutputSpec, Sample
-from fallback import ClipDataset, DecodeOptions, FallbackLoader, WorkerOptions
+from fallback import ClipDataset, DecodeOptions, FallbackBatch, FallbackLoader, WorkerOptions
 from fallback.isolated import IsolatedDecoder
 
 logger = logging.getLogger(__name__)
@@ -61,6 +68,26 @@ class Row(NamedTuple):
     video: torch.Tensor
     label: int
     replaced: bool = False
+
+
+class Part(NamedTuple):
+    """Rows of one batch that arrived together: ``videos[j]`` fills batch row ``rows[j]``.
+
+    The merge copies a part with one tensor copy per run of consecutive rows,
+    not one per clip. ``owned``: nothing will reuse ``videos``' memory while
+    it is referenced (a fallback transfer, a copy, a DALI output on the CPU),
+    so a part that is the whole batch is handed out as it is, without a copy.
+    """
+
+    rows: Sequence[int]
+    videos: torch.Tensor
+    labels: Sequence[int]
+    replaced: Sequence[bool]
+    owned: bool = False
+
+    @classmethod
+    def of_row(cls, k: int, row: Row) -> Part:
+        return cls((k,), row.video.unsqueeze(0), (row.label,), (row.replaced,))
 
 
 class Routes:
@@ -159,35 +186,31 @@ class EpochPass:
         routes: the run's routes (updated when a file fails in DALI).
         budget: the epoch's failure budget.
         counters: where this pass counts what it did.
+        fallback: the fallback's workers, kept by the loader across passes.
         dali: a ``DaliClipDecoder`` when any sample may go to DALI, else ``None``.
     """
 
     def __init__(self, setup: PassSetup, batches: Sequence[Sequence[Sample]], plan: Sequence[Sample], *,
-                 routes: Routes, budget: FailureBudget, counters: EpochCounters, dali=None) -> None:
+                 routes: Routes, budget: FailureBudget, counters: EpochCounters, fallback: FallbackWorkers,
+                 dali=None) -> None:
         self.setup = setup
         self.batches = [list(b) for b in batches]
         self.counters = counters
         self._here = _DecodeHere(setup, plan, budget, counters)
         self._dali = _DaliStage(dali, self.batches, self._here, routes, setup, counters) if dali else None
-        fallback = [s for b in self.batches for s in b if not routes.uses_dali(s)]
-        self._fallback = _FallbackStage(setup, fallback, budget, counters)
+        self._fallback = _FallbackStage(fallback, self.batches, routes, budget, counters)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         try:
             for i, batch in enumerate(self.batches):
-                rows = self._dali.rows(i) if self._dali is not None else {}
-                here = []
-                for sample in batch:
-                    if sample.position in rows:
-                        continue
-                    row = self._fallback.next_row(sample) if self._fallback.owns(sample) else None
-                    if row is not None:
-                        rows[sample.position] = row
-                    else:
-                        here.append(sample)
+                parts, rows = self._dali.batch_parts(i) if self._dali is not None else ([], {})
+                parts += self._fallback.parts(i, batch)
+                covered = {k for part in parts for k in part.rows}
+                here = [s for k, s in enumerate(batch) if k not in covered and s.position not in rows]
                 rows.update(self._here.decode(here))
+                parts += [Part.of_row(k, rows[s.position]) for k, s in enumerate(batch) if s.position in rows]
                 self._count_past_end(batch)
-                videos, labels = _merge(batch, rows, self.setup, self.counters)
+                videos, labels = _merge(batch, parts, self.setup, self.counters)
                 if self._dali is not None:
                     self._dali.copied(i, videos)
                 yield videos, labels
@@ -254,6 +277,7 @@ class _DaliStage:
         self.setup = setup
         self.counters = counters
         self.parts: dict[int, list[Sample]] = {}  # DALI's share of each submitted batch
+        self.part_rows: dict[int, list[int]] = {}  # and its rows in the batch
         self.submitted = 0
         self.in_flight: deque[int] = deque()  # batches submitted to DALI, oldest first
         self.early: dict[int, object] = {}  # results collected ahead while isolating (copies, or errors)
@@ -266,33 +290,39 @@ class _DaliStage:
         if outputs is not None and videos.is_cuda:
             self.held.hold(outputs, torch.cuda.current_stream(videos.device))
 
-    def rows(self, i: int) -> dict[int, Row]:
-        """Rows (by plan position) of batch ``i``'s DALI share."""
+    def batch_parts(self, i: int) -> tuple[list[Part], dict[int, Row]]:
+        """Batch ``i``'s DALI share: as one part, or as rows by plan position after a failed batch."""
         self._submit_ahead(i)
         part = self.parts.get(i, [])
         if not part:
-            return {}
+            return [], {}
         from daliload.pipeline import DaliBatchError
 
         copied = i in self.early  # collected ahead during an isolation: a copy, not DALI's buffer
         outcome = self.early.pop(i) if copied else self._collect(i)
         if isinstance(outcome, DaliBatchError):
-            return self._isolate(part, outcome)
+            return [], self._isolate(part, outcome)
         if outcome.samples != tuple(part):
             raise RuntimeError("internal error: DALI returned another batch than the one "
                                f"expected ({len(outcome.samples)} vs {len(part)} samples)")
         self.counters.clips_dali += len(part)
         if not copied:
             self._outputs[i] = outcome
-        # The label comes from the plan: reading DALI's would sync the GPU per row.
-        return {s.position: Row(outcome.videos[k], s.label) for k, s in enumerate(part)}
+        # The labels come from the plan: reading DALI's would sync the GPU.
+        # A CPU output lives as long as it is referenced (DALI's dynamic executor): a batch that is all
+        # DALI's is handed out as it is. A GPU one is copied: DALI may reuse its memory before the
+        # training stream has read it (HeldOutputs).
+        owned = copied or not outcome.videos.is_cuda
+        return [Part(self.part_rows[i], outcome.videos, [s.label for s in part], [False] * len(part), owned)], {}
 
     def _submit_ahead(self, i: int) -> None:
         d = self.decoder
         while self.submitted < len(self.batches) and (self.submitted <= i or d.pending < d.prefetch_queue_depth):
             # Decided now, not when the pass began: a file moved off DALI leaves from the next batch on.
-            part = [s for s in self.batches[self.submitted] if self.routes.uses_dali(s)]
-            self.parts[self.submitted] = part
+            batch = self.batches[self.submitted]
+            rows = [k for k, s in enumerate(batch) if self.routes.uses_dali(s)]
+            part = [batch[k] for k in rows]
+            self.parts[self.submitted], self.part_rows[self.submitted] = part, rows
             if part:
                 d.submit(part)
                 self.in_flight.append(self.submitted)
@@ -417,80 +447,166 @@ class HeldOutputs:
             event.synchronize()
 
 
-class _FallbackStage:
-    """The samples whose route was the fallback when the pass began, in plan order, from worker processes."""
+class FallbackWorkers:
+    """The fallback's worker processes, kept for the loader's life: each pass hands them its samples.
 
-    def __init__(self, setup: PassSetup, samples: list[Sample], budget: FailureBudget,
-                 counters: EpochCounters) -> None:
+    They start at the first pass with fallback-route samples and hold no plan
+    (each batch's samples travel with it), so a new epoch, a resumed one or
+    :meth:`~daliload.KineticsDALILoader.set_epoch` needs no new processes. They
+    stop at :meth:`close`, when garbage-collected, and after a pass abandoned
+    with decodes in flight (they restart at the next pass).
+
+    Args:
+        setup: the loader's fixed settings (output, decode options, workers).
+        budget: the loader's failure budget (reset by the loader every epoch).
+    """
+
+    def __init__(self, setup: PassSetup, budget: FailureBudget) -> None:
+        self.setup = setup
+        self.budget = budget
+        self.loader: FallbackLoader | None = None
+
+    def start(self, samples: list[Sample], batch_sizes: list[int]) -> FallbackLoader:
+        """The fallback loader, set to ``samples`` in batches of ``batch_sizes``."""
+        if self.loader is None:
+            # The seek hints stay here: each task carries its own samples' hints to a worker.
+            dataset = ClipDataset(samples, self.setup.output, decode=self.setup.decode, faults=self.setup.faults)
+            self.loader = FallbackLoader(dataset, self.setup.workers, budget=self.budget)
+        self.loader.set_plan(samples, batch_sizes=batch_sizes)
+        return self.loader
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """Pids of the running workers (empty when none runs)."""
+        return self.loader.worker_pids if self.loader is not None else []
+
+    def close(self) -> None:
+        if self.loader is not None:
+            self.loader.close()
+
+
+class _FallbackStage:
+    """Each batch's fallback share, from the fallback's workers, in plan order.
+
+    A batch's share is its samples whose route was the fallback when the pass
+    began; it comes in one transfer, which is the batch itself (no copy) when
+    the whole batch is the fallback's. The pass's first share is split into
+    one transfer per worker, so all workers decode for the first batch and it
+    arrives after the share's decodes divided by the workers. (Splitting every
+    share costs a copy of every batch into a new tensor: on a 2-core machine,
+    12 ms of the training process per 224x224x16 float16 clip, measured.)
+    """
+
+    def __init__(self, workers: FallbackWorkers, batches: list[list[Sample]], routes: Routes,
+                 budget: FailureBudget, counters: EpochCounters) -> None:
         self.budget = budget
         self.counters = counters
         self.exhausted = False
-        self.positions = {s.position for s in samples}
-        self._loader = None
-        self._rows: Iterator[tuple[Row, int]] = iter(())
-        if samples:
-            # Only this pass's hints travel to the workers (the whole dataset's would be pickled).
-            hints = {s.path: h for s in samples if (h := setup.decode.hint(s.path)) is not None}
-            dataset = ClipDataset(samples, setup.output, decode=dataclasses.replace(setup.decode, hints=hints),
-                                  faults=setup.faults)
-            self._loader = FallbackLoader(dataset, setup.workers, budget=budget)
-            self._rows = self._unbatch(self._loader)
+        self.shares: dict[int, list[int]] = {}  # batch -> its rows of route fallback
+        self.transfers: dict[int, int] = {}  # batch -> transfers its share comes in
+        samples: list[Sample] = []
+        sizes: list[int] = []
+        per = max(1, workers.setup.workers.num_workers)
+        for i, batch in enumerate(batches):
+            rows = [k for k, s in enumerate(batch) if not routes.uses_dali(s)]
+            if rows:
+                split = _split(len(rows), per if not samples else 1)
+                self.shares[i], self.transfers[i] = rows, len(split)
+                samples += [batch[k] for k in rows]
+                sizes += split
+        self._batches: Iterator[FallbackBatch] = iter(workers.start(samples, sizes)) if samples else iter(())
 
-    def owns(self, sample: Sample) -> bool:
-        """Whether ``sample`` is this stage's to decode (its route, while the loader has replacements)."""
-        return sample.position in self.positions and not self.exhausted
+    def parts(self, i: int, batch: list[Sample]) -> list[Part]:
+        """Batch ``i``'s share, as one part per transfer received.
 
-    @staticmethod
-    def _unbatch(loader: FallbackLoader) -> Iterator[tuple[Row, int]]:
-        for videos, labels, positions in loader:
-            for k in range(len(labels)):
-                yield Row(videos[k], int(labels[k]), replaced=False), int(positions[k])
-
-    def next_row(self, sample: Sample) -> Row | None:
-        """The row for ``sample``, the next fallback-route sample of the plan.
-
-        ``None`` once the fallback loader has no decodable replacement left: it
-        has stopped, so this and the pass's remaining fallback-route samples
-        are decoded outside it, with replacements searched over the whole plan.
+        Once the fallback loader has no decodable replacement left, it has
+        stopped: the rest of the share, and of the pass's fallback-route
+        samples, is decoded outside it, with replacements from the whole plan.
         """
+        rows = self.shares.get(i)
+        if rows is None or self.exhausted:
+            return []
+        parts: list[Part] = []
+        done = 0
         t0 = time.perf_counter()
         try:
-            row, position = next(self._rows)
+            for _ in range(self.transfers[i]):
+                chunk = next(self._batches)
+                taken = rows[done:done + len(chunk.labels)]
+                done += len(taken)
+                used = chunk.positions.tolist()
+                replaced = [batch[k].position != p for k, p in zip(taken, used)]
+                parts.append(Part(taken, chunk.videos, chunk.labels.tolist(), replaced, owned=True))
         except NoReplacementError as err:
             logger.warning("%s; decoding the rest outside the fallback loader", err)
             for failure in err.failures:
                 self.budget.record(failure)
             self.exhausted = True
-            return None
         finally:
             self.counters.fallback_wait_s += time.perf_counter() - t0
-        self.counters.clips_fallback += 1
-        return row._replace(replaced=position != sample.position)
+        self.counters.clips_fallback += done
+        return parts
 
     def close(self) -> None:
-        close = getattr(self._rows, "close", None)
+        """End this pass's iteration (the workers stay, unless it ended early with decodes in flight)."""
+        close = getattr(self._batches, "close", None)
         if close is not None:
             close()
-        if self._loader is not None:
-            self._loader.close()
 
 
-def _merge(batch: Sequence[Sample], rows: dict[int, Row], setup: PassSetup,
+def _split(n: int, parts: int) -> list[int]:
+    """``n`` clips in ``min(n, parts)`` near-equal transfers: ``_split(5, 2) == [3, 2]``."""
+    k = min(n, parts)
+    return [n // k + (j < n % k) for j in range(k)]
+
+
+def _merge(batch: Sequence[Sample], parts: Sequence[Part], setup: PassSetup,
            counters: EpochCounters) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stack the rows of ``batch`` in plan order into ``(videos, labels)`` on the loader's device.
+    """Put the parts of ``batch`` in plan order into ``(videos, labels)`` on the loader's device.
 
-    Copies are asynchronous on torch's current stream (the caller keeps DALI's
-    rows alive until they ran: :class:`HeldOutputs`); labels come from the
-    plan, on the CPU, and go to the device with one non-blocking copy.
+    One tensor copy per run of consecutive rows of a part (none when a single
+    fallback transfer is the whole batch); copies are asynchronous on torch's
+    current stream (the caller keeps DALI's outputs alive until they ran:
+    :class:`HeldOutputs`). Labels come from the plan, on the CPU, and go to
+    the device with one non-blocking copy.
     """
-    first = rows[batch[0].position].video
-    videos = torch.empty((len(batch), *first.shape), dtype=first.dtype, device=setup.device)
-    # Pinned on a GPU run, so the labels' copy to the device is truly asynchronous.
-    labels = torch.empty(len(batch), dtype=torch.int64, pin_memory=setup.device.type == "cuda")
-    for k, sample in enumerate(batch):
-        row = rows[sample.position]
-        videos[k].copy_(row.video, non_blocking=True)
-        masked = setup.mask_failed and row.replaced
-        counters.clips_masked += masked
-        labels[k] = PADDING_LABEL if (setup.label_padding and sample.is_padding) or masked else row.label
-    return videos, labels.to(setup.device, non_blocking=True)
+    n = len(batch)
+    if sum(len(part.rows) for part in parts) != n:
+        raise RuntimeError(f"internal error: {sum(len(p.rows) for p in parts)} rows decoded for a batch of {n}")
+    labels, replaced = [0] * n, [False] * n
+    for part in parts:
+        for k, label, was_replaced in zip(part.rows, part.labels, part.replaced):
+            labels[k], replaced[k] = label, was_replaced
+    if setup.label_padding or setup.mask_failed:
+        masked = [setup.mask_failed and r for r in replaced]
+        counters.clips_masked += sum(masked)
+        labels = [PADDING_LABEL if (setup.label_padding and s.is_padding) or m else label
+                  for s, m, label in zip(batch, masked, labels)]
+    on_cpu = torch.tensor(labels, dtype=torch.int64)
+    if setup.device.type == "cuda":
+        on_cpu = on_cpu.pin_memory()  # so the copy to the device is truly asynchronous
+    return _stack(parts, n, setup.device), on_cpu.to(setup.device, non_blocking=True)
+
+
+def _stack(parts: Sequence[Part], n: int, device: torch.device) -> torch.Tensor:
+    """The batch's videos: one part's own tensor when it is the whole batch, else copies into a new one."""
+    first = parts[0]
+    if len(parts) == 1 and first.owned and len(first.rows) == n:
+        return first.videos.to(device, non_blocking=True)  # rows are ascending: 0 .. n - 1
+    videos = torch.empty((n, *first.videos.shape[1:]), dtype=first.videos.dtype, device=device)
+    for part in parts:
+        for row, src, length in _runs(part.rows):
+            videos[row:row + length].copy_(part.videos[src:src + length], non_blocking=True)
+    return videos
+
+
+def _runs(rows: Sequence[int]) -> Iterator[tuple[int, int, int]]:
+    """``(first row, index in the part, length)`` of each run of consecutive rows.
+
+    Example: ``list(_runs([0, 1, 3])) == [(0, 0, 2), (3, 2, 1)]``.
+    """
+    start = 0
+    for j in range(1, len(rows) + 1):
+        if j == len(rows) or rows[j] != rows[j - 1] + 1:
+            yield rows[start], start, j - start
+            start = j

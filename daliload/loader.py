@@ -1,6 +1,6 @@
 """KineticsDALILoader: the public face of the loader, for one DDP rank.
 
-(About 530 lines: the public API in one place, the loader class with its
+(About 550 lines: the public API in one place, the loader class with its
 two option groups and its stats, each documented for users; the epoch pass,
 failures and plan live in their own modules.)
 
@@ -32,7 +32,7 @@ from typing import Iterator, Literal
 import torch
 
 from daliload import dist
-from daliload.epoch import PADDING_LABEL, EpochCounters, EpochPass, PassSetup, Routes
+from daliload.epoch import PADDING_LABEL, EpochCounters, EpochPass, FallbackWorkers, PassSetup, Routes
 from daliload.failures import DEFAULT_MAX_FAILURE_FRACTION, Failure, FailureBudget
 from daliload.plan import (AugmentSpec, ClipSpec, LastBatch, OutputSpec, Sample, check_last_batch, make_train_plan,
                            make_val_plan, num_batches, samples_per_rank, split_batches)
@@ -50,8 +50,9 @@ DecoderChoice = Literal["auto", "fallback"]
 __all__ = ["PADDING_LABEL", "DecodeSpec", "KineticsDALILoader", "LoaderStats", "ScanSpec", "split_batches"]
 
 _MANIFEST_SUFFIXES = (".sqlite", ".sqlite3", ".db")
-#: Fallback clips each worker prepares ahead (its batches hold one clip: rows are merged in plan order).
-_FALLBACK_PREFETCH = 4
+#: Fallback transfers each worker prepares ahead. A transfer is one batch's fallback share (the
+#: first batch of a pass: one per worker), so the fallback decodes this many batches per worker ahead.
+_FALLBACK_PREFETCH = 2
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,7 @@ class DecodeSpec:
         return DecodeOptions(threads=self.fallback_threads, timeout_s=self.timeout_s, hints=hints)
 
     def fallback_workers_options(self, *, pin_memory: bool) -> WorkerOptions:
-        """The fallback's worker options under this spec (one clip per transfer)."""
+        """The fallback's worker options under this spec (each pass sets its transfers' sizes)."""
         return WorkerOptions(batch_size=1, num_workers=self.fallback_workers, pin_memory=pin_memory,
                              prefetch_factor=_FALLBACK_PREFETCH)
 
@@ -255,6 +256,11 @@ class KineticsDALILoader:
     next time the loader is iterated, exactly as after :meth:`load_state_dict`;
     :meth:`set_epoch` with another epoch starts that epoch from its beginning.
 
+    The fallback's worker processes start with the first pass that needs them
+    and serve every later epoch (each pass sends them its samples); they stop
+    at :meth:`close` or garbage collection. A pass abandoned with decodes in
+    flight stops them too, and the next pass starts new ones (about 0.1-0.3 s).
+
     Raises:
         FileNotFoundError: ``source`` does not exist.
         ValueError: a bad option, an unknown split, or a split with no usable video.
@@ -312,6 +318,7 @@ class KineticsDALILoader:
         self._budget = FailureBudget(0, max_fraction=self.decode.max_failure_fraction)
         self._counters_epoch = 0
         self._dali = None  # DaliClipDecoder, built on first use
+        self._fallback = FallbackWorkers(self._setup, self._budget)  # processes started on first use
         self._active: Iterator | None = None  # the live pass over an epoch, if any
 
     def _place(self, device: DeviceChoice) -> None:
@@ -439,7 +446,8 @@ class KineticsDALILoader:
         todo = batches[start:]
         uses_dali = any(self._routes.uses_dali(s) for b in todo for s in b)
         epoch_pass = EpochPass(self._setup, todo, plan, routes=self._routes, budget=self._budget,
-                               counters=self._counters, dali=self._dali_decoder() if uses_dali else None)
+                               counters=self._counters, fallback=self._fallback,
+                               dali=self._dali_decoder() if uses_dali else None)
         passing = iter(epoch_pass)
         try:
             for i, batch in enumerate(passing):
@@ -449,7 +457,7 @@ class KineticsDALILoader:
                 self._counters.batches += 1
                 yield batch
         finally:
-            passing.close()  # drains DALI's batches in flight, stops the fallback's workers
+            passing.close()  # drains DALI's batches in flight; the fallback's workers stay for the next pass
             self._budget.warn(stacklevel=2)
 
     def _dali_decoder(self):
@@ -465,7 +473,15 @@ class KineticsDALILoader:
         return self._dali
 
     def close(self) -> None:
-        """Release the DALI pipeline."""
+        """End the live pass, stop the fallback's worker processes and release the DALI pipeline.
+
+        Garbage collection does the same; the loader stays usable (its next
+        pass starts new workers and a new pipeline).
+        """
+        if self._active is not None:
+            self._active.close()
+            self._active = None
+        self._fallback.close()
         if self._dali is not None:
             self._dali.close()
             self._dali = None

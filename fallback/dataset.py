@@ -8,7 +8,9 @@ sample's window (:func:`fallback.decode.decode_window`), applies the plan
 the next sample of the plan that decodes (the replacement rule of
 :mod:`daliload.failures`); the failures met travel with the item, for the
 loader's failure budget to count. :mod:`fallback.loader` runs it in
-supervised worker processes.
+supervised worker processes, which hold no plan: each slot travels to them as
+a :class:`SlotTask` (the slot's sample and its replacement candidates) and a
+:class:`SlotDecoder` fills it, so a new epoch needs no new processes.
 
 Test-only fault hooks: with ``fault_injection=True``, a sample whose path is
 ``fault:kill`` (SIGKILL), ``fault:segv`` (a real segmentation fault),
@@ -22,6 +24,8 @@ inside :class:`~daliload.KineticsDALILoader`). Off by default.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
+import itertools
 import logging
 import os
 import signal
@@ -101,12 +105,13 @@ def decode_sample(sample: Sample, output: OutputSpec, decode: DecodeOptions = De
     Raises:
         DecodeError: the sample's file cannot be decoded.
     """
-    return _decode_counted(sample, output, decode)[0]
+    return _decode_counted(sample, output, decode, decode.hint(sample.path))[0]
 
 
-def _decode_counted(sample: Sample, output: OutputSpec, decode: DecodeOptions) -> tuple[torch.Tensor, int]:
+def _decode_counted(sample: Sample, output: OutputSpec, decode: DecodeOptions,
+                    hint: StreamHint | None) -> tuple[torch.Tensor, int]:
     clip = decode_window(sample.path, sample.frame_indices(), threads=decode.threads,
-                         skip_nonref=decode.skip_nonref, timeout_s=decode.timeout_s, hint=decode.hint(sample.path))
+                         skip_nonref=decode.skip_nonref, timeout_s=decode.timeout_s, hint=hint)
     return apply_plan(clip.frames, sample, output), clip.num_frames_decoded
 
 
@@ -120,6 +125,7 @@ class ClipItem(NamedTuple):
         slot_position: plan position of the slot this item fills; differs
             from ``position`` when the slot's own sample failed.
         frames_decoded: frames the decoder produced (GOP waste included).
+        frames_used: frames the clip holds (its sample's ``clip_len``).
         failures: failures met while filling this slot (the slot's own sample
             and any replacement candidates that failed too).
     """
@@ -129,6 +135,7 @@ class ClipItem(NamedTuple):
     position: int
     slot_position: int
     frames_decoded: int
+    frames_used: int
     failures: tuple[Failure, ...]
 
     @property
@@ -144,6 +151,7 @@ class ClipBatch(NamedTuple):
     positions: torch.Tensor
     slot_positions: torch.Tensor
     frames_decoded: torch.Tensor
+    frames_used: torch.Tensor
     failures: tuple[Failure, ...]
 
 
@@ -156,8 +164,99 @@ def collate_clips(items: Sequence[ClipItem]) -> ClipBatch:
         positions=torch.tensor([item.position for item in items], dtype=torch.int64),
         slot_positions=torch.tensor([item.slot_position for item in items], dtype=torch.int64),
         frames_decoded=torch.tensor([item.frames_decoded for item in items], dtype=torch.int64),
+        frames_used=torch.tensor([item.frames_used for item in items], dtype=torch.int64),
         failures=tuple(f for item in items for f in item.failures),
     )
+
+
+class Candidate(NamedTuple):
+    """A plan sample that may fill a slot, as a worker receives it.
+
+    Attributes:
+        index: its index in the plan (what the progress board reports).
+        sample: the sample.
+        hint: the pre-screen's seek hint for its file, if any.
+        known_bad: why it is not tried (it killed or hung a worker before), or ``None``.
+    """
+
+    index: int
+    sample: Sample
+    hint: StreamHint | None
+    known_bad: str | None
+
+
+class SlotTask(NamedTuple):
+    """One plan slot to fill: what travels to a worker through the batch sampler.
+
+    ``window`` lists plan samples in replacement order from the first slot of
+    a batch on, far enough for every slot of it (see :meth:`ClipDataset.tasks`);
+    the slot's own sample is ``window[offset]``. The tasks of one batch share
+    one window, so a batch pickles it once. Workers hold no plan: a new plan
+    (a new epoch) needs no new workers.
+    """
+
+    offset: int
+    window: tuple[Candidate, ...]
+    num_slots: int  # the plan's length: the replacement order visits each sample once
+
+
+class SlotDecoder(Dataset):
+    """The worker side of :class:`ClipDataset`: fills :class:`SlotTask` s; holds no plan.
+
+    It is what DataLoader workers unpickle once, when they start; it stays the
+    same for the loader's life, whatever plans the tasks come from.
+
+    Args:
+        output: what every clip is turned into.
+        decode: decode options; seek hints travel with the tasks instead.
+        max_replacement_tries, fault_injection, faults: see :class:`ClipDataset`.
+    """
+
+    def __init__(self, output: OutputSpec, decode: DecodeOptions, *, max_replacement_tries: int,
+                 fault_injection: bool, faults: dict[str, str]) -> None:
+        self.output = output
+        self.decode = dataclasses.replace(decode, hints=None)
+        self.max_replacement_tries = max_replacement_tries
+        self.fault_injection = fault_injection
+        self.faults = dict(faults)
+        #: set by the supervising loader: what each worker decodes, and who owns the workers.
+        self.board: ProgressBoard | None = None
+        self.owner_pid: int | None = None
+
+    def __getitem__(self, task: SlotTask) -> ClipItem:
+        """Fill ``task``'s slot: its own sample, else the first of the window that decodes."""
+        failures: list[Failure] = []
+        slot_position = task.window[task.offset].sample.position
+        for candidate in task.window[task.offset:task.offset + task.num_slots]:
+            sample = candidate.sample
+            if candidate.known_bad is not None:
+                failures.append(Failure(sample.path, candidate.known_bad, sample.position))
+                continue
+            try:
+                video, frames_decoded = self._decode(candidate)
+            except DecodeError as err:
+                failures.append(Failure(sample.path, err.reason, sample.position))
+                logger.info("slot %d: %s", slot_position, err)
+                if len(failures) > self.max_replacement_tries:
+                    break
+                continue
+            return ClipItem(video, sample.label, sample.position, slot_position, frames_decoded, sample.clip_len,
+                            tuple(failures))
+        raise NoReplacementError(slot_position, failures)
+
+    def _decode(self, candidate: Candidate) -> tuple[torch.Tensor, int]:
+        board, worker_id, sample = self.board, _worker_id(), candidate.sample
+        if board is not None and worker_id is not None:
+            board.start(worker_id, candidate.index)
+        try:
+            if self.fault_injection and sample.path.startswith(_FAULT_PREFIX):
+                inject_fault(sample.path[len(_FAULT_PREFIX):], sample.path)
+            elif sample.path in self.faults:
+                inject_fault(self.faults[sample.path], sample.path)
+            return _decode_counted(sample, self.output, self.decode, candidate.hint)
+        finally:
+            if board is not None and worker_id is not None:
+                board.finish(worker_id)
 
 
 class ClipDataset(Dataset):
@@ -173,7 +272,9 @@ class ClipDataset(Dataset):
             docstring). Never set it in training.
         faults: test-only ``path -> action`` faults (see module docstring).
 
-    ``dataset[i]`` returns a :class:`ClipItem`. Batch items with
+    ``dataset[i]`` returns a :class:`ClipItem`, decoded in this process. Worker
+    processes get the plan as :class:`SlotTask` s (:meth:`tasks`) and decode
+    them with :meth:`slot_decoder`, which holds no plan; batch items with
     :func:`collate_clips` (the default collate cannot batch ``failures``).
     """
 
@@ -197,11 +298,17 @@ class ClipDataset(Dataset):
         self.max_replacement_tries = max_replacement_tries
         self.fault_injection = fault_injection
         self.faults = dict(faults or {})
-        #: slot index -> reason, for samples that killed or hung a worker: never decoded again.
-        self.known_bad: dict[int, str] = {}
-        #: set by the supervising loader: what each worker decodes, and who owns the workers.
-        self.board: ProgressBoard | None = None
-        self.owner_pid: int | None = None
+        self._local: SlotDecoder | None = None
+
+    def with_samples(self, samples: Sequence[Sample]) -> ClipDataset:
+        """The same decoding over another plan."""
+        return ClipDataset(samples, self.output, decode=self.decode, max_replacement_tries=self.max_replacement_tries,
+                           fault_injection=self.fault_injection, faults=self.faults)
+
+    def slot_decoder(self) -> SlotDecoder:
+        """A new worker-side decoder for this dataset's tasks (and any other plan's with the same options)."""
+        return SlotDecoder(self.output, self.decode, max_replacement_tries=self.max_replacement_tries,
+                           fault_injection=self.fault_injection, faults=self.faults)
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -209,37 +316,37 @@ class ClipDataset(Dataset):
     def __getitem__(self, index: int) -> ClipItem:
         if not 0 <= index < len(self.samples):
             raise IndexError(f"slot {index} out of range for a plan of {len(self.samples)} samples")
-        failures: list[Failure] = []
-        for candidate in replacement_order(len(self.samples), index):
-            sample = self.samples[candidate]
-            if candidate in self.known_bad:
-                failures.append(Failure(sample.path, self.known_bad[candidate], sample.position))
-                continue
-            try:
-                video, frames_decoded = self._decode(candidate, sample)
-            except DecodeError as err:
-                failures.append(Failure(sample.path, err.reason, sample.position))
-                logger.info("slot %d: %s", index, err)
-                if len(failures) > self.max_replacement_tries:
-                    break
-                continue
-            return ClipItem(video, sample.label, sample.position, self.samples[index].position,
-                            frames_decoded, tuple(failures))
-        raise NoReplacementError(self.samples[index].position, failures)
+        if self._local is None:
+            self._local = self.slot_decoder()
+        return self._local[self.tasks(index, index + 1)[0]]
 
-    def _decode(self, slot: int, sample: Sample) -> tuple[torch.Tensor, int]:
-        board, worker_id = self.board, _worker_id()
-        if board is not None and worker_id is not None:
-            board.start(worker_id, slot)
-        try:
-            if self.fault_injection and sample.path.startswith(_FAULT_PREFIX):
-                inject_fault(sample.path[len(_FAULT_PREFIX):], sample.path)
-            elif sample.path in self.faults:
-                inject_fault(self.faults[sample.path], sample.path)
-            return _decode_counted(sample, self.output, self.decode)
-        finally:
-            if board is not None and worker_id is not None:
-                board.finish(worker_id)
+    def tasks(self, start: int, stop: int, known_bad: dict[Sample, str] | None = None) -> list[SlotTask]:
+        """The tasks of slots ``start .. stop - 1``, sharing one window of candidates.
+
+        The window runs in replacement order from ``start`` until the last slot
+        has ``max_replacement_tries + 1`` candidates that are not known bad
+        after it (a slot gives up sooner), or the whole plan. Worked example, a
+        plan of 100 samples, slots 4..5, 16 tries: the window holds samples
+        4 .. 21; slot 4 is ``offset`` 0, slot 5 ``offset`` 1.
+
+        Args:
+            start, stop: the slots (plan indices), ``0 <= start < stop <= len(self)``.
+            known_bad: samples never to decode again, with the reason.
+        """
+        n, tries, decode = len(self.samples), self.max_replacement_tries + 1, self.decode
+        window: list[Candidate] = []
+        decodable = 0  # candidates the last slot may decode
+        # The earlier slots' own samples, then the last slot's replacement order (which holds theirs).
+        for step, index in enumerate(itertools.chain(range(start, stop - 1), replacement_order(n, stop - 1))):
+            sample = self.samples[index]
+            bad = known_bad.get(sample) if known_bad else None
+            window.append(Candidate(index, sample, decode.hint(sample.path), bad))
+            if step >= stop - 1 - start and bad is None:
+                decodable += 1
+                if decodable == tries:
+                    break
+        shared = tuple(window)
+        return [SlotTask(offset, shared, n) for offset in range(stop - start)]
 
 
 def _worker_id() -> int | None:

@@ -3,7 +3,10 @@
 :class:`FallbackLoader` runs a :class:`~fallback.dataset.ClipDataset` in
 DataLoader workers started with ``forkserver`` or ``spawn`` (never ``fork``, so
 a decoder thread pool can never be copied mid-lock into a child), with pinned
-memory, persistent workers and prefetching. A worker that dies (segfault, OOM
+memory, persistent workers and prefetching. The workers hold no plan: the
+batch sampler sends each batch's samples (with their replacement candidates
+and seek hints, :class:`~fallback.dataset.SlotTask`), so :meth:`FallbackLoader.set_plan`
+gives the same running workers a new epoch's plan. A worker that dies (segfault, OOM
 kill) or a decode that hangs past ``timeout_s`` costs the sample it was
 decoding, not the epoch: the :mod:`fallback.watchdog` names it, the loader
 records it, restarts its workers and resumes at the first batch it has not
@@ -26,8 +29,8 @@ slots were replaced (their position differs from the slot's).
 
 from __future__ import annotations
 
+import itertools
 import logging
-import math
 import os
 from dataclasses import dataclass
 from typing import Iterator, Literal, NamedTuple, Sequence
@@ -41,7 +44,7 @@ from daliload.plan import OutputSpec, Sample
 from daliload.workerpool import mp_context
 from daliload.workerpool import main_script_hidden, refuse_bootstrapping_main
 from fallback import _torch_internals as internals
-from fallback.dataset import ClipBatch, ClipDataset, DecodeOptions, collate_clips
+from fallback.dataset import ClipBatch, ClipDataset, DecodeOptions, SlotTask, collate_clips
 from fallback.decode import StreamHint
 from fallback.progress import ProgressBoard, worker_init
 from fallback.watchdog import Watchdog, WorkerLost
@@ -142,24 +145,27 @@ class FallbackStats:
         return self.frames_decoded - self.frames_used
 
 
-class _ResumableBatches:
-    """Batch sampler over plan slots that can resume at a given batch.
+class _PlanBatches:
+    """Batch sampler: the current plan's batches from ``start`` on, as lists of :class:`SlotTask`.
 
-    Iterated in the main process only, so changing ``start`` between
-    iterations redirects persistent workers too.
+    Iterated in the main process only, when the DataLoader sends work to a
+    worker: changing the plan or ``start`` between passes redirects persistent
+    workers too, and a task built after a crash already skips what crashed.
     """
 
-    def __init__(self, num_samples: int, batch_size: int) -> None:
-        self.num_samples = num_samples
-        self.batch_size = batch_size
+    def __init__(self) -> None:
+        self.dataset: ClipDataset | None = None
+        self.bounds: list[int] = [0]  # batch b is plan slots bounds[b] .. bounds[b + 1] - 1
+        self.known_bad: dict[Sample, str] = {}
         self.start = 0
 
     def __len__(self) -> int:
-        return math.ceil(self.num_samples / self.batch_size) - self.start
+        return len(self.bounds) - 1 - self.start
 
-    def __iter__(self) -> Iterator[list[int]]:
-        for b in range(self.start, math.ceil(self.num_samples / self.batch_size)):
-            yield list(range(b * self.batch_size, min(self.num_samples, (b + 1) * self.batch_size)))
+    def __iter__(self) -> Iterator[list[SlotTask]]:
+        dataset, bounds = self.dataset, self.bounds
+        for b in range(self.start, len(bounds) - 1):
+            yield dataset.tasks(bounds[b], bounds[b + 1], self.known_bad)
 
 
 class FallbackLoader:
@@ -170,6 +176,13 @@ class FallbackLoader:
     order; every batch but a short last one has ``batch_size`` rows whatever
     fails. After (or during) a pass, :attr:`failures` lists what failed and
     :meth:`stats` counts it.
+
+    The workers hold no plan: each batch's samples travel to them with the
+    batch. :meth:`set_plan` gives the next passes another plan (a new epoch's)
+    on the same, still running workers. They stop at :meth:`close`, when the
+    loader is garbage-collected, and when a pass is abandoned before its end
+    (its batches already sent would otherwise be decoded for nothing when the
+    next pass starts).
 
     Args:
         dataset: the plan's samples and how to decode them.
@@ -188,7 +201,6 @@ class FallbackLoader:
                  budget: FailureBudget | None = None, max_failures: int | None = None,
                  max_failure_fraction: float | None = DEFAULT_MAX_FAILURE_FRACTION) -> None:
         refuse_bootstrapping_main("A daliload fallback loader")
-        self.dataset = dataset
         self.options = options
         self.batch_size = options.batch_size
         self.num_workers = options.num_workers
@@ -199,22 +211,51 @@ class FallbackLoader:
             len(dataset), max_fraction=max_failure_fraction, max_count=max_failures)
         workers = options.num_workers > 0
         # Forkserver workers fork from one server per process, preloaded with torch and PyAV
-        # (daliload.workerpool.mp_context): a new epoch's workers start in ~0.1 s.
+        # (daliload.workerpool.mp_context): a restart after a crash takes ~0.1 s.
         self._ctx = mp_context(options.multiprocessing_context) if workers else None
+        self._decoder = dataset.slot_decoder()  # what the workers hold, for the loader's life
         if workers:
-            dataset.board = ProgressBoard(self._ctx, options.num_workers)
-            dataset.owner_pid = os.getpid()
-        self._batches = _ResumableBatches(len(dataset), options.batch_size)
+            self._decoder.board = ProgressBoard(self._ctx, options.num_workers)
+            self._decoder.owner_pid = os.getpid()
+        self._batches = _PlanBatches()
         self._loader: DataLoader | None = None
         self._replaced = 0
         self._counts = dict.fromkeys(
             ("batches", "clips", "restarts", "unexplained", "frames_decoded", "frames_used"), 0)
-        self._clip_lens = {s.position: s.clip_len for s in dataset.samples}
+        self._use(dataset)
 
     # -- public -----------------------------------------------------------------------
 
+    @property
+    def dataset(self) -> ClipDataset:
+        """The plan of the next (or current) pass and how it is decoded."""
+        return self._batches.dataset
+
+    def set_plan(self, samples: Sequence[Sample], *, batch_sizes: Sequence[int] | None = None) -> None:
+        """Use another plan from the next pass on, decoded as before, on the same workers.
+
+        Args:
+            samples: the plan, in order (not empty).
+            batch_sizes: clips of each batch, summing to ``len(samples)``;
+                default: ``batch_size`` each, the last one short.
+
+        Raises:
+            ValueError: empty ``samples``, or sizes that do not add up.
+        """
+        self._use(self.dataset.with_samples(samples), batch_sizes)
+
+    def _use(self, dataset: ClipDataset, batch_sizes: Sequence[int] | None = None) -> None:
+        samples = dataset.samples
+        if batch_sizes is None:
+            batch_sizes = [min(self.batch_size, len(samples) - i) for i in range(0, len(samples), self.batch_size)]
+        if any(size < 1 for size in batch_sizes) or sum(batch_sizes) != len(samples):
+            raise ValueError(f"batch_sizes must be >= 1 each and add up to the {len(samples)} samples, "
+                             f"got {list(batch_sizes)[:10]}")
+        self._batches.dataset = dataset
+        self._batches.bounds = [0, *itertools.accumulate(batch_sizes)]
+
     def __len__(self) -> int:
-        return math.ceil(len(self.dataset) / self.batch_size)
+        return len(self._batches.bounds) - 1
 
     @property
     def failures(self) -> list[Failure]:
@@ -235,21 +276,40 @@ class FallbackLoader:
             num_worker_deaths=self.budget.count(REASON_WORKER_DIED),
             num_restarts=c["restarts"], frames_decoded=c["frames_decoded"], frames_used=c["frames_used"])
 
+    @property
+    def worker_pids(self) -> list[int]:
+        """Pids of the running worker processes (empty when none runs)."""
+        iterator = internals.persistent_iterator(self._loader)
+        return [w.pid for w in internals.workers(iterator) if w.exitcode is None] if iterator is not None else []
+
     def close(self) -> None:
         """Stop the workers (persistent ones included)."""
         self._drop_loader()
 
     def __iter__(self) -> Iterator[FallbackBatch]:
+        """A pass over the plan, whose first batches go to the workers now rather than at the first ``next``."""
+        batches = self._pass()
+        next(batches)  # runs up to the pass's first wait: the workers have its first batches
+        return batches
+
+    # -- internals --------------------------------------------------------------------
+
+    def _pass(self) -> Iterator[FallbackBatch | None]:
+        """Yields ``None`` once the workers have the first batches (for :meth:`__iter__`), then the batches."""
         if self._owns_budget:
             self.budget.reset(len(self.dataset))
         self._replaced = 0
         self._counts = dict.fromkeys(self._counts, 0)
         next_batch = 0
+        started = False
         try:
             while next_batch < len(self):
                 self._batches.start = next_batch
-                watchdog = Watchdog(self._start_workers(), self.dataset.board, self.timeout_s)
+                watchdog = Watchdog(self._start_workers(), self._decoder.board, self.timeout_s)
                 try:
+                    if not started:
+                        started = True
+                        yield None  # inside the try: closing the pass now stops what was sent
                     while True:
                         batch = watchdog.next()
                         next_batch += 1
@@ -260,7 +320,11 @@ class FallbackLoader:
                     watchdog.stop()
                     self._recover(watchdog, lost.__cause__)
                 except GeneratorExit:
-                    watchdog.stop()  # the consumer stopped early; persistent workers can resume
+                    watchdog.stop()
+                    if next_batch < len(self):
+                        # Abandoned: batches already sent would be decoded, then dropped, before the
+                        # next pass's first. Stopping the workers costs a restart (~0.1 s) instead.
+                        self._drop_loader(watchdog.iterator)
                     raise
                 except BaseException:
                     watchdog.stop()
@@ -270,15 +334,13 @@ class FallbackLoader:
             if self._owns_budget:
                 self.budget.warn(detail=f"{self._counts['restarts']} worker restarts")
 
-    # -- internals --------------------------------------------------------------------
-
     def _get_loader(self) -> DataLoader:
         if self._loader is None:
-            if self.dataset.board is not None:
-                self.dataset.board.reset()
+            if self._decoder.board is not None:
+                self._decoder.board.reset()
             workers = self.num_workers > 0
             self._loader = DataLoader(
-                self.dataset, batch_sampler=self._batches, num_workers=self.num_workers,
+                self._decoder, batch_sampler=self._batches, num_workers=self.num_workers,
                 collate_fn=collate_clips, pin_memory=self.pin_memory,
                 persistent_workers=self.options.persistent_workers and workers,
                 prefetch_factor=self.options.prefetch_factor if workers else None,
@@ -288,8 +350,8 @@ class FallbackLoader:
     def _start_workers(self) -> Iterator[ClipBatch]:
         """An iterator over the DataLoader, whose workers start (if not running) without the main script.
 
-        Everything a worker unpickles (dataset, collate, ``worker_init``) is
-        importable by name, so the workers need not re-run the user's script
+        Everything a worker unpickles (the slot decoder, collate, ``worker_init``)
+        is importable by name, so the workers need not re-run the user's script
         (see :func:`~daliload.workerpool.main_script_hidden`): a training
         script without an ``if __name__ == "__main__":`` guard works, and
         workers start without importing what the script imports.
@@ -304,15 +366,17 @@ class FallbackLoader:
             internals.shutdown(it)
 
     def _account(self, batch: ClipBatch) -> FallbackBatch:
-        for slot, used in zip(batch.slot_positions.tolist(), batch.positions.tolist()):
-            if slot != used:
-                self.budget.record_replacement(slot, used)
-                self._replaced += 1
+        slots, used = batch.slot_positions, batch.positions
+        if not torch.equal(slots, used):
+            for slot, position in zip(slots.tolist(), used.tolist()):
+                if slot != position:
+                    self.budget.record_replacement(slot, position)
+                    self._replaced += 1
         c = self._counts
         c["batches"] += 1
         c["clips"] += len(batch.labels)
         c["frames_decoded"] += int(batch.frames_decoded.sum())
-        c["frames_used"] += sum(self._clip_lens[p] for p in batch.positions.tolist())
+        c["frames_used"] += int(batch.frames_used.sum())
         for failure in batch.failures:
             self.budget.record(failure)
         return FallbackBatch(batch.videos, batch.labels, batch.positions)
@@ -331,7 +395,7 @@ class FallbackLoader:
         self._counts["restarts"] += 1
         for slot, reason in culprits:
             sample = self.dataset.samples[slot]
-            self.dataset.known_bad[slot] = reason
+            self._batches.known_bad[sample] = reason
             logger.warning("%s: %s; restarting the loader workers", sample.path, reason)
             self.budget.record(Failure(sample.path, reason, sample.position))
 

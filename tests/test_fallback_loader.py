@@ -169,3 +169,22 @@ def test_forkserver_worker_that_exits_costs_one_sample(files):
     assert torch.cat([b.positions for b in batches]).tolist() == [100, 101, 103, 103, 104, 105]
     assert loader.failures == [Failure("fault:exit", "worker died (exit code 3) while decoding this sample", 102)]
     assert read_clip(batches[0].videos[2], layout="CTHW") == expected_codes(samples[3])
+
+
+def test_tasks_carry_each_slots_replacement_candidates_and_skip_known_bad_samples():
+    """Workers hold no plan: a batch's tasks share one window of candidates, long enough for the rule."""
+    samples = [Sample(position=500 + i, video_index=i, path=f"v{i}.mp4", label=i, start_frame=0, frame_stride=1,
+                      clip_len=2, crop=CropBox.full()) for i in range(100)]
+    dataset = ClipDataset(samples, RAW, max_replacement_tries=16)
+    tasks = dataset.tasks(4, 6)
+    assert [t.offset for t in tasks] == [0, 1] and tasks[0].window is tasks[1].window
+    assert [c.index for c in tasks[0].window] == list(range(4, 22))  # slot 5 and its 16 next candidates
+    assert all(t.num_slots == 100 for t in tasks)
+    # A sample that killed a worker is listed (it counts as a failure) but not decoded: the window grows by one.
+    window = dataset.tasks(4, 6, known_bad={samples[10]: "worker died"})[0].window
+    assert [c.index for c in window] == list(range(4, 23))
+    assert [c.known_bad for c in window if c.known_bad] == ["worker died"]
+    # The window wraps around the plan's end, and never holds more than the plan from the last slot.
+    assert [c.index for c in dataset.tasks(98, 100)[0].window] == [98, 99] + list(range(0, 16))
+    small = ClipDataset(samples[:3], RAW).tasks(1, 3)[0].window
+    assert [c.index for c in small] == [1, 2, 0, 1]

@@ -1,0 +1,188 @@
+"""The fallback's worker processes live as long as the loader: across epochs, resumes and restarts.
+
+Each test checks three things: the samples (every row shows the planned frames, flip and label, read
+from the frame code, and equals what a fresh loader gives for the same epoch), which worker processes
+ran (the same ones across passes, or new ones after a stop), and that none is left once they should be
+gone.
+"""
+
+from __future__ import annotations
+
+import gc
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from daliload.failures import DecodeFailureWarning
+from daliload.framecode import read_code
+from daliload.loader import DecodeSpec, KineticsDALILoader
+from daliload.plan import AugmentSpec, CropBox, OutputSpec, Sample
+from fallback import make_fallback_loader
+from fallback.dataset import FAULTS_ENV
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+RAW = OutputSpec(size=(48, 64), mean=(0, 0, 0), std=(1, 1, 1), dtype="float32")
+WHOLE = AugmentSpec(crop_size=(48, 64), crop_mode="center", flip_prob=0.5)
+
+
+def make_loader(root, **decode) -> KineticsDALILoader:
+    return KineticsDALILoader(root, "train", batch_size=4, clip_len=6, frame_stride=3, augment=WHOLE, output=RAW,
+                              decode=DecodeSpec(**decode))
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except FileNotFoundError:
+        return False
+
+
+def wait_gone(pids: list[int], seconds: float = 15.0) -> list[int]:
+    """The pids still running after up to ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while any(running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [p for p in pids if running(p)]
+
+
+def workers_of(loader: KineticsDALILoader) -> list[int]:
+    return sorted(loader._fallback.worker_pids)
+
+
+def epoch(loader, batches=None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    out = []
+    for videos, labels in loader:
+        out.append((videos.clone(), labels.clone()))
+        if batches is not None and len(out) == batches:
+            break
+    return out
+
+
+def check_rows(loader, got, first_batch: int = 0) -> None:
+    """Every row shows its planned frames, flip and label (no failure in these tests)."""
+    plan = loader.plan()[first_batch:]
+    assert len(got) == len(plan)
+    frames = {v.path: v.num_frames for v in loader.videos}
+    for (videos, labels), batch in zip(got, plan):
+        assert videos.shape[0] == len(batch)
+        for k, sample in enumerate(batch):
+            codes = [read_code(videos[k][:, t], layout="CHW") for t in range(videos.shape[2])]
+            assert [c.index for c in codes] == sample.frame_indices(frames[sample.path]), sample.path
+            assert all(c.flipped == sample.flip for c in codes), sample.path
+            assert int(labels[k]) == sample.label
+
+
+def same(a, b) -> bool:
+    return len(a) == len(b) and all(torch.equal(va, vb) and torch.equal(la, lb) for (va, la), (vb, lb) in zip(a, b))
+
+
+@pytest.fixture(scope="module")
+def root(small_kinetics) -> Path:
+    return small_kinetics
+
+
+def test_epochs_run_on_the_same_workers_and_give_a_fresh_loaders_samples(root):
+    loader = make_loader(root)
+    try:
+        first = epoch(loader)
+        pids = workers_of(loader)
+        assert len(pids) == 2
+        check_rows(loader, first)
+        loader.set_epoch(1)
+        second = epoch(loader)
+        assert workers_of(loader) == pids  # no new processes for a new epoch
+        check_rows(loader, second)
+        assert loader.stats().clips_fallback > 0
+        loader.set_epoch(0)
+        assert same(epoch(loader), first)  # a new plan reached the workers, then the old one again
+        assert workers_of(loader) == pids
+        fresh = make_loader(root)
+        fresh.set_epoch(1)
+        assert same(epoch(fresh), second)
+        fresh.close()
+    finally:
+        loader.close()
+    assert wait_gone(pids) == []
+    assert workers_of(loader) == []
+
+
+def test_break_stops_the_workers_and_resume_gives_the_same_samples(root):
+    loader = make_loader(root)
+    try:
+        loader.set_epoch(2)
+        head = epoch(loader, batches=1)
+        pids = workers_of(loader)
+        assert len(pids) == 2
+        state = loader.state_dict()
+        rest = epoch(loader)  # continues at the next batch, on new workers
+        # The pass was abandoned with decodes in flight: its workers stopped rather than decode them for nothing.
+        assert wait_gone(pids) == []
+        assert set(workers_of(loader)).isdisjoint(pids) and len(workers_of(loader)) == 2
+        check_rows(loader, head + rest)
+
+        resumed = make_loader(root)
+        resumed.load_state_dict(state)
+        again = epoch(resumed)
+        assert same(again, rest)
+        resumed_pids = workers_of(resumed)
+        del resumed  # garbage collection stops its workers
+        gc.collect()
+        assert wait_gone(resumed_pids) == []
+    finally:
+        loader.close()
+
+
+def test_a_crashed_worker_is_replaced_and_none_is_left_behind(root, tmp_path, monkeypatch):
+    copy = tmp_path / "data"
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns(".daliload"))
+    probe = make_loader(copy)
+    victim = sorted(v.path for v in probe.videos if v.route == "fallback")[0]
+    monkeypatch.setenv(FAULTS_ENV, f"{victim}=segv")
+    loader = make_loader(probe.manifest_path, max_failure_fraction=1.0)
+    seen: set[int] = set()
+    try:
+        for epoch_index in range(2):
+            loader.set_epoch(epoch_index)
+            with pytest.warns(DecodeFailureWarning, match="worker deaths"):
+                for _ in loader:
+                    seen |= set(workers_of(loader))
+            reasons = {f.path: f.reason for f in loader.stats().failures}
+            assert reasons == {victim: "worker died (signal SIGSEGV) while decoding this sample"}
+            assert loader.stats().replaced >= 1
+    finally:
+        loader.close()
+    assert len(seen) > 2  # the crashed worker's pool was restarted
+    assert wait_gone(sorted(seen)) == []
+
+
+def test_a_standalone_loader_takes_a_new_plan_on_its_running_workers(make_clip):
+    clips = [str(make_clip("h264", num_frames=40)), str(make_clip("vp9", num_frames=40))]
+
+    def plan(offset: int) -> list[Sample]:
+        return [Sample(100 + i, i % 2, clips[i % 2], i, (offset + 5 * i) % 20, 2, 4, CropBox.full(), flip=bool(i % 3))
+                for i in range(7)]
+
+    loader = make_fallback_loader(plan(0), RAW, batch_size=3, num_workers=2, prefetch_factor=1)
+    try:
+        list(loader)
+        pids = sorted(loader.worker_pids)
+        loader.set_plan(plan(7), batch_sizes=[1, 4, 2])
+        batches = list(loader)
+        assert sorted(loader.worker_pids) == pids
+        assert [len(b.labels) for b in batches] == [1, 4, 2]
+        assert torch.cat([b.positions for b in batches]).tolist() == [s.position for s in plan(7)]
+        fresh = make_fallback_loader(plan(7), RAW, batch_size=7, num_workers=0)
+        [whole] = list(fresh)
+        assert torch.equal(torch.cat([b.videos for b in batches]), whole.videos)
+        with pytest.raises(ValueError, match="add up to the 7 samples"):
+            loader.set_plan(plan(1), batch_sizes=[3, 3])
+    finally:
+        loader.close()
+    assert wait_gone(pids) == [] and loader.worker_pids == []
