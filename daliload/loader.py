@@ -1,6 +1,6 @@
 """KineticsDALILoader: the public face of the loader, for one DDP rank.
 
-(About 550 lines: the public API in one place, the loader class with its
+(About 600 lines: the public API in one place, the loader class with its
 two option groups and its stats, each documented for users; the epoch pass,
 failures and plan live in their own modules.)
 
@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Callable, Iterator, Literal
 
 import torch
 
@@ -216,6 +217,57 @@ class LoaderStats:
         return "\n".join(lines)
 
 
+class _Plans:
+    """This rank's plans by epoch: the one in use, and the next one drawn ahead in a daemon thread.
+
+    Drawing a plan is Python work per video (about 0.15 ms: 2.8 s per rank for
+    240,000 videos on 8 ranks, 37 s on one, measured on 2 cores); unless drawn
+    while the previous epoch runs, it delays the epoch's first batch by that.
+    A plan is a pure function of the epoch (the videos, seed, rank and specs
+    are the loader's, fixed), so a plan drawn ahead is the plan.
+
+    Args:
+        draw: ``epoch -> batches``.
+    """
+
+    def __init__(self, draw: Callable[[int], list[list[Sample]]]) -> None:
+        self._draw = draw
+        self._done: dict[int, list[list[Sample]] | BaseException] = {}
+        self._ahead: dict[int, threading.Thread] = {}
+        self._lock = threading.Lock()
+
+    def get(self, epoch: int) -> list[list[Sample]]:
+        """The plan of ``epoch`` (waits for it if it is being drawn ahead); forgets the others."""
+        thread = self._ahead.pop(epoch, None)
+        if thread is not None:
+            thread.join()
+        with self._lock:
+            plan = self._done.get(epoch)
+            self._done = {}  # the caller moves on to this epoch: older plans are not needed again
+        if plan is None or isinstance(plan, BaseException):
+            plan = self._draw(epoch)  # a failure ahead is raised here, in the caller's thread
+        with self._lock:
+            self._done[epoch] = plan
+        return plan
+
+    def draw_ahead(self, epoch: int) -> None:
+        """Start drawing ``epoch``'s plan in a daemon thread, unless it is drawn or being drawn."""
+        with self._lock:
+            if epoch in self._done or epoch in self._ahead:
+                return
+            thread = threading.Thread(target=self._store, args=(epoch,), name="daliload-plan-ahead", daemon=True)
+            self._ahead[epoch] = thread
+        thread.start()
+
+    def _store(self, epoch: int) -> None:
+        try:
+            plan: list[list[Sample]] | BaseException = self._draw(epoch)
+        except BaseException as err:  # noqa: BLE001 - kept for get(), which draws again and raises there
+            plan = err
+        with self._lock:
+            self._done[epoch] = plan
+
+
 class KineticsDALILoader:
     """Iterate ``(videos, labels)`` batches of a Kinetics-style split, for one DDP rank.
 
@@ -320,6 +372,8 @@ class KineticsDALILoader:
         self._dali = None  # DaliClipDecoder, built on first use
         self._fallback = FallbackWorkers(self._setup, self._budget)  # processes started on first use
         self._active: Iterator | None = None  # the live pass over an epoch, if any
+        # Every epoch of an evaluation split has the same plan: one key for all.
+        self._plans = _Plans(lambda epoch: self.plan(epoch if split == "train" else 0))
 
     def _place(self, device: DeviceChoice) -> None:
         """Rank, world size and where this rank's tensors live."""
@@ -435,7 +489,8 @@ class KineticsDALILoader:
         return self._active
 
     def _epoch_pass(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        batches = self.plan()
+        key = self.epoch if self.split == "train" else 0
+        batches = self._plans.get(key)
         if self._start_batch >= len(batches):
             self._start_batch = 0  # the epoch was finished: this is a new pass over it
         start = self._start_batch
@@ -456,6 +511,10 @@ class KineticsDALILoader:
                 self._start_batch = start + i + 1
                 self._counters.batches += 1
                 yield batch
+                if i == 0 and self.split == "train":
+                    # After the first batch, which it would delay: the next epoch's plan, as set_epoch
+                    # is usually called next (another epoch is drawn when asked for, as before).
+                    self._plans.draw_ahead(self.epoch + 1)
         finally:
             passing.close()  # drains DALI's batches in flight; the fallback's workers stay for the next pass
             self._budget.warn(stacklevel=2)

@@ -186,3 +186,36 @@ def test_a_standalone_loader_takes_a_new_plan_on_its_running_workers(make_clip):
     finally:
         loader.close()
     assert wait_gone(pids) == [] and loader.worker_pids == []
+
+
+def test_the_next_epochs_plan_is_drawn_while_this_one_runs(root, monkeypatch):
+    """The plan costs Python work per video; drawn ahead, it does not delay the next epoch's first batch."""
+    import threading
+
+    from daliload import loader as loader_mod
+
+    drawn: list[tuple[int, str]] = []
+    real = loader_mod.make_train_plan
+
+    def recording(*args, epoch, **kwargs):
+        drawn.append((epoch, threading.current_thread().name))
+        return real(*args, epoch=epoch, **kwargs)
+
+    monkeypatch.setattr(loader_mod, "make_train_plan", recording)
+    loader = make_loader(root)
+    try:
+        first = epoch(loader)
+        loader.set_epoch(1)
+        second = epoch(loader)  # waits for the plan drawn ahead, if it is not ready yet
+        by_passes = list(drawn)
+        assert by_passes[0] == (0, "MainThread")
+        assert (1, "daliload-plan-ahead") in by_passes and (1, "MainThread") not in by_passes
+        check_rows(loader, second)  # loader.plan() draws epoch 1 again, here: the same plan
+        loader.set_epoch(0)
+        check_rows(loader, first)
+        loader.set_epoch(5)  # not the one drawn ahead: drawn when asked for, as before
+        done = len(drawn)
+        check_rows(loader, epoch(loader))
+        assert drawn[done] == (5, "MainThread")
+    finally:
+        loader.close()
