@@ -108,11 +108,37 @@ def test_the_fallback_row_runs_the_fallback_as_the_loader_configures_it(vp9_data
     finally:
         adapter.close()
     spec = DecodeSpec(fallback_workers=2)
-    assert workers == spec.fallback_workers_options(pin_memory=False)  # transfers, prefetch, context
-    # Where the fallback loader takes per-pass transfer sizes, a batch of 2 comes as one clip per worker,
-    # the last (short) batch as one transfer: the loader's epoch pass splits a batch's share the same way.
-    assert sizes in (None, [1, 1, 1])
+    assert workers == spec.fallback_workers_options(pin_memory=False)  # prefetch, context
+    assert sizes == [1, 1, 1]  # batches [2, 1]: the first one clip per worker, the second in one transfer
     assert (decode.threads, decode.timeout_s, decode.skip_nonref) == (spec.fallback_threads, spec.timeout_s, True)
     hint = decode.hint(vp9_dataset.videos[0].path)  # the seek hints the scan gives the loader
     assert hint is not None and hint.keyframe_indices == vp9_dataset.videos[0].keyframes
     assert hint.num_frames == vp9_dataset.videos[0].num_frames
+
+
+@pytest.mark.parametrize(("batches", "workers"), [([4, 4, 3], 2), ([2, 1], 2), ([5], 3), ([1, 2], 4), ([3, 3], 1)])
+def test_the_fallback_rows_transfers_are_the_loaders(batches, workers):
+    """The row's transfer sizes follow the loader's own epoch pass: checked against its code, not a copy of it."""
+    from benchmarks.peers.daliload_peer import loader_transfers
+    from daliload.epoch import EpochCounters, Routes, _FallbackStage
+    from daliload.failures import FailureBudget
+    from daliload.plan import CropBox, Sample
+
+    plan, position = [], 0
+    for size in batches:
+        plan.append([Sample(position=position + k, video_index=0, path=f"v{position + k}.mp4", label=0,
+                            start_frame=0, frame_stride=1, clip_len=1, crop=CropBox.full(), flip=False)
+                     for k in range(size)])
+        position += size
+
+    class Workers:  # stands in for daliload.epoch.FallbackWorkers: records what the pass asks of it
+        setup = type("Setup", (), {"workers": type("Options", (), {"num_workers": workers})()})()
+        asked: list[int] = []
+
+        def start(self, samples, batch_sizes):
+            self.asked = list(batch_sizes)
+            return []
+
+    fake = Workers()
+    _FallbackStage(fake, plan, Routes([]), FailureBudget(0), EpochCounters())
+    assert loader_transfers(batches, workers) == fake.asked

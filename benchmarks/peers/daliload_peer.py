@@ -73,11 +73,20 @@ def loader_hints(dataset) -> dict:
             for v in dataset.videos}
 
 
-def _split(n: int, parts: int) -> list[int]:
-    """``n`` clips in ``min(n, parts)`` near-equal transfers, as the loader splits a batch's fallback share:
-    ``_split(5, 2) == [3, 2]``."""
-    k = min(n, parts)
-    return [n // k + (j < n % k) for j in range(k)]
+def loader_transfers(batch_sizes: Sequence[int], workers: int) -> list[int]:
+    """The clips of each fallback transfer when every clip of these batches is the fallback's.
+
+    The loader's epoch pass (:class:`daliload.epoch` ``_FallbackStage``) sends
+    the pass's first batch as one near-equal transfer per worker, so all
+    workers decode for the first batch, and every later batch as one transfer
+    (the batch itself, no copy). Worked example: batches ``[4, 4, 3]`` with 2
+    workers give transfers ``[2, 2, 4, 3]``. ``tests/test_bench_outputs.py``
+    checks this against the loader's own rule.
+    """
+    if not batch_sizes:
+        return []
+    first, parts = batch_sizes[0], max(1, min(workers, batch_sizes[0]))
+    return [first // parts + (j < first % parts) for j in range(parts)] + list(batch_sizes[1:])
 
 
 class DaliloadFallback(LoaderAdapter):
@@ -85,14 +94,13 @@ class DaliloadFallback(LoaderAdapter):
 
     Its options come from the loader's own :class:`daliload.loader.DecodeSpec`
     (``fallback_decode``: FFmpeg threads, time limit, seek hints;
-    ``fallback_workers_options``: transfers, prefetch, forkserver workers), and
-    its transfers are the loader's: where the fallback loader takes per-pass
-    transfer sizes (``set_plan``), each batch comes as one transfer per worker,
-    as the loader's epoch pass sends a batch's fallback share; otherwise the
-    spec's fixed transfer size. Transfers that make up a batch are joined in
-    the training process (one that is the whole batch is handed out as it
-    is), as the loader's merge does. So the row is what users get from the
-    loader's fallback path, without the routing and merge of DALI's rows.
+    ``fallback_workers_options``: prefetch, forkserver workers), and its
+    transfers are the loader's (:func:`loader_transfers`): the first batch in
+    one transfer per worker, every later batch in one. Transfers that make up
+    a batch are joined in the training process (one that is the whole batch
+    is handed out as it is), as the loader's merge does. So the row is what
+    users get from the loader's fallback path, without the routing and the
+    merge with DALI's rows.
     """
 
     name = "daliload-fallback"
@@ -115,11 +123,8 @@ class DaliloadFallback(LoaderAdapter):
         self._batch_size = config.task.batch_size
         self._loader = FallbackLoader(ClipDataset(list(samples), config.task.output, decode=decode), workers,
                                       max_failure_fraction=spec.max_failure_fraction)
-        sizes = None
-        if hasattr(self._loader, "set_plan"):  # per-pass transfer sizes: one transfer per worker per batch
-            sizes = [size for batch in _batches(samples, self._batch_size)
-                     for size in _split(len(batch), max(1, workers.num_workers))]
-            self._loader.set_plan(list(samples), batch_sizes=sizes)
+        sizes = loader_transfers([len(b) for b in _batches(samples, self._batch_size)], workers.num_workers)
+        self._loader.set_plan(list(samples), batch_sizes=sizes)
         self.options = (decode, workers, sizes)  # for tests: what the loader's fallback runs with
 
     def epoch(self) -> Iterator[LoadedBatch]:
