@@ -161,6 +161,9 @@ class PassSetup:
         num_frames: frames of each video (``path -> count``), for counting
             clips that run past the end.
         faults: test-only ``path -> action`` (see :mod:`fallback.dataset`).
+        views: clips per video of a multi-view plan (its views follow one
+            another in each batch); the merge then gives ``(B, V, ...)``
+            videos and one label per video. 0: single-view batches.
     """
 
     output: OutputSpec
@@ -174,6 +177,7 @@ class PassSetup:
     dali_threads: int
     num_frames: dict[str, int]
     faults: dict[str, str] = dataclasses.field(default_factory=dict)
+    views: int = 0
 
 
 class EpochPass:
@@ -582,10 +586,20 @@ def _merge(batch: Sequence[Sample], parts: Sequence[Part], setup: PassSetup,
         counters.clips_masked += sum(masked)
         labels = [PADDING_LABEL if (setup.label_padding and s.is_padding) or m else label
                   for s, m, label in zip(batch, masked, labels)]
+    videos = _stack(parts, n, setup.device)
+    if setup.views:
+        videos, labels = _per_video(videos, labels, setup.views)
     on_cpu = torch.tensor(labels, dtype=torch.int64)
     if setup.device.type == "cuda":
         on_cpu = on_cpu.pin_memory()  # so the copy to the device is truly asynchronous
-    return _stack(parts, n, setup.device), on_cpu.to(setup.device, non_blocking=True)
+    return videos, on_cpu.to(setup.device, non_blocking=True)
+
+
+def _per_video(videos: torch.Tensor, labels: list[int], views: int) -> tuple[torch.Tensor, list[int]]:
+    """A multi-view batch as ``(B, V, ...)`` and one label per video: -1 when any of its views is masked."""
+    grouped = [labels[k:k + views] for k in range(0, len(labels), views)]
+    per_video = [PADDING_LABEL if PADDING_LABEL in group else group[0] for group in grouped]
+    return videos.view(len(per_video), views, *videos.shape[1:]), per_video
 
 
 def _stack(parts: Sequence[Part], n: int, device: torch.device) -> torch.Tensor:

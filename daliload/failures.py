@@ -122,19 +122,22 @@ class FailureBudget:
             no fractional limit. Default 5 %.
         max_count: raise once more than this many samples have failed.
             ``None``: no count limit. When both are given both apply.
+        masked: the owner masks failed slots (label -1: evaluation splits)
+            instead of keeping a replacement's label; the warning says so.
 
     Raises:
         ValueError: a limit out of range.
     """
 
     def __init__(self, num_samples: int, *, max_fraction: float | None = DEFAULT_MAX_FAILURE_FRACTION,
-                 max_count: int | None = None) -> None:
+                 max_count: int | None = None, masked: bool = False) -> None:
         if max_fraction is not None and not 0 <= max_fraction <= 1:
             raise ValueError(f"max_failure_fraction must be in [0, 1] or None, got {max_fraction!r}")
         if max_count is not None and (not isinstance(max_count, int) or max_count < 0):
             raise ValueError(f"max_failures must be an integer >= 0 or None, got {max_count!r}")
         self.max_fraction = max_fraction
         self.max_count = max_count
+        self.masked = masked
         self.reset(num_samples)
 
     def reset(self, num_samples: int) -> None:
@@ -210,8 +213,10 @@ class FailureBudget:
         first = next(iter(self._failures.values()))
         kinds = (f"{self.count(REASON_TIMEOUT)} timeouts, {self.count(REASON_WORKER_DIED)} worker deaths"
                  + (f", {detail}" if detail else ""))
-        outcome = (", more than the limit allows, and the pass stopped" if self._exceeded
-                   else " and were replaced")
+        if self._exceeded:
+            outcome = ", more than the limit allows, and the pass stopped"
+        else:
+            outcome = " and were masked (label -1)" if self.masked else " and were replaced"
         warnings.warn(
             f"{len(self._failures)} of {self.num_samples} samples failed to decode{outcome} "
             f"({kinds}); first: {first.path}: {first.reason}; see the loader's stats()",

@@ -35,8 +35,8 @@ import torch
 from daliload import dist
 from daliload.epoch import PADDING_LABEL, EpochCounters, EpochPass, FallbackWorkers, PassSetup, Routes
 from daliload.failures import DEFAULT_MAX_FAILURE_FRACTION, Failure, FailureBudget
-from daliload.plan import (AugmentSpec, ClipSpec, LastBatch, OutputSpec, Sample, check_last_batch, make_train_plan,
-                           make_val_plan, num_batches, samples_per_rank, split_batches)
+from daliload.plan import (AugmentSpec, ClipSpec, LastBatch, OutputSpec, Sample, check_last_batch, check_views,
+                           make_train_plan, make_val_plan, num_batches, samples_per_rank, split_batches)
 from daliload.prescreen import Manifest, ManifestEntry, ScanSpec, ensure_manifest
 from daliload.prescreen.gpus import detect_gpu
 from daliload.workerpool import refuse_bootstrapping_main, usable_cores
@@ -276,7 +276,7 @@ class KineticsDALILoader:
             the path of a manifest written by ``daliload scan``.
         split: ``"train"`` (shuffled, random window, crop and flip) or any
             other split in the manifest (deterministic centre clip and crop).
-        batch_size: clips per batch. Default 32.
+        batch_size: clips per batch (videos per batch with ``views``). Default 32.
         clip_len: frames per clip. Default 16.
         frame_stride: step between clip frames. Default 4.
         crop_size: output size in pixels, an int (square) or ``(height, width)``.
@@ -297,6 +297,15 @@ class KineticsDALILoader:
             ``"gpu"`` (NVDEC, tensors on ``cuda:LOCAL_RANK``) or ``"cpu"``.
         decode: threads, workers, prefetch and failure limits (:class:`DecodeSpec`).
         scan: pre-screen options when ``source`` is a root (:class:`ScanSpec`).
+        views: ``(num_temporal, num_spatial)`` views per video, for multi-view
+            evaluation (evaluation splits only): each batch row is one video
+            with all its views, ``videos`` has shape ``(B, V, C, T, H, W)``
+            (``(B, V, T, C, H, W)`` for TCHW), ``V = num_temporal *
+            num_spatial``, temporal-major; windows evenly spaced from the first
+            frame to the last, crops along the long side (3: both ends and the
+            centre); see :func:`daliload.plan.make_val_plan`. A video one of
+            whose views fails gets label -1. ``None`` (default): one view, no
+            view axis. :func:`daliload.evaluate` scores such batches.
 
     Rank and world size come from ``torch.distributed`` when it is initialized
     (else ``RANK``/``WORLD_SIZE``, else 0 of 1). Under DDP, global rank 0
@@ -336,6 +345,7 @@ class KineticsDALILoader:
         device: DeviceChoice = "auto",
         decode: DecodeSpec | None = None,
         scan: ScanSpec | None = None,
+        views: tuple[int, int] | None = None,
     ) -> None:
         # A spawn/forkserver child re-running an unguarded script must not load (and train) again.
         refuse_bootstrapping_main("A KineticsDALILoader")
@@ -349,6 +359,9 @@ class KineticsDALILoader:
         self.scan = scan if scan is not None else ScanSpec()
         self.split = split
         self.batch_size = batch_size
+        self.views = _checked_views(views, split)
+        #: clips per batch: ``batch_size`` videos times their views
+        self.clips_per_batch = batch_size * (self.views[0] * self.views[1] if self.views else 1)
         self.seed = seed
         self.last_batch: LastBatch = last_batch
         self.label_padding = (split != "train") if label_padding is None else bool(label_padding)
@@ -362,12 +375,14 @@ class KineticsDALILoader:
             workers=self.decode.fallback_workers_options(pin_memory=self.device == "gpu"),
             isolated_workers=self.decode.fallback_workers, device=self.torch_device,
             label_padding=self.label_padding, mask_failed=split != "train",
-            dali_timeout_s=self.decode.timeout_s, dali_threads=self.decode.dali_threads_for(self.device, batch_size),
+            dali_timeout_s=self.decode.timeout_s,
+            dali_threads=self.decode.dali_threads_for(self.device, self.clips_per_batch),
+            views=self.clips_per_batch // batch_size if self.views else 0,
             num_frames={e.path: e.num_frames for e in self.videos if e.num_frames}, faults=faults_from_env())
         self.epoch = 0
         self._start_batch = 0
         self._counters = EpochCounters()
-        self._budget = FailureBudget(0, max_fraction=self.decode.max_failure_fraction)
+        self._budget = FailureBudget(0, max_fraction=self.decode.max_failure_fraction, masked=split != "train")
         self._counters_epoch = 0
         self._dali = None  # DaliClipDecoder, built on first use
         self._fallback = FallbackWorkers(self._setup, self._budget)  # processes started on first use
@@ -421,8 +436,8 @@ class KineticsDALILoader:
                                       world_size=self.world_size, clip=self.clip, augment=self.augment)
         else:
             samples = make_val_plan(self.videos, rank=self.rank, world_size=self.world_size,
-                                    clip=self.clip, augment=self.augment)
-        return split_batches(samples, self.batch_size, self.last_batch)
+                                    clip=self.clip, augment=self.augment, views=self.views)
+        return split_batches(samples, self.clips_per_batch, self.last_batch)  # whole videos: views in a row
 
     def __len__(self) -> int:
         return num_batches(samples_per_rank(len(self.videos), self.world_size), self.batch_size, self.last_batch)
@@ -445,16 +460,17 @@ class KineticsDALILoader:
         epoch starts that one.
         """
         return {"epoch": self.epoch, "next_batch": self._start_batch, "seed": self.seed,
-                "world_size": self.world_size, "num_videos": len(self.videos), "batch_size": self.batch_size}
+                "world_size": self.world_size, "num_videos": len(self.videos), "batch_size": self.batch_size,
+                "views": list(self.views) if self.views else None}
 
     def load_state_dict(self, state: dict) -> None:
         """Resume at the batch :meth:`state_dict` recorded; the next iteration yields it first.
 
         Raises:
             ValueError: the state was saved with another seed, world size,
-                batch size or video count, so the plan would differ.
+                batch size, views or video count, so the plan would differ.
         """
-        for key in ("seed", "world_size", "num_videos", "batch_size"):
+        for key in ("seed", "world_size", "num_videos", "batch_size", "views"):
             if key in state and state[key] != self.state_dict()[key]:
                 raise ValueError(f"cannot resume: the state was saved with {key}={state[key]}, this loader "
                                  f"has {key}={self.state_dict()[key]} (the plan would differ)")
@@ -524,8 +540,8 @@ class KineticsDALILoader:
             from daliload.pipeline import DaliClipDecoder
 
             self._dali = DaliClipDecoder(
-                self.output, batch_size=self.batch_size, device=self.device, device_id=self.device_id,
-                num_threads=self.decode.dali_threads_for(self.device, self.batch_size),
+                self.output, batch_size=self.clips_per_batch, device=self.device, device_id=self.device_id,
+                num_threads=self.decode.dali_threads_for(self.device, self.clips_per_batch),
                 prefetch_queue_depth=max(self.decode.prefetch_batches, self.decode.dali_pipelines),
                 pipelines=self.decode.dali_pipelines,
             )
@@ -550,6 +566,16 @@ class KineticsDALILoader:
                 f"rejected={len(self.rejected)}, batch_size={self.batch_size}, batches={len(self)}, "
                 f"rank={self.rank}/{self.world_size}, device={self.device!r}, routes={self.route_target!r}, "
                 f"dali={self.dali_enabled})")
+
+
+def _checked_views(views: object, split: str) -> tuple[int, int] | None:
+    """``views`` checked: two integers >= 1, and only on an evaluation split."""
+    if views is None:
+        return None
+    if split == "train":
+        raise ValueError(f"views={views!r} is for evaluation splits (e.g. split='val'); split='train' takes "
+                         "one random clip per video and epoch")
+    return check_views(views)
 
 
 def _check_options(*, batch_size: object, last_batch: object, device: object, seed: object) -> None:

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from daliload.evaluate import EvaluationCountError, evaluate
+from daliload.failures import DecodeFailureWarning
 from daliload.loader import DecodeSpec, KineticsDALILoader
 from daliload.plan import AugmentSpec, CropBox, OutputSpec, Sample
 from daliload.prescreen import scan
@@ -86,7 +87,8 @@ def test_a_video_that_fails_at_run_time_is_listed_and_not_counted(seven_root, tm
     loader = make_loader(root, max_failure_fraction=0.5)
     gone = sorted(str(v.path) for v in loader.videos)[3]
     os.remove(gone)  # after the scan: only decoding finds out
-    result = evaluate(ChannelMeans(), loader)
+    with pytest.warns(DecodeFailureWarning, match=r"1 of 8 samples failed to decode and were masked \(label -1\)"):
+        result = evaluate(ChannelMeans(), loader)
     assert result.failed == (gone,) and result.num_videos == 6 and gone not in result.video_scores
     loader.close()
 

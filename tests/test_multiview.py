@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -59,3 +61,75 @@ def test_decode_views_refuses_views_of_several_files(long_clip, make_clip):
         decode_views(view_samples(long_clip)[:2] + other[:1], RAW)
     with pytest.raises(ValueError, match="at least one sample"):
         decode_views([], RAW)
+
+
+# --- through the loader ----------------------------------------------------------------------
+
+def views_loader(root, views=(3, 2), **kwargs):
+    from daliload.loader import DecodeSpec, KineticsDALILoader
+    from daliload.plan import AugmentSpec
+
+    # The output has the frames' 4:3 shape, so every crop is the whole frame and its frame code reads back.
+    return KineticsDALILoader(root, "val", batch_size=2, clip_len=4, frame_stride=3, views=views,
+                              augment=AugmentSpec(crop_size=(48, 64)), output=RAW,
+                              decode=DecodeSpec(fallback_workers=1, timeout_s=30.0, **kwargs))
+
+
+def test_the_loader_gives_every_video_with_all_its_views_in_one_row(small_kinetics):
+    loader = views_loader(small_kinetics)
+    frames = {v.path: v.num_frames for v in loader.videos}
+    routes = {v.route for v in loader.videos}
+    assert routes == {"dali", "fallback"}  # VP9 through DALI on the CPU, H.264 through the fallback
+    rows = 0
+    for (videos, labels), batch in zip(loader, loader.plan()):
+        assert videos.shape == (2, 6, 3, 4, 48, 64) and labels.shape == (2,)
+        for row in range(2):
+            views = batch[6 * row:6 * row + 6]
+            assert [s.view for s in views] == list(range(6))
+            assert int(labels[row]) == (-1 if views[0].is_padding else views[0].label)
+            for view, sample in enumerate(views):
+                assert read_clip(videos[row, view], layout="CTHW") == sample.frame_indices(frames[sample.path])
+            rows += 1
+    assert rows == 2 * len(loader)
+    starts = [s.start_frame for s in loader.plan()[0][:6:2]]  # the 3 temporal views of the first video
+    assert starts[0] == 0 and starts == sorted(starts) and len(set(starts)) == 3
+    loader.close()
+
+
+def test_multi_view_evaluation_counts_each_video_once(small_kinetics):
+    from daliload.evaluate import evaluate
+    from eval_model import ChannelMeans
+
+    loader = views_loader(small_kinetics, views=(2, 1))
+    model = ChannelMeans(frames=4)
+    result = evaluate(model, loader, topk=(1,), views_per_forward=3)
+    assert result.num_videos == len(loader.videos) and result.views == 2 and result.failed == ()
+    assert max(model.calls) <= 3
+    loader.close()
+
+
+def test_views_are_refused_for_training_and_checked_on_resume(small_kinetics):
+    from daliload.loader import KineticsDALILoader
+
+    with pytest.raises(ValueError, match=r"views=\(2, 1\) is for evaluation splits"):
+        KineticsDALILoader(small_kinetics, "train", views=(2, 1))
+    with pytest.raises(ValueError, match=r"views must be \(num_temporal, num_spatial\)"):
+        views_loader(small_kinetics, views=(0, 3))
+    state = views_loader(small_kinetics, views=(3, 2)).state_dict()
+    assert state["views"] == [3, 2]
+    with pytest.raises(ValueError, match=r"cannot resume: the state was saved with views=\[3, 2\]"):
+        views_loader(small_kinetics, views=(2, 2)).load_state_dict(state)
+
+
+def test_a_video_whose_views_fail_gets_label_minus_one(small_kinetics, tmp_path):
+    import shutil
+
+    root = tmp_path / "copy"
+    shutil.copytree(small_kinetics, root, ignore=shutil.ignore_patterns(".daliload"))
+    loader = views_loader(root, views=(2, 1), max_failure_fraction=1.0)
+    gone = loader.plan()[0][0].path
+    os.remove(gone)
+    videos, labels = next(iter(loader))
+    assert int(labels[0]) == -1 and videos.shape[1] == 2
+    assert loader.stats().clips_masked >= 2
+    loader.close()
