@@ -366,20 +366,19 @@ class FallbackLoader:
             internals.shutdown(it)
 
     def _account(self, batch: ClipBatch) -> FallbackBatch:
-        slots, used = batch.slot_positions, batch.positions
-        if not torch.equal(slots, used):
-            for slot, position in zip(slots.tolist(), used.tolist()):
-                if slot != position:
-                    self.budget.record_replacement(slot, position)
-                    self._replaced += 1
+        for slot, position in zip(batch.slot_positions, batch.positions):
+            if slot != position:
+                self.budget.record_replacement(slot, position)
+                self._replaced += 1
         c = self._counts
         c["batches"] += 1
         c["clips"] += len(batch.labels)
-        c["frames_decoded"] += int(batch.frames_decoded.sum())
-        c["frames_used"] += int(batch.frames_used.sum())
+        c["frames_decoded"] += sum(batch.frames_decoded)
+        c["frames_used"] += sum(batch.frames_used)
         for failure in batch.failures:
             self.budget.record(failure)
-        return FallbackBatch(batch.videos, batch.labels, batch.positions)
+        return FallbackBatch(batch.videos, torch.tensor(batch.labels, dtype=torch.int64),
+                             torch.tensor(batch.positions, dtype=torch.int64))
 
     def _recover(self, watchdog: Watchdog, error: BaseException | None) -> None:
         """A worker died: charge the sample it was decoding, then restart the workers."""
