@@ -28,15 +28,15 @@ _EXPORTS = {
     "Manifest": "daliload.prescreen",
     "scan": "daliload.prescreen",
     "load_index": "daliload.index",
-    "evaluate": "daliload.evaluate",
-    "EvalResult": "daliload.evaluate",
-    "EvaluationCountError": "daliload.evaluate",
+    "evaluate": "daliload.evaluation",
+    "EvalResult": "daliload.evaluation",
+    "EvaluationCountError": "daliload.evaluation",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports on first use
-    from daliload.evaluate import EvalResult, EvaluationCountError, evaluate
+    from daliload.evaluation import EvalResult, EvaluationCountError, evaluate
     from daliload.index import load_index
     from daliload.failures import DecodeFailureWarning, Failure, TooManyFailuresError
     from daliload.loader import DecodeSpec, KineticsDALILoader, LoaderStats

@@ -101,7 +101,10 @@ class DemoResult:
     """The headline numbers of a demo run (everything else is in ``report/metrics.json``).
 
     Attributes:
-        val_top1: validation top-1 after the last epoch, 0..1.
+        val_top1: validation top-1 after the last epoch, 0..1 (one centred view per video).
+        multiview_top1: the same model's top-1 over 3 x 3 views per video
+            (temporal windows from the first frame to the last, three crops),
+            ``nan`` when it did not run.
         chance: share of the largest class among the usable val videos.
         epochs: epochs trained.
         clips_per_s: training throughput over all epochs, clips/s (all ranks).
@@ -111,6 +114,7 @@ class DemoResult:
     """
 
     val_top1: float
+    multiview_top1: float
     chance: float
     epochs: int
     clips_per_s: float
@@ -167,6 +171,7 @@ def run_demo(config: DemoConfig, *, echo: Callable[[str], None] = logger.info) -
         "dataset": dataset,
         "scan": {k: v for k, v in scanned.items() if k != "chance"},
         "training": {"epochs": len(history), "val_top1": last.get("val_top1"),
+                     "multiview": metrics.get("multiview"),
                      "chance": scanned["chance"], **throughput, "history": history},
         "loader": loader,
         "report": pictures,
@@ -174,7 +179,9 @@ def run_demo(config: DemoConfig, *, echo: Callable[[str], None] = logger.info) -
     }
     (report_dir / "metrics.json").write_text(json.dumps(report, indent=2))
     _echo_report(report, report_dir, echo)
-    return DemoResult(val_top1=float(last.get("val_top1", float("nan"))), chance=scanned["chance"],
+    multiview = metrics.get("multiview") or {}
+    return DemoResult(val_top1=float(last.get("val_top1", float("nan"))),
+                      multiview_top1=float(multiview.get("top1", float("nan"))), chance=scanned["chance"],
                       epochs=len(history), clips_per_s=throughput["clips_per_s"],
                       dali_share=loader["dali_share"],
                       report_dir=str(report_dir), seconds=seconds["total"])
@@ -297,7 +304,12 @@ def _echo_report(report: dict, report_dir: Path, echo: Callable[[str], None]) ->
     echo(f"[4/4] report in {report_dir}")
     echo("")
     echo(f"validation top-1: {last.get('val_top1', float('nan')):.3f} after {len(history)} epochs "
-         f"(chance {training['chance']:.3f}; {last.get('val_clips', 0)} val clips)")
+         f"(chance {training['chance']:.3f}; {last.get('val_clips', 0)} val videos, one centred view each)")
+    multiview = training.get("multiview")
+    if multiview:
+        views = multiview["views"]
+        echo(f"multi-view top-1: {multiview['top1']:.3f} ({views[0]} x {views[1]} views per video, "
+             f"{multiview['videos']} videos, each counted once; {multiview['seconds']:.1f} s)")
     echo(f"throughput: {training['clips_per_s']:.1f} clips/s over all epochs (last epoch "
          f"{last['clips_per_s']:.1f}); data wait {training['data_wait_ms_per_step']:.0f} "
          f"ms/step, {training['data_wait_share']:.0%} of the training time")

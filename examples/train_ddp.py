@@ -20,7 +20,8 @@ What it writes under ``--out`` (rank 0 only)::
                         every rank's loader state and the history so far;
                         replaced atomically after every epoch
       metrics.json      arguments, classes, one record per epoch (loss, train and
-                        val top-1, clips/s, data wait, DALI share), loader stats
+                        val top-1, clips/s, data wait, DALI share), loader stats,
+                        and the final multi-view top-1 (``--views``)
 
 The same file is installed as ``daliload.examples.train_ddp`` (a symbolic
 link; see that package's docstring), which is what ``daliload demo`` runs.
@@ -48,7 +49,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from daliload import AugmentSpec, DecodeSpec, KineticsDALILoader
+from daliload import AugmentSpec, DecodeSpec, EvalResult, KineticsDALILoader, evaluate
 from daliload.loader import PADDING_LABEL
 
 MODELS = ("small3d", "r3d_18", "r2plus1d_18")
@@ -283,28 +284,50 @@ def train_one_epoch(model, loader, optimizer, scheduler, scaler, env: DistEnv, a
     }
 
 
-@torch.no_grad()
-def evaluate(model, loader, env: DistEnv, amp_dtype) -> dict:
-    """Top-1 over the split, every video counted exactly once across the ranks.
+class FloatInput(nn.Module):
+    """The model, fed float32 clips when there is no autocast (the loader yields float16)."""
 
-    The loader pads each rank's share (and the last batch) with repeats so DDP
-    ranks stay in step; those carry the label ``PADDING_LABEL`` (-1) in
-    evaluation splits and are left out of the count.
+    def __init__(self, model: nn.Module, to_float: bool) -> None:
+        super().__init__()
+        self.model, self.to_float = model, to_float
+
+    def forward(self, clips: torch.Tensor) -> torch.Tensor:
+        return self.model(clips.float() if self.to_float else clips)
+
+
+def validate(model, loader, amp_dtype, *, views_per_forward: int | None = None) -> EvalResult:
+    """Top-1/top-5 over the split with :func:`daliload.evaluate`: every video exactly once across the ranks.
+
+    The loader pads each rank's share (and the last batch) so DDP ranks stay in
+    step; ``evaluate`` drops that padding (and clips that failed to decode) by
+    the loader's plan, scores multi-view batches per video, and raises if the
+    ranks together did not see each video of the split exactly once.
     """
-    model.eval()
-    totals = torch.zeros(2, device=env.device)  # correct, clips
+    with autocast(amp_dtype):
+        return evaluate(FloatInput(model, amp_dtype is None), loader, topk=(1, 5),
+                        views_per_forward=views_per_forward)
+
+
+def evaluate_epoch(model, loader, amp_dtype) -> dict:
     started = time.perf_counter()
-    for videos, labels in loader:
-        videos, labels = prepare(videos, labels, env, amp_dtype)
-        with autocast(amp_dtype):
-            predictions = model(videos).argmax(1)
-        keep = labels != PADDING_LABEL
-        totals += torch.stack([(predictions == labels)[keep].sum(), keep.sum()]).float()
-    if env.world_size > 1:
-        dist.all_reduce(totals)
-    correct, clips = totals.tolist()
-    return {"val_top1": correct / max(clips, 1), "val_clips": int(clips),
-            "val_seconds": time.perf_counter() - started}
+    result = validate(model, loader, amp_dtype)
+    return {"val_top1": result.top1, "val_clips": result.num_videos, "val_seconds": time.perf_counter() - started}
+
+
+def evaluate_views(args, model, env: DistEnv, amp_dtype, log) -> dict:
+    """The final multi-view evaluation: ``--views T S`` per video, softmax scores averaged per video."""
+    views = tuple(args.views)
+    per_video = views[0] * views[1]
+    loader = KineticsDALILoader(args.root, "val", crop_size=args.crop_size, views=views,
+                                **loader_options(args, env, batch_size=max(1, args.batch_size // per_video)))
+    started = time.perf_counter()
+    result = validate(model, loader, amp_dtype, views_per_forward=args.batch_size)
+    loader.close()
+    record = {"views": list(views), "top1": result.top1, "top5": result.top5,
+              "mean_class_top1": result.mean_class_top1, "videos": result.num_videos,
+              "failed": list(result.failed), "seconds": time.perf_counter() - started}
+    log(f"multi-view evaluation ({views[0]} x {views[1]} views per video): {result.format()}")
+    return record
 
 
 def cosine_with_warmup(optimizer, total_steps: int, warmup_steps: int):
@@ -348,6 +371,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup-epochs", type=float, default=1.0, help="linear LR warm-up (0: none)")
     p.add_argument("--no-amp", dest="amp", action="store_false", help="no mixed precision on a GPU")
     p.add_argument("--no-val", dest="val", action="store_false", help="skip validation")
+    p.add_argument("--views", type=int, nargs=2, default=(3, 3), metavar=("T", "S"),
+                   help="views per video of the final multi-view evaluation: T windows from the first frame "
+                        "to the last, S crops along the long side (0 0: none)")
     p.add_argument("--device", default="auto", choices=("auto", "gpu", "cpu"),
                    help="auto: a GPU if torch sees one")
     p.add_argument("--fallback-workers", type=int, default=2,
@@ -363,15 +389,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("epochs", "batch_size", "clip_len", "frame_stride", "crop_size", "log_every"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if min(args.views) < 0 or (min(args.views) == 0 and max(args.views) != 0):
+        p.error(f"--views needs two integers >= 1 (or 0 0 for none), got {args.views[0]} {args.views[1]}")
     return args
+
+
+def loader_options(args, env: DistEnv, **overrides) -> dict:
+    return dict(
+        batch_size=args.batch_size, clip_len=args.clip_len, frame_stride=args.frame_stride,
+        seed=args.seed, device="gpu" if env.device.type == "cuda" else "cpu",
+        decode=DecodeSpec(fallback_workers=args.fallback_workers, dali_threads=args.dali_threads)) | overrides
 
 
 def build_loaders(args, env: DistEnv):
     """The only data code: one KineticsDALILoader per split."""
-    options = dict(
-        batch_size=args.batch_size, clip_len=args.clip_len, frame_stride=args.frame_stride,
-        seed=args.seed, device="gpu" if env.device.type == "cuda" else "cpu",
-        decode=DecodeSpec(fallback_workers=args.fallback_workers, dali_threads=args.dali_threads))
+    options = loader_options(args, env)
     augment = AugmentSpec(crop_size=args.crop_size, short_side_range=tuple(args.short_side))
     train_loader = KineticsDALILoader(args.root, "train", augment=augment, **options)
     val_loader = None
@@ -447,7 +479,7 @@ def run_epoch(epoch: int, training: Training, train_loader, val_loader, env: Dis
     record["clips_fallback"] = sum(s.clips_fallback for s in stats)
     record["decode_failures"] = sum(len(s.failures) for s in stats)
     if val_loader is not None:
-        record.update(evaluate(training.model, val_loader, env, training.amp_dtype))
+        record.update(evaluate_epoch(training.unwrapped, val_loader, training.amp_dtype))
     return record, stats
 
 
@@ -507,6 +539,10 @@ def main(argv: list[str] | None = None) -> dict:
                 f"--max-minutes {args.max_minutes:g}")
             break
 
+    if val_loader is not None and min(args.views) > 0:
+        metrics["multiview"] = evaluate_views(args, training.unwrapped, env, training.amp_dtype, log)
+        if env.rank == 0:
+            atomic_write(out / METRICS_NAME, lambda f: f.write(json.dumps(metrics, indent=2).encode()))
     if metrics["loader_stats"]:
         log("loader, last epoch (rank 0):\n" + train_loader.stats().format())
     train_loader.close()
@@ -521,7 +557,7 @@ def main(argv: list[str] | None = None) -> dict:
 def _epoch_line(r: dict) -> str:
     line = f"epoch {r['epoch']} done: loss {r['train_loss']:.3f}  train top-1 {r['train_top1']:.3f}"
     if "val_top1" in r:
-        line += f"  val top-1 {r['val_top1']:.3f} ({r['val_clips']} clips)"
+        line += f"  val top-1 {r['val_top1']:.3f} ({r['val_clips']} videos)"
     return (line + f"  {r['clips_per_s']:.1f} clips/s  data wait {r['data_wait_ms_per_step']:.0f} "
             f"ms/step ({r['data_wait_share']:.0%} of the epoch)")
 

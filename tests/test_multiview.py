@@ -97,7 +97,7 @@ def test_the_loader_gives_every_video_with_all_its_views_in_one_row(small_kineti
 
 
 def test_multi_view_evaluation_counts_each_video_once(small_kinetics):
-    from daliload.evaluate import evaluate
+    from daliload.evaluation import evaluate
     from eval_model import ChannelMeans
 
     loader = views_loader(small_kinetics, views=(2, 1))

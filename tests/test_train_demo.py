@@ -122,6 +122,11 @@ def test_torchrun_two_ranks_learns_and_resumes(dataset, tmp_path):
     assert history[-1]["val_top1"] >= 0.6, history
     assert history[-1]["clips_dali"] > 0 and history[-1]["clips_fallback"] > 0
     assert torch.load(out / "checkpoint.pt", weights_only=False)["epoch"] == 6
+    # The final multi-view evaluation (--views 3 3 by default): every usable video once, across both ranks.
+    multiview = metrics["multiview"]
+    assert multiview["views"] == [3, 3] and multiview["videos"] == _usable_videos(dataset, "val")
+    assert multiview["top1"] >= 0.5, multiview
+    assert "multi-view evaluation (3 x 3 views per video): " in second.stdout
 
 
 def _usable_videos(root: Path, split: str) -> int:
@@ -332,6 +337,9 @@ def test_demo_end_to_end_in_miniature(tmp_path):
     assert loader["dali_share"] == pytest.approx(result.dali_share)
     text = "\n".join(lines)
     assert "validation top-1:" in text and f"(chance {result.chance:.3f}" in text
+    multiview = metrics["training"]["multiview"]
+    assert multiview["views"] == [3, 3] and multiview["top1"] == pytest.approx(result.multiview_top1)
+    assert f"multi-view top-1: {result.multiview_top1:.3f} (3 x 3 views per video, {multiview['videos']} videos" in text
     assert f"throughput: {result.clips_per_s:.1f} clips/s over all epochs" in text
     assert f"rejected by the pre-screen: {len(bad)}" in text
     for name, reason in bad.items():

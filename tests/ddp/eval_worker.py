@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from daliload.evaluate import evaluate
+from daliload.evaluation import evaluate
 from daliload.loader import DecodeSpec, KineticsDALILoader
 from daliload.plan import AugmentSpec, OutputSpec
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from daliload.evaluate import EvaluationCountError, evaluate
+from daliload.evaluation import EvaluationCountError, evaluate
 from daliload.failures import DecodeFailureWarning
 from daliload.loader import DecodeSpec, KineticsDALILoader
 from daliload.plan import AugmentSpec, CropBox, OutputSpec, Sample
