@@ -8,6 +8,7 @@ is already loaded or installed; nothing here initializes a process group.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -106,13 +107,27 @@ def broadcast_object(obj: T, *, src: int = 0, group: Any | None = None) -> T:
     return box[0]
 
 
+def _object_device(dist: Any, group: Any | None) -> Any:
+    """Where an object collective runs: under NCCL, this rank's GPU (``local_cuda_device``).
+
+    NCCL moves pickled objects through the *current* CUDA device; a script that
+    never called ``torch.cuda.set_device`` would have every rank use GPU 0.
+    """
+    import torch
+
+    if "nccl" in str(dist.get_backend(group)) and torch.cuda.is_available():
+        return torch.cuda.device(local_cuda_device())
+    return contextlib.nullcontext()
+
+
 def all_gather_object(obj: T, *, group: Any | None = None) -> list[T]:
     """Every rank's ``obj``, in rank order, on every rank; ``[obj]`` without a process group."""
     dist = _dist()
     if dist is None:
         return [obj]
     gathered: list[Any] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(gathered, obj, group=group)
+    with _object_device(dist, group):
+        dist.all_gather_object(gathered, obj, group=group)
     return gathered
 
 
@@ -125,7 +140,8 @@ def gather_object(obj: T, *, dst: int = 0, group: Any | None = None) -> list[T] 
     if dist is None:
         return [obj]
     gathered: list[Any] | None = [None] * dist.get_world_size(group) if dist.get_rank() == dst else None
-    dist.gather_object(obj, gathered, dst=dst, group=group)
+    with _object_device(dist, group):
+        dist.gather_object(obj, gathered, dst=dst, group=group)
     return gathered
 
 

@@ -192,3 +192,28 @@ def test_one_two_and_three_ranks_give_the_same_figures(seven, tmp_path):
         assert results[world]["loss"] == pytest.approx(results[1]["loss"], rel=1e-6)
         for path, scores in results[1]["scores"].items():
             assert results[world]["scores"][path] == pytest.approx(scores, rel=1e-5)
+
+
+def readme_python_block(heading: str) -> str:
+    """The first ```python block after ``heading`` in README.md."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = text.split(heading, 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readme_evaluation_loop_runs_as_written_under_torchrun(seven, tmp_path):
+    """The README's torchrun block, as a user saves it: only the dataset path and the model are theirs."""
+    code = readme_python_block("## Evaluating")
+    for mine, theirs in (('ROOT = "/data/kinetics700"', f"ROOT = {str(seven)!r}"),
+                         ("model = load_my_model()", "model = ChannelMeans(frames=16)")):
+        assert mine in code
+        code = code.replace(mine, theirs)
+    script = tmp_path / "eval.py"
+    script.write_text(f"import sys\nsys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+                      f"from eval_model import ChannelMeans\n" + code)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
+           f"--master_port={free_port()}", str(script)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("7 videos x 30 views: top-1 ") == 1, proc.stdout  # rank 0 prints, once
