@@ -219,3 +219,31 @@ def test_the_next_epochs_plan_is_drawn_while_this_one_runs(root, monkeypatch):
         assert drawn[done] == (5, "MainThread")
     finally:
         loader.close()
+
+
+@pytest.mark.parametrize(("num_batches", "workers", "want"), [
+    (8, 2, [4, 4] + [8] * 6 + [4, 4]),  # 7 whole shares after the first would leave one worker a batch more
+    (7, 2, [4, 4] + [8] * 6),
+    (6, 4, [2, 2, 2, 2] + [8] * 4 + [2, 2, 2, 2]),
+    (1, 2, [4, 4]),
+])
+def test_transfers_split_the_first_share_and_even_out_the_last(num_batches, workers, want):
+    """Workers take transfers in turn: the first batch is split over them, and no worker ends a pass alone."""
+    from types import SimpleNamespace
+
+    from daliload.epoch import EpochCounters, Routes, _FallbackStage
+    from daliload.failures import FailureBudget
+
+    class Workers:
+        setup = SimpleNamespace(workers=SimpleNamespace(num_workers=workers))
+
+        def start(self, samples, sizes):
+            self.samples, self.sizes = samples, sizes
+            return []
+
+    batches = [[Sample(8 * b + k, 0, "v.mp4", 0, 0, 1, 1, CropBox.full()) for k in range(8)]
+               for b in range(num_batches)]
+    stub = Workers()
+    _FallbackStage(stub, batches, Routes([]), FailureBudget(0), EpochCounters())
+    assert stub.sizes == want
+    assert [s.position for s in stub.samples] == list(range(8 * num_batches))
