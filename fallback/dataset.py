@@ -42,6 +42,7 @@ from daliload.plan import OutputSpec, Sample
 from fallback.decode import DecodeError, StreamHint, decode_window
 from fallback.progress import ProgressBoard
 from fallback.transform import apply_plan
+from fallback.views import decode_views
 
 logger = logging.getLogger(__name__)
 
@@ -228,6 +229,9 @@ class SlotDecoder(Dataset):
         #: set by the supervising loader: what each worker decodes, and who owns the workers.
         self.board: ProgressBoard | None = None
         self.owner_pid: int | None = None
+        #: the views of the last multi-view video decoded: ``(path, position) -> clip``, or its error
+        self._views: dict[tuple[str, int], torch.Tensor] | DecodeError = {}
+        self._views_of: tuple[str, int] | None = None  # (path, first position) of that video
 
     def __getitem__(self, task: SlotTask) -> ClipItem:
         """Fill ``task``'s slot: its own sample, else the first of the window that decodes."""
@@ -239,7 +243,7 @@ class SlotDecoder(Dataset):
                 failures.append(Failure(sample.path, candidate.known_bad, sample.position))
                 continue
             try:
-                video, frames_decoded = self._decode(candidate)
+                video, frames_decoded = self._decode(candidate, task.window)
             except DecodeError as err:
                 failures.append(Failure(sample.path, err.reason, sample.position))
                 logger.info("slot %d: %s", slot_position, err)
@@ -250,7 +254,7 @@ class SlotDecoder(Dataset):
                             tuple(failures))
         raise NoReplacementError(slot_position, failures)
 
-    def _decode(self, candidate: Candidate) -> tuple[torch.Tensor, int]:
+    def _decode(self, candidate: Candidate, window: Sequence[Candidate] = ()) -> tuple[torch.Tensor, int]:
         board, worker_id, sample = self.board, _worker_id(), candidate.sample
         if board is not None and worker_id is not None:
             board.start(worker_id, candidate.index)
@@ -259,10 +263,50 @@ class SlotDecoder(Dataset):
                 inject_fault(sample.path[len(_FAULT_PREFIX):], sample.path)
             elif sample.path in self.faults:
                 inject_fault(self.faults[sample.path], sample.path)
+            views = _sibling_views(candidate, window)
+            if len(views) > 1:
+                return self._decode_view(candidate, views)
             return _decode_counted(sample, self.output, self.decode, candidate.hint)
         finally:
             if board is not None and worker_id is not None:
                 board.finish(worker_id)
+
+    def _decode_view(self, candidate: Candidate, views: list[Sample]) -> tuple[torch.Tensor, int]:
+        """One view of a multi-view video: at its first view, all its views decode in one pass.
+
+        The others come from that pass (or raise its error) until the video's last view is served.
+        """
+        sample, frames_decoded = candidate.sample, 0
+        key = (sample.path, views[0].position)
+        cached = self._views_of == key and (isinstance(self._views, DecodeError)
+                                            or (sample.path, sample.position) in self._views)
+        if not cached:
+            self._views_of = key
+            hints = {sample.path: candidate.hint} if candidate.hint else None
+            try:
+                clips, frames_decoded = decode_views(views, self.output, dataclasses.replace(self.decode, hints=hints))
+                self._views = {(v.path, v.position): clip for v, clip in zip(views, clips)}
+            except DecodeError as err:
+                self._views = err  # the other views fail the same way, without decoding again
+        outcome = self._views
+        if sample.position == views[-1].position:  # the video is done: a later pass decodes it afresh
+            self._views_of, self._views = None, {}
+        if isinstance(outcome, DecodeError):
+            raise outcome
+        return outcome.pop((sample.path, sample.position)), frames_decoded
+
+
+def _sibling_views(candidate: Candidate, window: Sequence[Candidate]) -> list[Sample]:
+    """The views of ``candidate``'s video that ``window`` holds, in plan order (a multi-view plan lists
+    a video's views at consecutive positions, so ``position - view`` names the video's group).
+
+    A single-view plan (every ``view`` is 0) gives ``[candidate.sample]``.
+    """
+    sample = candidate.sample
+    group = sample.position - sample.view
+    views = [c.sample for c in window if c.known_bad is None and c.sample.path == sample.path
+             and c.sample.position - c.sample.view == group]
+    return sorted(views, key=lambda s: s.position) if len(views) > 1 else [sample]
 
 
 class ClipDataset(Dataset):

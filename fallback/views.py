@@ -14,14 +14,16 @@ crop by :func:`fallback.transform.apply_plan`, exactly as
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
 from daliload.plan import OutputSpec, Sample
-from fallback.dataset import DecodeOptions
 from fallback.decode import decode_window
 from fallback.transform import apply_plan
+
+if TYPE_CHECKING:
+    from fallback.dataset import DecodeOptions
 
 
 def decode_views(samples: Sequence[Sample], output: OutputSpec,
@@ -48,7 +50,10 @@ def decode_views(samples: Sequence[Sample], output: OutputSpec,
     others = {s.path for s in samples} - {path}
     if others:
         raise ValueError(f"decode_views decodes the views of one file; got {path} and {sorted(others)[0]}")
-    decode = decode if decode is not None else DecodeOptions()
+    if decode is None:
+        from fallback.dataset import DecodeOptions  # the dataset module imports this one
+
+        decode = DecodeOptions()
     windows = [sample.frame_indices() for sample in samples]
     wanted = sorted({index for window in windows for index in window})
     clip = decode_window(path, wanted, threads=decode.threads, skip_nonref=decode.skip_nonref,

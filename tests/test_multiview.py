@@ -72,7 +72,7 @@ def views_loader(root, views=(3, 2), **kwargs):
     # The output has the frames' 4:3 shape, so every crop is the whole frame and its frame code reads back.
     return KineticsDALILoader(root, "val", batch_size=2, clip_len=4, frame_stride=3, views=views,
                               augment=AugmentSpec(crop_size=(48, 64)), output=RAW,
-                              decode=DecodeSpec(fallback_workers=1, timeout_s=30.0, **kwargs))
+                              decode=DecodeSpec(**({"fallback_workers": 1, "timeout_s": 30.0} | kwargs)))
 
 
 def test_the_loader_gives_every_video_with_all_its_views_in_one_row(small_kinetics):
@@ -132,4 +132,25 @@ def test_a_video_whose_views_fail_gets_label_minus_one(small_kinetics, tmp_path)
     videos, labels = next(iter(loader))
     assert int(labels[0]) == -1 and videos.shape[1] == 2
     assert loader.stats().clips_masked >= 2
+    loader.close()
+
+
+def test_the_loaders_fallback_decodes_each_videos_views_in_one_pass(small_kinetics, monkeypatch):
+    """In-process fallback (no workers), so the decode calls can be counted: one per video row, not per view."""
+    calls = []
+    real = views_module.decode_window
+
+    def counted(path, indices, **kwargs):
+        calls.append(path)
+        return real(path, indices, **kwargs)
+
+    monkeypatch.setattr(views_module, "decode_window", counted)
+    loader = views_loader(small_kinetics, views=(3, 2), decoder="fallback", fallback_workers=0)
+    frames = {v.path: v.num_frames for v in loader.videos}
+    rows = 0
+    for (videos, _labels), batch in zip(loader, loader.plan()):
+        for k, sample in enumerate(batch):
+            assert read_clip(videos[k // 6, k % 6], layout="CTHW") == sample.frame_indices(frames[sample.path])
+        rows += len(batch) // 6
+    assert len(calls) == rows  # one open and one pass per video (padding repeats are rows too)
     loader.close()
