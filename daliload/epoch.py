@@ -516,13 +516,11 @@ class _FallbackStage:
             rows = [k for k, s in enumerate(batch) if not routes.uses_dali(s)]
             if rows:
                 self.shares[i] = rows
-        per = max(1, workers.setup.workers.num_workers)
-        order = list(self.shares)
-        split = set(order[:1]) | set(order[len(order) - (len(order) - 1) % per:])
-        self.transfers: dict[int, list[int]] = {  # batch -> the sizes of the transfers its share comes in
-            i: _split(len(rows), per if i in split else 1) for i, rows in self.shares.items()}
+        transfers = fallback_transfers([len(rows) for rows in self.shares.values()],
+                                       workers.setup.workers.num_workers)
+        self.transfers = dict(zip(self.shares, transfers))  # batch -> the sizes of its share's transfers
         samples = [batches[i][k] for i, rows in self.shares.items() for k in rows]
-        sizes = [size for i in order for size in self.transfers[i]]
+        sizes = [size for sizes_of_share in transfers for size in sizes_of_share]
         self._batches: Iterator[FallbackBatch] = iter(workers.start(samples, sizes)) if samples else iter(())
 
     def parts(self, i: int, batch: list[Sample]) -> list[Part]:
@@ -561,6 +559,23 @@ class _FallbackStage:
         close = getattr(self._batches, "close", None)
         if close is not None:
             close()
+
+
+def fallback_transfers(share_sizes: Sequence[int], workers: int) -> list[list[int]]:
+    """The clips of each transfer of each fallback share of a pass (the rule of :class:`_FallbackStage`).
+
+    The first share is split over the workers; then as many last shares as
+    leave every worker the same number of whole ones (workers take transfers
+    in turn); every other share is one transfer. Benchmarks that run the
+    fallback as the loader does call this rather than copy it.
+
+    Example: ``fallback_transfers([4, 4, 4, 3], 2) == [[2, 2], [4], [4], [2, 1]]``
+    and ``fallback_transfers([4, 4, 3], 2) == [[2, 2], [4], [3]]``.
+    """
+    per = max(1, workers)
+    n = len(share_sizes)
+    split = {0} | set(range(n - (n - 1) % per, n)) if n else set()
+    return [_split(size, per if j in split else 1) for j, size in enumerate(share_sizes)]
 
 
 def _split(n: int, parts: int) -> list[int]:

@@ -247,3 +247,12 @@ def test_transfers_split_the_first_share_and_even_out_the_last(num_batches, work
     _FallbackStage(stub, batches, Routes([]), FailureBudget(0), EpochCounters())
     assert stub.sizes == want
     assert [s.position for s in stub.samples] == list(range(8 * num_batches))
+
+
+def test_the_transfer_rule_is_one_function_benchmarks_can_call():
+    from daliload.epoch import fallback_transfers
+
+    assert fallback_transfers([4, 4, 4, 3], 2) == [[2, 2], [4], [4], [2, 1]]
+    assert fallback_transfers([4, 4, 3], 2) == [[2, 2], [4], [3]]
+    assert fallback_transfers([1, 2], 4) == [[1], [1, 1]]  # a share smaller than the workers: one clip each
+    assert fallback_transfers([], 2) == []
