@@ -24,7 +24,6 @@ Writes ``--json`` (default ``benchmarks/results/faults.json``) and its section o
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -32,7 +31,7 @@ import time
 from pathlib import Path
 
 from benchmarks.metrics import ResourceMonitor
-from benchmarks.report import append_markdown, machine_info, machine_line, versions_line
+from benchmarks.report import load_average, machine_info, machine_line, publish, versions_line
 from daliload.loader import DecodeSpec, KineticsDALILoader
 from daliload.pipeline import DaliBatchError
 from daliload.synth.dataset import SynthSpec, generate_dataset
@@ -168,19 +167,14 @@ def main(argv: list[str] | None = None) -> int:
     monitor = ResourceMonitor()
     try:
         result = {"name": "faults", "machine": machine_info(args.machine),
-                  "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
+                  "load_average": load_average(),
                   "settings": {"epochs": args.epochs, "batch_size": args.batch_size, "workers": args.workers,
                                "dataset": f"{args.classes} classes x {args.clips_per_class} clips, 160x120, 3 s"},
                   "memory": memory_run(root, args, monitor),
                   "culprit": culprit_run(root, args, monitor)}
     finally:
         monitor.close()
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(result, indent=1))
-    text = markdown(result)
-    if not args.no_md:
-        append_markdown(args.results_md, text)
-    print(text)
+    publish(result, args.json, markdown(result), None if args.no_md else args.results_md)
     return 0
 
 

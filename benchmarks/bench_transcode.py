@@ -22,15 +22,13 @@ section of ``benchmarks/RESULTS.md``, both from this one run.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shutil
 import statistics
 import time
 from pathlib import Path
 
 from benchmarks.metrics import ResourceMonitor
-from benchmarks.report import append_markdown, machine_info, machine_line, versions_line
+from benchmarks.report import append_markdown, load_average, machine_info, machine_line, publish, versions_line
 from daliload.loader import DecodeSpec, KineticsDALILoader
 from daliload.prescreen import Manifest, scan
 from daliload.synth.dataset import SynthSpec, generate_dataset
@@ -191,7 +189,7 @@ def write_section(path: Path, text: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
-    load_start = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    load_start = load_average()
     src = make_source(args)
     work = Path(args.data_dir)
     dst = work / "dst"
@@ -214,14 +212,9 @@ def main(argv: list[str] | None = None) -> int:
               "transcode": transcode,
               "loader": measure_loaders(src, dst, args),
               "routes": {"src": routes(src, work), "dst": routes(dst, work)}}
-    result["load_average_end"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    result["load_average_end"] = load_average()
     result["wall_s"] = time.perf_counter() - started
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(result, indent=1))
-    text = markdown(result)
-    if not args.no_md:
-        write_section(Path(args.results_md), text)
-    print(text)
+    publish(result, args.json, markdown(result), None if args.no_md else args.results_md, write_md=write_section)
     return 0
 
 

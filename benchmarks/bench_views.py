@@ -23,15 +23,13 @@ one process, median (min-max) of ``--runs`` timed runs after a warm-up. Writes
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shutil
 import time
 from pathlib import Path
 from typing import Callable
 
 from benchmarks.metrics import summarize
-from benchmarks.report import append_markdown, machine_info, machine_line, versions_line
+from benchmarks.report import load_average, machine_info, machine_line, publish, versions_line
 from daliload.plan import AugmentSpec, ClipSpec, OutputSpec, VideoInfo, make_val_plan
 from daliload.prescreen import probe_file
 from daliload.synth.dataset import SynthSpec, generate_dataset
@@ -148,18 +146,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     views = (int(args.views[0]), int(args.views[1]))
     result = {"name": "views", "machine": machine_info(args.machine),
-              "load_average": " ".join(f"{x:.1f}" for x in os.getloadavg()),
+              "load_average": load_average(),
               "settings": {"views": list(views), "videos": args.videos, "runs": args.runs,
                            "dali_threads": args.dali_threads}}
     result["fallback"] = fallback_rows(view_groups(make_videos(args, "h264"), views), args.runs)
     result["dali"] = dali_rows(view_groups(make_videos(args, "vp9"), views), args.runs, args.dali_threads)
-    result["load_average_after"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(result, indent=1))
-    text = markdown(result)
-    if not args.no_md:
-        append_markdown(args.results_md, text)
-    print(text)
+    result["load_average_after"] = load_average()
+    publish(result, args.json, markdown(result), None if args.no_md else args.results_md)
     return 0
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import importlib.metadata
+import json
 import os
 import platform
 import shutil
@@ -287,6 +288,23 @@ def markdown_report(result: dict) -> str:
     if plots:
         lines += ["", "Plots: " + ", ".join(f"[{Path(p).name}](results/{Path(p).name})" for p in plots)]
     return "\n".join(lines) + "\n"
+
+
+def load_average() -> str:
+    """The 1, 5 and 15-minute load averages, as a run's JSON records them (e.g. ``"0.3 1.2 2.4"``)."""
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def publish(result: dict, json_path: str | os.PathLike, text: str, results_md: str | os.PathLike | None,
+            *, write_md=None) -> None:
+    """A run's outputs, from its one ``result``: the JSON, its section (``text``) in ``results_md``
+    (unless ``None``; ``write_md(path, text)`` instead of :func:`append_markdown` when given), and ``text``
+    printed."""
+    Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(json_path).write_text(json.dumps(result, indent=1))
+    if results_md is not None:
+        (write_md or append_markdown)(Path(results_md), text)
+    print(text)
 
 
 def append_markdown(path: str | os.PathLike, text: str) -> None:

@@ -76,17 +76,16 @@ def loader_hints(dataset) -> dict:
 def loader_transfers(batch_sizes: Sequence[int], workers: int) -> list[int]:
     """The clips of each fallback transfer when every clip of these batches is the fallback's.
 
-    The loader's epoch pass (:class:`daliload.epoch` ``_FallbackStage``) sends
-    the pass's first batch as one near-equal transfer per worker, so all
-    workers decode for the first batch, and every later batch as one transfer
-    (the batch itself, no copy). Worked example: batches ``[4, 4, 3]`` with 2
-    workers give transfers ``[2, 2, 4, 3]``. ``tests/test_bench_outputs.py``
-    checks this against the loader's own rule.
+    The loader's own rule (:func:`daliload.epoch.fallback_transfers`), flattened:
+    the first batch is split over the workers, so all of them decode for it,
+    and so are as many last batches as leave every worker the same number of
+    whole ones; every other batch is one transfer. Worked example: batches
+    ``[4, 4, 3]`` with 2 workers give transfers ``[2, 2, 4, 3]``.
+    ``tests/test_bench_outputs.py`` checks this against the loader's pass.
     """
-    if not batch_sizes:
-        return []
-    first, parts = batch_sizes[0], max(1, min(workers, batch_sizes[0]))
-    return [first // parts + (j < first % parts) for j in range(parts)] + list(batch_sizes[1:])
+    from daliload.epoch import fallback_transfers
+
+    return [size for parts in fallback_transfers(batch_sizes, workers) for size in parts]
 
 
 class DaliloadFallback(LoaderAdapter):
@@ -95,8 +94,7 @@ class DaliloadFallback(LoaderAdapter):
     Its options come from the loader's own :class:`daliload.loader.DecodeSpec`
     (``fallback_decode``: FFmpeg threads, time limit, seek hints;
     ``fallback_workers_options``: prefetch, forkserver workers), and its
-    transfers are the loader's (:func:`loader_transfers`): the first batch in
-    one transfer per worker, every later batch in one. Transfers that make up
+    transfers are the loader's (:func:`loader_transfers`). Transfers that make up
     a batch are joined in the training process (one that is the whole batch
     is handed out as it is), as the loader's merge does. So the row is what
     users get from the loader's fallback path, without the routing and the
