@@ -154,3 +154,23 @@ def test_the_loaders_fallback_decodes_each_videos_views_in_one_pass(small_kineti
         rows += len(batch) // 6
     assert len(calls) == rows  # one open and one pass per video (padding repeats are rows too)
     loader.close()
+
+
+def test_dali_takes_the_same_three_crops_as_the_fallback(make_clip):
+    """Spatial views on the DALI path: both ends and the centre of the long side, as the fallback cuts them."""
+    from daliload.pipeline import DaliClipDecoder, is_dali_available
+
+    if not is_dali_available():
+        pytest.skip("nvidia-dali is not installed")
+    path = make_clip("vp9", num_frames=24, width=128, height=96, gop=8)
+    video = VideoInfo(str(path), 1, 24, 30.0, 128, 96)
+    samples = make_val_plan([video], rank=0, world_size=1, clip=ClipSpec(clip_len=4, frame_stride=2),
+                            augment=AugmentSpec(crop_size=48), views=(1, 3))
+    assert [s.crop.pixels(96, 128) for s in samples] == [(0, 0, 96, 96), (0, 16, 96, 112), (0, 32, 96, 128)]
+    square = OutputSpec(size=(48, 48), mean=(0, 0, 0), std=(1, 1, 1), dtype="float32")
+    with DaliClipDecoder(square, batch_size=3, device="cpu", num_threads=2) as decoder:
+        dali = decoder.decode_batch(samples).videos
+    fallback, _ = decode_views(samples, square)
+    for k in range(3):
+        assert float((dali[k] - fallback[k]).abs().mean()) < 3.0  # 0..255 pixels: resampling differences only
+    assert float((dali[0] - dali[2]).abs().mean()) > 10.0  # the two ends really are other pixels
