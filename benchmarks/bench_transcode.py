@@ -28,7 +28,8 @@ import time
 from pathlib import Path
 
 from benchmarks.metrics import ResourceMonitor
-from benchmarks.report import append_markdown, load_average, machine_info, machine_line, publish, versions_line
+from benchmarks.report import (append_markdown, load_average, machine_info, machine_line, publish, versions_line,
+                               write_marked)
 from daliload.loader import DecodeSpec, KineticsDALILoader
 from daliload.prescreen import Manifest, scan
 from daliload.synth.dataset import SynthSpec, generate_dataset
@@ -52,7 +53,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--data-dir", default="bench_out/transcode", help="where the datasets are written")
     parser.add_argument("--json", default=str(HERE / "results" / "transcode.json"))
     parser.add_argument("--results-md", default=str(HERE / "RESULTS.md"))
-    parser.add_argument("--no-md", action="store_true", help="do not touch RESULTS.md")
+    parser.add_argument("--no-md", action="store_true", help="do not touch RESULTS.md or README.md")
+    parser.add_argument("--readme", default=str(HERE.parent / "README.md"),
+                        help="the README whose transcode figures (between its markers) this run rewrites")
     parser.add_argument("--machine", default="", help="a label for the machine, e.g. '2-core CPU VM, no GPU'")
     return parser.parse_args(argv)
 
@@ -177,6 +180,26 @@ def markdown(r: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def readme_figures(r: dict) -> str:
+    """README's "Transcode" figures, between its ``transcode`` markers (:func:`benchmarks.report.write_marked`)."""
+    one, many = r["transcode"][0], r["transcode"][-1]
+    src, dst = r["loader"]["src"], r["loader"]["dst"]
+    gain = dst["clips_per_s"]["median"] / src["clips_per_s"]["median"]
+    fallback_routes = {name: r["routes"][name].get("fallback", 0) for name in ("src", "dst")}
+    files = one["files"]
+    return (
+        f"Written by `python -m benchmarks.bench_transcode` from its run's JSON "
+        f"([`benchmarks/results/transcode.json`](benchmarks/results/transcode.json); {r['machine']['date_utc']}, "
+        f"{r['machine'].get('label') or r['machine']['cpu_model']}, load average {r['load_average_start']} at the "
+        f"start; full table in [`benchmarks/RESULTS.md`](benchmarks/RESULTS.md)): {r['settings']['dataset']} "
+        f"transcode at **{one['files_per_s_per_core']:.2f} files/s per core** ({one['cpu_s_per_file']:.2f} CPU s "
+        f"per file; {many['files_per_s']:.2f} files/s on {many['workers']} workers). In the same run the loader on "
+        f"the {r['settings']['device'].upper()} (16-frame clips at stride 4, same settings and seed) delivers "
+        f"**{dst['clips_per_s']['median']:.1f} clips/s on DST against {src['clips_per_s']['median']:.1f} on SRC "
+        f"({gain:.2f}x)**. On a Hopper GPU the scan sends {fallback_routes['src']} of SRC's {files} files to the "
+        f"fallback and {fallback_routes['dst']} of DST's.\n")
+
+
 def write_section(path: Path, text: str) -> None:
     """Our section under its own level-2 heading (added once), replaced by each run (report.append_markdown)."""
     if path.exists() and SECTION not in path.read_text(encoding="utf-8"):
@@ -215,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     result["load_average_end"] = load_average()
     result["wall_s"] = time.perf_counter() - started
     publish(result, args.json, markdown(result), None if args.no_md else args.results_md, write_md=write_section)
+    if not args.no_md:
+        write_marked(args.readme, "transcode", readme_figures(result))
     return 0
 
 

@@ -307,6 +307,26 @@ def publish(result: dict, json_path: str | os.PathLike, text: str, results_md: s
     print(text)
 
 
+def write_marked(path: str | os.PathLike, name: str, text: str) -> bool:
+    """Replace what stands between ``<!-- NAME:begin ... -->`` and ``<!-- NAME:end -->`` in ``path`` with ``text``.
+
+    How a benchmark keeps the figures it owns in README.md written by code: the
+    markers stay, the text between them is the run's. Returns False (and changes
+    nothing) when the file or its markers are missing.
+    """
+    path = Path(path)
+    if not path.exists():
+        return False
+    current = path.read_text(encoding="utf-8")
+    begin = current.find(f"<!-- {name}:begin")
+    begin_end = current.find("-->", begin) + 3 if begin >= 0 else -1
+    end = current.find(f"<!-- {name}:end -->", begin_end)
+    if begin < 0 or end < 0:
+        return False
+    path.write_text(current[:begin_end] + "\n" + text.rstrip("\n") + "\n" + current[end:], encoding="utf-8")
+    return True
+
+
 def append_markdown(path: str | os.PathLike, text: str) -> None:
     """Put a run's section (``text``, from :func:`markdown_report`) into ``path``: newest run only.
 

@@ -368,10 +368,12 @@ def test_the_benchmark_writes_its_figures_and_section(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))  # the checkout's benchmarks/
     from benchmarks import bench_transcode
 
-    out, md = tmp_path / "transcode.json", tmp_path / "RESULTS.md"
+    out, md, readme = tmp_path / "transcode.json", tmp_path / "RESULTS.md", tmp_path / "README.md"
     md.write_text("# Benchmark results\n\n## Other: `x`\n\n### Other run `x` — m\n\nkept\n")
+    readme.write_text("before\n<!-- transcode:begin: generated -->\nold figures\n<!-- transcode:end -->\nafter\n")
     args = ["--classes", "2", "--clips-per-class", "2", "--size", "128x96", "--duration-s", "1", "--epochs", "1",
-            "--workers", "1", "--data-dir", str(tmp_path / "data"), "--json", str(out), "--results-md", str(md)]
+            "--workers", "1", "--data-dir", str(tmp_path / "data"), "--json", str(out), "--results-md", str(md),
+            "--readme", str(readme)]
     assert bench_transcode.main(args) == 0
     assert bench_transcode.main(args) == 0  # a second run replaces its section
     result = json.loads(out.read_text())
@@ -380,3 +382,9 @@ def test_the_benchmark_writes_its_figures_and_section(tmp_path, monkeypatch):
     text = md.read_text()
     assert text.count(bench_transcode.SECTION) == 1 and text.count("### Transcode run `transcode`") == 1
     assert "kept" in text and "DST over SRC" in text and result["load_average_start"]
+    # README's figures come from the run's JSON, between the markers; the rest of the file stays.
+    figures = readme.read_text()
+    gain = result["loader"]["dst"]["clips_per_s"]["median"] / result["loader"]["src"]["clips_per_s"]["median"]
+    assert figures.startswith("before\n<!-- transcode:begin: generated -->\nWritten by")
+    assert "old figures" not in figures
+    assert f"({gain:.2f}x)" in figures and figures.endswith("<!-- transcode:end -->\nafter\n")
