@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 from benchmarks.metrics import summarize
-from benchmarks.report import load_average, machine_info, machine_line, publish, versions_line
+from benchmarks.report import append_markdown, load_average, machine_info, machine_line, publish, versions_line
 from daliload.plan import AugmentSpec, ClipSpec, OutputSpec, VideoInfo, make_val_plan
 from daliload.prescreen import probe_file
 from daliload.synth.dataset import SynthSpec, generate_dataset
@@ -37,6 +37,7 @@ from fallback.dataset import DecodeOptions, decode_sample
 from fallback.views import decode_views
 
 HERE = Path(__file__).resolve().parent
+CHAPTER = "## Multi-view evaluation: `python -m benchmarks.bench_views`"
 OUTPUT = OutputSpec(size=(224, 224))
 CLIP = ClipSpec(clip_len=16, frame_stride=4)
 
@@ -152,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     result["fallback"] = fallback_rows(view_groups(make_videos(args, "h264"), views), args.runs)
     result["dali"] = dali_rows(view_groups(make_videos(args, "vp9"), views), args.runs, args.dali_threads)
     result["load_average_after"] = load_average()
-    publish(result, args.json, markdown(result), None if args.no_md else args.results_md)
+    publish(result, args.json, markdown(result), None if args.no_md else args.results_md,
+            write_md=lambda path, text: append_markdown(path, text, chapter=CHAPTER))
     return 0
 
 

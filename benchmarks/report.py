@@ -327,13 +327,14 @@ def write_marked(path: str | os.PathLike, name: str, text: str) -> bool:
     return True
 
 
-def append_markdown(path: str | os.PathLike, text: str) -> None:
+def append_markdown(path: str | os.PathLike, text: str, *, chapter: str | None = None) -> None:
     """Put a run's section (``text``, from :func:`markdown_report`) into ``path``: newest run only.
 
     The section of an earlier run of the same device and name (its heading,
     ``### CPU run `cpu` — ...``, up to the next heading of level 2 or 3) is
-    replaced, where it stands; otherwise the section is appended. A missing
-    file is created with a title.
+    replaced, where it stands; otherwise the section is appended, under
+    ``chapter`` (a level-2 heading, e.g. ``"## Views: ..."``) when given, which
+    is added first if the file lacks it. A missing file is created with a title.
     """
     path = Path(path)
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True) if path.exists() else [
@@ -343,6 +344,8 @@ def append_markdown(path: str | os.PathLike, text: str) -> None:
     start = next((i for i, line in enumerate(lines) if line.startswith(heading + " ")), None)
     section = [line + "\n" for line in text.rstrip("\n").split("\n")]
     if start is None:
+        if chapter is not None and chapter + "\n" not in lines:
+            lines += ["\n", chapter + "\n"]
         lines += ["\n"] + section
     else:
         end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith(("## ", "### "))), len(lines))
