@@ -236,14 +236,19 @@ class _Plans:
         self._ahead: dict[int, threading.Thread] = {}
         self._lock = threading.Lock()
 
-    def get(self, epoch: int) -> list[list[Sample]]:
-        """The plan of ``epoch`` (waits for it if it is being drawn ahead); forgets the others."""
+    def get(self, epoch: int, *, forget_others: bool = True) -> list[list[Sample]]:
+        """The plan of ``epoch`` (waits for it if it is being drawn ahead), kept for later calls.
+
+        A pass moving on to ``epoch`` forgets the others (``forget_others``); a
+        look at a plan (:meth:`KineticsDALILoader.plan`) keeps them.
+        """
         thread = self._ahead.pop(epoch, None)
         if thread is not None:
             thread.join()
         with self._lock:
             plan = self._done.get(epoch)
-            self._done = {}  # the caller moves on to this epoch: older plans are not needed again
+            if forget_others:
+                self._done = {}  # the caller moves on to this epoch: older plans are not needed again
         if plan is None or isinstance(plan, BaseException):
             plan = self._draw(epoch)  # a failure ahead is raised here, in the caller's thread
         with self._lock:
@@ -387,8 +392,7 @@ class KineticsDALILoader:
         self._dali = None  # DaliClipDecoder, built on first use
         self._fallback = FallbackWorkers(self._setup, self._budget)  # processes started on first use
         self._active: Iterator | None = None  # the live pass over an epoch, if any
-        # Every epoch of an evaluation split has the same plan: one key for all.
-        self._plans = _Plans(lambda epoch: self.plan(epoch if split == "train" else 0))
+        self._plans = _Plans(self._draw_plan)
 
     def _place(self, device: DeviceChoice) -> None:
         """Rank, world size and where this rank's tensors live."""
@@ -429,8 +433,19 @@ class KineticsDALILoader:
     # -- plan ---------------------------------------------------------------------
 
     def plan(self, epoch: int | None = None) -> list[list[Sample]]:
-        """This rank's batches of samples for ``epoch`` (default: the current one)."""
-        epoch = self.epoch if epoch is None else epoch
+        """This rank's batches of samples for ``epoch`` (default: the current one).
+
+        The plan a pass over that epoch uses: drawn once and kept (a copy of its
+        lists is returned), so looking at it beside the pass costs no second draw.
+        """
+        batches = self._plans.get(self._plan_key(self.epoch if epoch is None else epoch), forget_others=False)
+        return [list(batch) for batch in batches]
+
+    def _plan_key(self, epoch: int) -> int:
+        """Every epoch of an evaluation split has the same plan: one key for all."""
+        return epoch if self.split == "train" else 0
+
+    def _draw_plan(self, epoch: int) -> list[list[Sample]]:
         if self.split == "train":
             samples = make_train_plan(self.videos, seed=self.seed, epoch=epoch, rank=self.rank,
                                       world_size=self.world_size, clip=self.clip, augment=self.augment)
@@ -505,8 +520,7 @@ class KineticsDALILoader:
         return self._active
 
     def _epoch_pass(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        key = self.epoch if self.split == "train" else 0
-        batches = self._plans.get(key)
+        batches = self._plans.get(self._plan_key(self.epoch))
         if self._start_batch >= len(batches):
             self._start_batch = 0  # the epoch was finished: this is a new pass over it
         start = self._start_batch

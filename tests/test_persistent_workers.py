@@ -210,7 +210,8 @@ def test_the_next_epochs_plan_is_drawn_while_this_one_runs(root, monkeypatch):
         by_passes = list(drawn)
         assert by_passes[0] == (0, "MainThread")
         assert (1, "daliload-plan-ahead") in by_passes and (1, "MainThread") not in by_passes
-        check_rows(loader, second)  # loader.plan() draws epoch 1 again, here: the same plan
+        check_rows(loader, second)  # loader.plan() gives the plan the pass used, not a second draw
+        assert (1, "MainThread") not in drawn
         loader.set_epoch(0)
         check_rows(loader, first)
         loader.set_epoch(5)  # not the one drawn ahead: drawn when asked for, as before
