@@ -229,9 +229,9 @@ class SlotDecoder(Dataset):
         #: set by the supervising loader: what each worker decodes, and who owns the workers.
         self.board: ProgressBoard | None = None
         self.owner_pid: int | None = None
-        #: the views of the last multi-view video decoded: ``(path, position) -> clip``, or its error
-        self._views: dict[tuple[str, int], torch.Tensor] | DecodeError = {}
-        self._views_of: tuple[str, int] | None = None  # (path, first position) of that video
+        #: the views of the last multi-view video decoded and not yet served: ``(path, position) -> clip``,
+        #: or the error its decode raised
+        self._views: dict[tuple[str, int], torch.Tensor | DecodeError] = {}
 
     def __getitem__(self, task: SlotTask) -> ClipItem:
         """Fill ``task``'s slot: its own sample, else the first of the window that decodes."""
@@ -274,26 +274,21 @@ class SlotDecoder(Dataset):
     def _decode_view(self, candidate: Candidate, views: list[Sample]) -> tuple[torch.Tensor, int]:
         """One view of a multi-view video: at its first view, all its views decode in one pass.
 
-        The others come from that pass (or raise its error) until the video's last view is served.
+        The others come from that pass (or raise its error); each is served once.
         """
         sample, frames_decoded = candidate.sample, 0
-        key = (sample.path, views[0].position)
-        cached = self._views_of == key and (isinstance(self._views, DecodeError)
-                                            or (sample.path, sample.position) in self._views)
-        if not cached:
-            self._views_of = key
+        key = (sample.path, sample.position)
+        if key not in self._views:  # only the latest video's views are kept
             hints = {sample.path: candidate.hint} if candidate.hint else None
             try:
                 clips, frames_decoded = decode_views(views, self.output, dataclasses.replace(self.decode, hints=hints))
-                self._views = {(v.path, v.position): clip for v, clip in zip(views, clips)}
             except DecodeError as err:
-                self._views = err  # the other views fail the same way, without decoding again
-        outcome = self._views
-        if sample.position == views[-1].position:  # the video is done: a later pass decodes it afresh
-            self._views_of, self._views = None, {}
+                clips = [err] * len(views)  # the other views fail the same way, without decoding again
+            self._views = {(v.path, v.position): clip for v, clip in zip(views, clips)}
+        outcome = self._views.pop(key)
         if isinstance(outcome, DecodeError):
             raise outcome
-        return outcome.pop((sample.path, sample.position)), frames_decoded
+        return outcome, frames_decoded
 
 
 def _sibling_views(candidate: Candidate, window: Sequence[Candidate]) -> list[Sample]:
