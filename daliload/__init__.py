@@ -7,8 +7,9 @@ and DALI itself is imported only when a DALI pipeline is built.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from daliload.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -44,10 +45,4 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports
     from daliload.prescreen import Manifest, ScanSpec, scan
 
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'daliload' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

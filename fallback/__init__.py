@@ -22,8 +22,9 @@ probe worker and must not pull in torch through :mod:`fallback.loader` for it
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from daliload.lazy import lazy_exports
 
 _EXPORTS = {
     "daliload.failures": ("Failure", "NoReplacementError", "TooManyFailuresError"),
@@ -43,14 +44,4 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports
     from fallback.transform import apply_plan
 
 
-def __getattr__(name: str):
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fallback' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # next time without __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _MODULE_OF)
