@@ -393,13 +393,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _report(result: dict, args: argparse.Namespace) -> int:
     """Print the run's markdown and, unless ``--no-md``, put it in ``--results-md`` (replacing the last run's)."""
-    from benchmarks.report import append_markdown
+    from benchmarks.report import record_section
 
-    text = markdown(result)
-    print(text)
-    if not args.no_md:
-        append_markdown(args.results_md, text)
-        print(f"\n(section written to {args.results_md})")
+    record_section(markdown(result), None if args.no_md else args.results_md)
     return 0
 
 

@@ -31,12 +31,11 @@ import time
 from pathlib import Path
 
 from benchmarks.metrics import ResourceMonitor
-from benchmarks.report import load_average, machine_info, machine_line, publish, versions_line
+from benchmarks.report import add_output_options, load_average, machine_info, machine_line, publish, versions_line
 from daliload.loader import DecodeSpec, KineticsDALILoader
 from daliload.pipeline import DaliBatchError
 from daliload.synth.dataset import SynthSpec, generate_dataset
 
-HERE = Path(__file__).resolve().parent
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -47,10 +46,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--workers", type=int, default=2, help="fallback workers (default 2)")
     parser.add_argument("--data-dir", default="bench_out/faults", help="where the dataset is generated")
-    parser.add_argument("--json", default=str(HERE / "results" / "faults.json"))
-    parser.add_argument("--results-md", default=str(HERE / "RESULTS.md"))
-    parser.add_argument("--no-md", action="store_true", help="do not touch RESULTS.md")
-    parser.add_argument("--machine", default="", help="a label for the machine, e.g. '2-core CPU VM, no GPU'")
+    add_output_options(parser, "faults")
     return parser.parse_args(argv)
 
 

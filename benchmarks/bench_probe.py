@@ -254,13 +254,10 @@ def markdown(report: dict) -> str:
 
 def _report(report: dict, args: argparse.Namespace) -> int:
     """Print the section and, unless ``--no-md``, put it in ``--results-md`` (replacing the last run's)."""
-    from benchmarks.report import append_markdown
+    from benchmarks.report import record_section
 
-    text = markdown(report)
-    print(text)
-    if not args.no_md:
-        append_markdown(args.results_md, text)
-        print(f"(section written to {args.results_md}; JSON in {args.out})")
+    record_section(markdown(report), None if args.no_md else args.results_md)
+    print(f"(JSON in {args.out})")
     return 0
 
 

@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 
 from benchmarks.metrics import ResourceMonitor
-from benchmarks.report import (append_markdown, load_average, machine_info, machine_line, publish, versions_line,
-                               write_marked)
+from benchmarks.report import (add_output_options, append_markdown, load_average, machine_info, machine_line, publish,
+                               versions_line, write_marked)
 from daliload.loader import DecodeSpec, KineticsDALILoader
 from daliload.prescreen import Manifest, scan
 from daliload.synth.dataset import SynthSpec, generate_dataset
@@ -51,12 +51,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--device", default="cpu", help="loader device: cpu (default) or cuda")
     parser.add_argument("--data-dir", default="bench_out/transcode", help="where the datasets are written")
-    parser.add_argument("--json", default=str(HERE / "results" / "transcode.json"))
-    parser.add_argument("--results-md", default=str(HERE / "RESULTS.md"))
-    parser.add_argument("--no-md", action="store_true", help="do not touch RESULTS.md or README.md")
+    add_output_options(parser, "transcode", no_md_help="do not touch RESULTS.md or README.md")
     parser.add_argument("--readme", default=str(HERE.parent / "README.md"),
                         help="the README whose transcode figures (between its markers) this run rewrites")
-    parser.add_argument("--machine", default="", help="a label for the machine, e.g. '2-core CPU VM, no GPU'")
     return parser.parse_args(argv)
 
 

@@ -29,14 +29,14 @@ from pathlib import Path
 from typing import Callable
 
 from benchmarks.metrics import summarize
-from benchmarks.report import append_markdown, load_average, machine_info, machine_line, publish, versions_line
+from benchmarks.report import (add_output_options, append_markdown, load_average, machine_info, machine_line, publish,
+                               versions_line)
 from daliload.plan import AugmentSpec, ClipSpec, OutputSpec, VideoInfo, make_val_plan
 from daliload.prescreen import probe_file
 from daliload.synth.dataset import SynthSpec, generate_dataset
 from fallback.dataset import DecodeOptions, decode_sample
 from fallback.views import decode_views
 
-HERE = Path(__file__).resolve().parent
 CHAPTER = "## Multi-view evaluation: `python -m benchmarks.bench_views`"
 OUTPUT = OutputSpec(size=(224, 224))
 CLIP = ClipSpec(clip_len=16, frame_stride=4)
@@ -49,10 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=3, help="timed runs (default 3)")
     parser.add_argument("--dali-threads", type=int, default=2)
     parser.add_argument("--data-dir", default="bench_out/views", help="where the dataset is generated")
-    parser.add_argument("--json", default=str(HERE / "results" / "views.json"))
-    parser.add_argument("--results-md", default=str(HERE / "RESULTS.md"))
-    parser.add_argument("--no-md", action="store_true", help="do not touch RESULTS.md")
-    parser.add_argument("--machine", default="", help="a label for the machine, e.g. '2-core CPU VM, no GPU'")
+    add_output_options(parser, "views")
     return parser.parse_args(argv)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import importlib.metadata
+import argparse
 import json
 import os
 import platform
@@ -295,16 +296,34 @@ def load_average() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def publish(result: dict, json_path: str | os.PathLike, text: str, results_md: str | os.PathLike | None,
-            *, write_md=None) -> None:
-    """A run's outputs, from its one ``result``: the JSON, its section (``text``) in ``results_md``
-    (unless ``None``; ``write_md(path, text)`` instead of :func:`append_markdown` when given), and ``text``
-    printed."""
-    Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-    Path(json_path).write_text(json.dumps(result, indent=1))
+def add_output_options(parser: argparse.ArgumentParser, name: str, *, no_md_help: str = "do not touch RESULTS.md"
+                       ) -> None:  # fmt: skip
+    """The options every small benchmark shares: ``--json`` (default ``results/NAME.json``),
+    ``--results-md``, ``--no-md`` and ``--machine``."""
+    here = Path(__file__).resolve().parent
+    parser.add_argument("--json", default=str(here / "results" / f"{name}.json"))
+    parser.add_argument("--results-md", default=str(here / "RESULTS.md"))
+    parser.add_argument("--no-md", action="store_true", help=no_md_help)
+    parser.add_argument("--machine", default="", help="a label for the machine, e.g. '2-core CPU VM, no GPU'")
+
+
+def record_section(text: str, results_md: str | os.PathLike | None, *, write_md=None) -> None:
+    """Print a run's section (``text``) and put it in ``results_md`` (unless ``None``), replacing the last run's.
+
+    ``write_md(path, text)`` writes it instead of :func:`append_markdown` when given.
+    """
+    print(text)
     if results_md is not None:
         (write_md or append_markdown)(Path(results_md), text)
-    print(text)
+        print(f"\n(section written to {results_md})")
+
+
+def publish(result: dict, json_path: str | os.PathLike, text: str, results_md: str | os.PathLike | None,
+            *, write_md=None) -> None:
+    """A run's outputs, from its one ``result``: the JSON, then :func:`record_section`."""
+    Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(json_path).write_text(json.dumps(result, indent=1))
+    record_section(text, results_md, write_md=write_md)
 
 
 def write_marked(path: str | os.PathLike, name: str, text: str) -> bool:
