@@ -27,7 +27,8 @@ from daliload.plan import OutputSpec, Sample
 _DTYPES = {"float16": torch.float16, "float32": torch.float32, "uint8": torch.uint8}
 
 
-def apply_plan(frames: np.ndarray | torch.Tensor, sample: Sample, output: OutputSpec) -> torch.Tensor:
+def apply_plan(frames: np.ndarray | torch.Tensor, sample: Sample, output: OutputSpec, *,
+               out: torch.Tensor | None = None) -> torch.Tensor:
     """Crop, resize, flip and normalize one clip as ``sample`` and ``output`` say.
 
     Resampling runs on uint8 (torch's antialiased uint8 path, ten times
@@ -38,15 +39,17 @@ def apply_plan(frames: np.ndarray | torch.Tensor, sample: Sample, output: Output
         frames: ``(T, H, W, 3)`` uint8 RGB clip, numpy or torch.
         sample: the plan item (its ``crop`` and ``flip`` are used).
         output: output size, normalization, dtype and layout.
+        out: where to write the clip (see :func:`normalize`); default: a new tensor.
 
     Returns:
         ``(3, T, h, w)`` for ``CTHW`` or ``(T, 3, h, w)`` for ``TCHW``, where
-        ``(h, w) = output.size``, of ``output.dtype``; contiguous.
+        ``(h, w) = output.size``, of ``output.dtype``; contiguous (``out`` when given).
 
     Raises:
         TypeError: ``frames`` is not uint8 or not ``(T, H, W, 3)``.
+        ValueError: ``out`` has another shape or dtype than the clip.
     """
-    return normalize(crop_resize(frames, sample, output), output)
+    return normalize(crop_resize(frames, sample, output), output, out=out)
 
 
 def crop_resize(frames: np.ndarray | torch.Tensor, sample: Sample, output: OutputSpec) -> torch.Tensor:
@@ -72,29 +75,54 @@ def crop_resize(frames: np.ndarray | torch.Tensor, sample: Sample, output: Outpu
     return x
 
 
-def normalize(x: torch.Tensor, output: OutputSpec) -> torch.Tensor:
+def clip_shape(clip_len: int, output: OutputSpec) -> tuple[int, int, int, int]:
+    """The shape :func:`apply_plan` gives a clip of ``clip_len`` frames: ``(3, T, h, w)`` or ``(T, 3, h, w)``."""
+    height, width = output.size
+    return (3, clip_len, height, width) if output.layout == "CTHW" else (clip_len, 3, height, width)
+
+
+def output_dtype(output: OutputSpec) -> torch.dtype:
+    """The torch dtype of ``output.dtype``."""
+    return _DTYPES[output.dtype]
+
+
+def normalize(x: torch.Tensor, output: OutputSpec, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """Steps 3 and 4: ``(pixel - mean) / std``, cast to ``output.dtype``, laid out as ``output.layout``.
 
     Args:
         x: ``(T, 3, h, w)`` uint8 (any strides), as :func:`crop_resize` returns it.
         output: normalization, dtype and layout.
+        out: a contiguous tensor of the result's shape and dtype to write
+            into (a worker's shared-memory transfer, so the clip is not
+            copied again); default: a new tensor.
 
     Returns:
-        A new contiguous tensor ``(3, T, h, w)`` (``CTHW``) or ``(T, 3, h, w)`` (``TCHW``).
+        A contiguous tensor ``(3, T, h, w)`` (``CTHW``) or ``(T, 3, h, w)`` (``TCHW``): ``out`` when given.
+
+    Raises:
+        ValueError: ``out`` has another shape or dtype, or is not contiguous.
     """
-    if output.dtype == "uint8":
-        out = x.permute(1, 0, 2, 3) if output.layout == "CTHW" else x
-        return out.contiguous()
-    # One channel at a time on contiguous memory: five times faster than
-    # broadcasting mean/std over the channels-last tensor the resize returns.
     frames, height, width = x.shape[0], x.shape[-2], x.shape[-1]
-    dtype = _DTYPES[output.dtype]
-    if output.layout == "CTHW":
-        out = torch.empty((3, frames, height, width), dtype=dtype)
-        channels = [out[c] for c in range(3)]
-    else:
-        out = torch.empty((frames, 3, height, width), dtype=dtype)
-        channels = [out[:, c] for c in range(3)]
-    for c, dst in enumerate(channels):
-        dst.copy_(x[:, c].float().sub_(output.mean[c]).div_(output.std[c]))
+    shape, dtype = clip_shape(frames, output), output_dtype(output)
+    if out is None:
+        out = torch.empty(shape, dtype=dtype)
+    elif tuple(out.shape) != shape or out.dtype != dtype or not out.is_contiguous():
+        raise ValueError(f"normalize: out must be a contiguous {dtype} tensor of shape {shape}, "
+                         f"got {out.dtype} {tuple(out.shape)}")
+    frame_of = (lambda t: out[:, t]) if output.layout == "CTHW" else (lambda t: out[t])
+    if output.dtype == "uint8":
+        for t in range(frames):
+            frame_of(t).copy_(x[t])
+        return out
+    # Frame by frame through a float32 scratch that stays in cache: (x * 1/std) + (-mean/std),
+    # then one cast into ``out``. A third faster than a pass per channel over the whole clip.
+    scale = torch.tensor([1.0 / s for s in output.std], dtype=torch.float32).view(3, 1, 1)
+    shift = torch.tensor([-m / s for m, s in zip(output.mean, output.std)], dtype=torch.float32).view(3, 1, 1)
+    scratch = torch.empty((3, height, width), dtype=torch.float32)
+    for t in range(frames):
+        dst = frame_of(t)
+        work = dst if dtype == torch.float32 else scratch
+        work.copy_(x[t]).mul_(scale).add_(shift)
+        if work is not dst:
+            dst.copy_(work)
     return out

@@ -91,3 +91,34 @@ def test_wrong_frames_are_type_errors():
         apply_plan(np.zeros((2, 8, 8, 3), np.float32), sample(), spec)
     with pytest.raises(TypeError, match=r"got torch.uint8 \(8, 8, 3\)"):
         apply_plan(torch.zeros((8, 8, 3), dtype=torch.uint8), sample(), spec)
+
+
+@pytest.mark.parametrize("dtype,layout", [("float16", "CTHW"), ("float32", "TCHW"), ("uint8", "CTHW")])
+def test_out_receives_the_clip_unchanged(dtype, layout):
+    """Workers normalise straight into their shared-memory transfer: the same clip as a new tensor."""
+    frames = np.stack(list(render_clip(4, 3, width=128, height=96)))
+    plain = dict(mean=(0, 0, 0), std=(1, 1, 1)) if dtype == "uint8" else {}
+    spec = OutputSpec(size=(72, 100), dtype=dtype, layout=layout, **plain)
+    expected = apply_plan(frames, sample(flip=True), spec)
+    out = torch.full(expected.shape, 7, dtype=expected.dtype)
+    assert apply_plan(frames, sample(flip=True), spec, out=out) is out
+    assert torch.equal(out, expected)
+
+
+def test_normalisation_is_pixel_minus_mean_over_std():
+    frames = np.random.default_rng(3).integers(0, 256, (2, 6, 8, 3), dtype=np.uint8)
+    spec = OutputSpec(size=(6, 8), mean=(110.2, 100.6, 96.0), std=(58.1, 56.5, 55.3), dtype="float32",
+                      layout="CTHW")
+    want = (torch.from_numpy(frames).permute(3, 0, 1, 2).float() - torch.tensor(spec.mean).view(3, 1, 1, 1)) \
+        / torch.tensor(spec.std).view(3, 1, 1, 1)
+    torch.testing.assert_close(apply_plan(frames, sample(), spec), want, rtol=0, atol=1e-5)
+
+
+def test_an_out_of_the_wrong_shape_or_dtype_is_refused():
+    frames = np.zeros((2, 8, 8, 3), np.uint8)
+    spec = OutputSpec(size=(4, 4), dtype="float16", layout="CTHW")
+    with pytest.raises(ValueError, match=r"out must be a contiguous torch.float16 tensor of shape \(3, 2, 4, 4\), "
+                                         r"got torch.float32 \(3, 2, 4, 4\)"):
+        apply_plan(frames, sample(), spec, out=torch.empty((3, 2, 4, 4)))
+    with pytest.raises(ValueError, match=r"got torch.float16 \(2, 3, 4, 4\)"):
+        apply_plan(frames, sample(), spec, out=torch.empty((2, 3, 4, 4), dtype=torch.float16))
