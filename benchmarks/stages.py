@@ -11,9 +11,13 @@ one clip after another on one core, as one fallback worker decodes them
                    (non-reference frames the clip does not use skipped)
     RGB conversion YUV to RGB of the clip's frames, and their copy into the clip array
     crop/resize    the plan's crop, the uint8 antialiased resize, flip
-    normalise      (pixel - mean) / std, the cast to the output dtype and the layout
-    transfer       a worker's copy of the clip into shared memory, and its share of
-                   stacking the batch in the training process
+    normalise      (pixel - mean) / std, the cast to the output dtype and the layout,
+                   written straight into the clip's row of the worker's shared-memory
+                   transfer (as :meth:`fallback.dataset.SlotDecoder.__getitems__` does;
+                   the first touch of that memory is paid here)
+    transfer       the clip's share of allocating that transfer (one per ``batch_size``
+                   clips); the training process copies nothing when a batch is one
+                   transfer, as it is after an epoch's first batch
 
 Opening, demux/index and RGB conversion are timed by wrapping the fallback's
 own functions (:mod:`fallback.decode`) while the profile runs; decode is the
@@ -129,17 +133,24 @@ def _exact_span(path: str, first_key: int, last: int, fps: float) -> tuple[float
     return time.perf_counter() - start, decoded
 
 
-def _transfer_seconds(clip, batch_size: int) -> float:
-    """A worker's copy of ``clip`` into shared memory, plus its share of stacking a batch of such clips."""
-    import torch
+class _Transfers:
+    """The worker's shared-memory transfers: one per ``batch_size`` clips, each clip written into its row."""
 
-    start = time.perf_counter()
-    shared = torch.empty_like(clip).share_memory_()
-    shared.copy_(clip)
-    copied = time.perf_counter() - start
-    start = time.perf_counter()
-    torch.stack([shared] * batch_size)
-    return copied + (time.perf_counter() - start) / batch_size
+    def __init__(self, output, batch_size: int) -> None:
+        self.output, self.batch_size = output, batch_size
+        self.rows: list = []
+        self.seconds = 0.0
+
+    def next_row(self, clip_len: int):
+        from fallback import _torch_internals as internals
+        from fallback.transform import clip_shape, output_dtype
+
+        if not self.rows:
+            start = time.perf_counter()
+            shape = clip_shape(clip_len, self.output)
+            self.rows = list(internals.shared_empty((self.batch_size, *shape), output_dtype(self.output)))
+            self.seconds += time.perf_counter() - start
+        return self.rows.pop(0)
 
 
 def profile_clips(samples: Sequence, videos: Sequence, output, *, hints: dict | None = None,
@@ -151,7 +162,7 @@ def profile_clips(samples: Sequence, videos: Sequence, output, *, hints: dict | 
         videos: the dataset's :class:`benchmarks.datasets.BenchVideo` s (frames, keyframes, fps).
         output: the run's :class:`daliload.plan.OutputSpec`.
         hints: the loader's seek hints by path (:func:`benchmarks.peers.daliload_peer.loader_hints`).
-        batch_size: clips per batch, for the transfer's share of the stack.
+        batch_size: clips per transfer (one shared-memory allocation each).
         warmup: clips decoded first, untimed (imports, caches).
     """
     import torch
@@ -165,6 +176,7 @@ def profile_clips(samples: Sequence, videos: Sequence, output, *, hints: dict | 
     for sample in samples[:warmup]:
         apply_plan(decode_window(sample.path, _indices(sample, videos)).frames, sample, output)
     clock = _StageClock()
+    transfers = _Transfers(output, batch_size)
     whole = decoded = exact_s = exact_frames = 0.0
     for sample in samples:
         indices = _indices(sample, videos)
@@ -175,11 +187,11 @@ def profile_clips(samples: Sequence, videos: Sequence, output, *, hints: dict | 
         decoded += clip.num_frames_decoded
         start = time.perf_counter()
         resized = crop_resize(clip.frames, sample, output)
-        middle = time.perf_counter()
-        tensor = normalize(resized, output)
-        clock.seconds["crop/resize"] += middle - start
-        clock.seconds["normalise"] += time.perf_counter() - middle
-        clock.seconds["transfer"] += _transfer_seconds(tensor, batch_size)
+        clock.seconds["crop/resize"] += time.perf_counter() - start
+        row = transfers.next_row(sample.clip_len)
+        start = time.perf_counter()
+        normalize(resized, output, out=row)
+        clock.seconds["normalise"] += time.perf_counter() - start
         video = videos[sample.video_index]
         key = max(k for k in video.keyframes if k <= min(indices))
         seconds, frames = _exact_span(sample.path, key, max(indices), video.fps)
@@ -187,6 +199,7 @@ def profile_clips(samples: Sequence, videos: Sequence, output, *, hints: dict | 
             raise ValueError(f"{sample.path}: the exact decode of frames {key}..{max(indices)} stopped after "
                              f"{frames} frames: its seek landed after the keyframe")
         exact_s, exact_frames = exact_s + seconds, exact_frames + frames
+    clock.seconds["transfer"] = transfers.seconds
     inside = sum(clock.seconds[s] for s in ("opening", "demux/index", "RGB conversion"))
     clock.seconds["decode"] = max(0.0, whole - inside)
     n = len(samples)

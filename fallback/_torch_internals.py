@@ -17,7 +17,10 @@ CI installs; nothing else in the repository touches these names. What is used:
   ``_remove_worker_pids``: the registration that lets torch's SIGCHLD handler
   raise when a worker dies;
 * the text of torch's worker-loss errors ("DataLoader worker (pid(s) N)
-  exited unexpectedly" / "is killed by signal").
+  exited unexpectedly" / "is killed by signal");
+* ``torch.UntypedStorage._new_shared``: a new shared-memory storage, what
+  ``default_collate`` batches into inside a worker (a tensor already in
+  shared memory leaves the worker as a file descriptor, without a copy).
 
 :func:`check_iterator` verifies the attributes on every new iterator and
 raises a RuntimeError naming the torch version if an upgrade removed one, so
@@ -100,3 +103,12 @@ def pids_in_error(error: BaseException | None) -> list[int]:
         return []
     match = re.search(r"pid\(?s?\)? ([\d, ]+)", str(error))
     return [int(p) for p in re.findall(r"\d+", match.group(1))] if match else []
+
+
+def shared_empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised contiguous tensor in new shared memory (as ``default_collate`` makes in a worker)."""
+    numel = 1
+    for size in shape:
+        numel *= size
+    storage = torch.UntypedStorage._new_shared(numel * torch.empty((), dtype=dtype).element_size())
+    return torch.empty(0, dtype=dtype).set_(storage).view(shape)

@@ -39,9 +39,10 @@ from torch.utils.data import Dataset
 
 from daliload.failures import Failure, NoReplacementError, replacement_order
 from daliload.plan import OutputSpec, Sample
+from fallback import _torch_internals as internals
 from fallback.decode import DecodeError, StreamHint, decode_window
 from fallback.progress import ProgressBoard
-from fallback.transform import apply_plan
+from fallback.transform import apply_plan, clip_shape, output_dtype
 from fallback.views import decode_views
 
 logger = logging.getLogger(__name__)
@@ -110,10 +111,10 @@ def decode_sample(sample: Sample, output: OutputSpec, decode: DecodeOptions = De
 
 
 def _decode_counted(sample: Sample, output: OutputSpec, decode: DecodeOptions,
-                    hint: StreamHint | None) -> tuple[torch.Tensor, int]:
+                    hint: StreamHint | None, out: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
     clip = decode_window(sample.path, sample.frame_indices(), threads=decode.threads,
                          skip_nonref=decode.skip_nonref, timeout_s=decode.timeout_s, hint=hint)
-    return apply_plan(clip.frames, sample, output), clip.num_frames_decoded
+    return apply_plan(clip.frames, sample, output, out=out), clip.num_frames_decoded
 
 
 class ClipItem(NamedTuple):
@@ -162,9 +163,21 @@ class ClipBatch(NamedTuple):
     failures: tuple[Failure, ...]
 
 
-def collate_clips(items: Sequence[ClipItem]) -> ClipBatch:
-    """Batch :class:`ClipItem` s (stacking videos into shared memory inside workers)."""
-    videos = torch.utils.data.default_collate([item.video for item in items])
+def collate_clips(items: Sequence[ClipItem] | ClipBatch, videos: torch.Tensor | None = None) -> ClipBatch:
+    """Batch :class:`ClipItem` s (stacking videos into shared memory inside workers).
+
+    Args:
+        items: the items; a :class:`ClipBatch` (what :meth:`SlotDecoder.__getitems__`
+            returns, already batched) is returned as it is.
+        videos: a ``(len(items), ...)`` tensor the items' videos were written
+            into (row ``k`` holds item ``k``'s); rows an item did not write
+            (another shape) make it stack them instead. Default: stack them.
+    """
+    if isinstance(items, ClipBatch):
+        return items
+    if videos is None or not all(item.video.data_ptr() == videos[k].data_ptr()
+                                 for k, item in enumerate(items)):
+        videos = torch.utils.data.default_collate([item.video for item in items])
     return ClipBatch(
         videos=videos,
         labels=tuple(item.label for item in items),
@@ -235,6 +248,25 @@ class SlotDecoder(Dataset):
 
     def __getitem__(self, task: SlotTask) -> ClipItem:
         """Fill ``task``'s slot: its own sample, else the first of the window that decodes."""
+        return self._fill(task)
+
+    def __getitems__(self, tasks: Sequence[SlotTask]) -> ClipBatch:
+        """Fill one transfer's slots, each clip written straight into its row of the batch tensor.
+
+        In a worker that tensor is in shared memory, so handing it to the
+        training process copies nothing: the clips are normalised into it
+        instead of being stacked into it afterwards (a copy of every clip, 1.6 ms
+        of the ~57 a 16-frame 224x224 float16 clip costs, measured on 2 cores).
+        """
+        shape = clip_shape(tasks[0].window[tasks[0].offset].sample.clip_len, self.output)
+        dtype = output_dtype(self.output)
+        in_worker = torch.utils.data.get_worker_info() is not None
+        videos = internals.shared_empty((len(tasks), *shape), dtype) if in_worker else torch.empty(
+            (len(tasks), *shape), dtype=dtype)
+        return collate_clips([self._fill(task, videos[k]) for k, task in enumerate(tasks)], videos)
+
+    def _fill(self, task: SlotTask, out: torch.Tensor | None = None) -> ClipItem:
+        """:meth:`__getitem__`, writing the clip into ``out`` when it has the clip's shape."""
         failures: list[Failure] = []
         slot_position = task.window[task.offset].sample.position
         for candidate in task.window[task.offset:task.offset + task.num_slots]:
@@ -242,8 +274,9 @@ class SlotDecoder(Dataset):
             if candidate.known_bad is not None:
                 failures.append(Failure(sample.path, candidate.known_bad, sample.position))
                 continue
+            fits = out is not None and tuple(out.shape) == clip_shape(sample.clip_len, self.output)
             try:
-                video, frames_decoded = self._decode(candidate, task.window)
+                video, frames_decoded = self._decode(candidate, task.window, out if fits else None)
             except DecodeError as err:
                 failures.append(Failure(sample.path, err.reason, sample.position))
                 logger.info("slot %d: %s", slot_position, err)
@@ -254,7 +287,8 @@ class SlotDecoder(Dataset):
                             tuple(failures))
         raise NoReplacementError(slot_position, failures)
 
-    def _decode(self, candidate: Candidate, window: Sequence[Candidate] = ()) -> tuple[torch.Tensor, int]:
+    def _decode(self, candidate: Candidate, window: Sequence[Candidate] = (),
+                out: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
         board, worker_id, sample = self.board, _worker_id(), candidate.sample
         if board is not None and worker_id is not None:
             board.start(worker_id, candidate.index)
@@ -265,8 +299,9 @@ class SlotDecoder(Dataset):
                 inject_fault(self.faults[sample.path], sample.path)
             views = _sibling_views(candidate, window)
             if len(views) > 1:
-                return self._decode_view(candidate, views)
-            return _decode_counted(sample, self.output, self.decode, candidate.hint)
+                video, frames_decoded = self._decode_view(candidate, views)
+                return (video if out is None else out.copy_(video)), frames_decoded
+            return _decode_counted(sample, self.output, self.decode, candidate.hint, out)
         finally:
             if board is not None and worker_id is not None:
                 board.finish(worker_id)

@@ -15,6 +15,7 @@ from fallback import (
     Failure,
     NoReplacementError,
     TooManyFailuresError,
+    collate_clips,
     decode_sample,
     make_fallback_loader,
 )
@@ -188,3 +189,35 @@ def test_tasks_carry_each_slots_replacement_candidates_and_skip_known_bad_sample
     assert [c.index for c in dataset.tasks(98, 100)[0].window] == [98, 99] + list(range(0, 16))
     small = ClipDataset(samples[:3], RAW).tasks(1, 3)[0].window
     assert [c.index for c in small] == [1, 2, 0, 1]
+
+
+def test_a_transfer_is_its_slots_decoded_one_by_one(files):
+    """``SlotDecoder.__getitems__`` writes each clip into its row of one transfer; replacements included."""
+    samples = plan([files["h264"], files["zero"], files["vp9"], files["h264"]])
+    dataset = ClipDataset(samples, RAW)
+    batch = dataset.slot_decoder().__getitems__(dataset.tasks(0, 3))
+    one_by_one = [dataset[i] for i in range(3)]
+    assert torch.equal(batch.videos, torch.stack([item.video for item in one_by_one]))
+    assert batch.positions == (100, 102, 102) and batch.slot_positions == (100, 101, 102)  # slot 1 replaced
+    assert [f.path for f in batch.failures] == [files["zero"]]
+    assert collate_clips(batch) is batch  # the DataLoader's collate passes a ready transfer through
+
+
+def test_collate_stacks_items_that_did_not_fill_their_rows(files):
+    samples = plan([files["h264"], files["vp9"]])
+    dataset = ClipDataset(samples, RAW)
+    items = [dataset[0], dataset[1]]
+    elsewhere = torch.zeros((2, *items[0].video.shape))
+    batch = collate_clips(items, elsewhere)
+    assert batch.videos is not elsewhere and torch.equal(batch.videos, torch.stack([i.video for i in items]))
+
+
+def test_worker_transfers_arrive_in_shared_memory(files):
+    loader = make_fallback_loader(plan([files["h264"], files["vp9"], files["h264"]]), RAW, batch_size=3,
+                                  num_workers=1)
+    try:
+        (videos, _, positions), = list(loader)
+    finally:
+        loader.close()
+    assert videos.is_shared() and positions.tolist() == [100, 101, 102]
+    assert [read_clip(v, layout="CTHW") for v in videos] == [expected_codes(s) for s in loader.dataset.samples]
