@@ -365,15 +365,18 @@ class _Window:
         key = self.hint_keyframe(hint)
         if key == 0 or self.unsafe_seek or not stream.time_base or not timestamps_rank_frames(container.format.name):
             return None  # nothing to skip, seeking is unsafe, or no usable timestamps
+        ticks_per_frame = 1 / (Fraction(hint.fps) * stream.time_base)
+        num, den = ticks_per_frame.numerator, ticks_per_frame.denominator
+
+        def index_of(pts: int | None) -> int | None:
+            # (pts - first_pts) / ticks_per_frame to the nearest integer, in integers: Fraction
+            # arithmetic took ~10 us a call, and it is called once per packet and per frame.
+            return None if pts is None else (2 * (pts - first_pts) * den + num) // (2 * num)
+
         packets = (p for p in container.demux(stream) if p.size > 0)
         first_pts = first_output_pts(stream.codec_context, packets, self._check_deadline)
         if first_pts is None:
             return None
-        ticks_per_frame = 1 / (Fraction(hint.fps) * stream.time_base)
-
-        def index_of(pts: int | None) -> int | None:
-            return None if pts is None else round((pts - first_pts) / ticks_per_frame)
-
         container.seek(first_pts + math.floor(key * ticks_per_frame), stream=stream, backward=True)
         stream.codec_context.flush_buffers()
         packets = (p for p in container.demux(stream) if p.size > 0)
@@ -459,12 +462,14 @@ class _Window:
                 got[index] = self._rgb(frame)
             return index >= last
 
+        skipping = None  # unknown: a decode retried on the same context may have left it skipping
         for packet in itertools.chain(packets, [None]):
             self._check_deadline()
-            if packet is None:
-                ctx.skip_frame = "DEFAULT"
-            elif skip_nonref:
-                ctx.skip_frame = "DEFAULT" if index_of(packet.pts) in need else "NONREF"
+            wanted_skip = "DEFAULT"
+            if packet is not None and skip_nonref:
+                wanted_skip = "DEFAULT" if index_of(packet.pts) in need else "NONREF"
+            if wanted_skip != skipping:  # setting it parses the name: only on a change
+                ctx.skip_frame = skipping = wanted_skip
             for frame in self._send(ctx, packet, checked):
                 done = take(frame)
                 if done is None or done:

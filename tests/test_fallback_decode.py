@@ -137,6 +137,21 @@ def test_hint_seek_matches_the_exact_path(make_clip):
         assert np.array_equal(with_hint.frames, decode_window(path, window).frames)
 
 
+def test_hint_seek_is_exact_when_a_frame_is_not_a_whole_number_of_ticks(tmp_path, caplog):
+    """29.97 fps in a millisecond time base, as MKV stores it: 33.367 ticks a frame, each pts rounded."""
+    path = tmp_path / "ntsc.mkv"
+    frames = render_clip(1, 90, width=128, height=96, fps=30000 / 1001, seed=0)
+    write_video(path, frames, default_spec("h264", fps=Fraction(30000, 1001), gop=25),
+                pts=[round(i * 1001 / 30) for i in range(90)], time_base=Fraction(1, 1000))
+    hint = probe_hint(path)
+    assert hint.keyframe_indices == (0, 25, 50, 75) and hint.fps == Fraction(30000, 1001)
+    windows = [w for w in random_windows(90, 16, seed=5) if min(w) >= 25] + [[25, 26], [74, 75, 76], [89, 93]]
+    with caplog.at_level("DEBUG", logger="fallback.decode"):
+        for window in windows:
+            assert read_clip(decode_window(path, window, hint=hint).frames) == expected(window, 90), window
+    assert "does not fit" not in caplog.text  # every window was served by the hint's seek
+
+
 def test_wrong_hint_is_ignored(make_clip):
     path = make_clip(codec="h264", num_frames=90, gop=25)
     wrong = StreamHint(keyframe_indices=(0, 60), fps=10)  # would seek 3x too far
