@@ -44,7 +44,7 @@ import time
 import warnings
 from collections import deque
 from dataclasses import dataclass
-from typing import Iterator, NamedTuple, Sequence
+from typing import Callable, Hashable, Iterator, NamedTuple, Sequence
 
 import torch
 
@@ -107,12 +107,16 @@ class Routes:
         self.rerouted: set[str] = set()
         self.dali_disabled: str | None = None  # why DALI was given up, once it was
         self._streak = 0
+        #: bumped whenever a file changes route: a share of the fallback computed before is stale
+        self.generation = 0
 
     def uses_dali(self, sample: Sample) -> bool:
         return self.dali_disabled is None and sample.path in self._dali
 
     def reroute(self, paths: set[str]) -> None:
         """Send ``paths`` to the fallback from now on."""
+        if paths & self._dali:
+            self.generation += 1
         self._dali -= paths
         self.rerouted |= paths
 
@@ -122,6 +126,7 @@ class Routes:
         if self._streak >= DALI_FAILURE_STREAK and self.dali_disabled is None:
             self.dali_disabled = (f"{self._streak} DALI batches in a row failed with no single file to blame "
                                   f"(last: {reason})")
+            self.generation += 1
             warnings.warn(f"{self.dali_disabled}; the rest of this run decodes every file with the PyAV "
                           "fallback (loader.stats().dali_disabled)", RuntimeWarning, stacklevel=2)
 
@@ -192,17 +197,24 @@ class EpochPass:
         counters: where this pass counts what it did.
         fallback: the fallback's workers, kept by the loader across passes.
         dali: a ``DaliClipDecoder`` when any sample may go to DALI, else ``None``.
+        key: names this pass's plan and start for :meth:`FallbackWorkers.warm`
+            (a pass started ahead under the same key is taken over); ``None``: none.
+        on_last: called once the last batch is assembled, before it is yielded,
+            with this pass's fallback iteration closed: the loader starts the
+            next epoch there (:meth:`FallbackWorkers.warm`), while the caller
+            still trains on this epoch's last batch.
     """
 
     def __init__(self, setup: PassSetup, batches: Sequence[Sequence[Sample]], plan: Sequence[Sample], *,
                  routes: Routes, budget: FailureBudget, counters: EpochCounters, fallback: FallbackWorkers,
-                 dali=None) -> None:
+                 dali=None, key: Hashable | None = None, on_last: Callable[[], None] | None = None) -> None:
         self.setup = setup
         self.batches = [list(b) for b in batches]
         self.counters = counters
+        self._on_last = on_last
         self._here = _DecodeHere(setup, plan, budget, counters)
         self._dali = _DaliStage(dali, self.batches, self._here, routes, setup, counters) if dali else None
-        self._fallback = _FallbackStage(fallback, self.batches, routes, budget, counters)
+        self._fallback = _FallbackStage(fallback, self.batches, routes, budget, counters, key=key)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         try:
@@ -217,6 +229,9 @@ class EpochPass:
                 videos, labels = _merge(batch, parts, self.setup, self.counters)
                 if self._dali is not None:
                     self._dali.copied(i, videos)
+                if i == len(self.batches) - 1 and self._on_last is not None:
+                    self._fallback.close()  # every transfer is in: the workers are free for what comes next
+                    self._on_last()
                 yield videos, labels
         finally:
             if self._dali is not None:
@@ -460,6 +475,12 @@ class FallbackWorkers:
     stop at :meth:`close`, when garbage-collected, and after a pass abandoned
     with decodes in flight (they restart at the next pass).
 
+    A pass can be started ahead (:meth:`warm`): its first transfers decode
+    while the caller still trains on the previous epoch's last batch, and the
+    pass that asks for the same key (:meth:`iterate`) takes it over. A pass
+    started ahead that nobody takes over is abandoned like any other (its
+    decodes are dropped, the workers restart).
+
     Args:
         setup: the loader's fixed settings (output, decode options, workers).
         budget: the loader's failure budget (reset by the loader every epoch).
@@ -469,9 +490,11 @@ class FallbackWorkers:
         self.setup = setup
         self.budget = budget
         self.loader: FallbackLoader | None = None
+        self._ahead: tuple[Hashable, list[int], Iterator[FallbackBatch]] | None = None
 
     def start(self, samples: list[Sample], batch_sizes: list[int]) -> FallbackLoader:
         """The fallback loader, set to ``samples`` in batches of ``batch_sizes``."""
+        self.discard_ahead()
         if self.loader is None:
             # The seek hints stay here: each task carries its own samples' hints to a worker.
             dataset = ClipDataset(samples, self.setup.output, decode=self.setup.decode, faults=self.setup.faults)
@@ -479,14 +502,65 @@ class FallbackWorkers:
         self.loader.set_plan(samples, batch_sizes=batch_sizes)
         return self.loader
 
+    def iterate(self, key: Hashable | None, samples: list[Sample], batch_sizes: list[int]) -> Iterator[FallbackBatch]:
+        """A pass over ``samples``: the one started ahead under ``key`` if there is one, else a new one."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and key is not None and ahead[0] == key and ahead[1] == list(batch_sizes):
+            return ahead[2]
+        if ahead is not None:
+            ahead[2].close()
+        return iter(self.start(samples, batch_sizes)) if samples else iter(())
+
+    def warm(self, key: Hashable, samples: list[Sample], batch_sizes: list[int]) -> None:
+        """Start the pass over ``samples`` now: its first transfers go to the workers (see the class)."""
+        self.discard_ahead()
+        if samples:
+            self._ahead = (key, list(batch_sizes), iter(self.start(samples, batch_sizes)))
+
+    def discard_ahead(self) -> None:
+        """Abandon the pass started ahead, if any."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead[2].close()
+
     @property
     def worker_pids(self) -> list[int]:
         """Pids of the running workers (empty when none runs)."""
         return self.loader.worker_pids if self.loader is not None else []
 
     def close(self) -> None:
+        self.discard_ahead()
         if self.loader is not None:
             self.loader.close()
+
+
+@dataclass(frozen=True)
+class FallbackShare:
+    """A pass's fallback share: which rows of which batch, and in which transfers they come.
+
+    Attributes:
+        rows: batch -> its rows of route fallback (batches without any are absent).
+        transfers: batch -> the clip counts of its share's transfers (:func:`fallback_transfers`).
+        samples: the share's samples, in plan order.
+        sizes: every transfer's clip count, in order (the fallback loader's batch sizes).
+    """
+
+    rows: dict[int, list[int]]
+    transfers: dict[int, list[int]]
+    samples: list[Sample]
+    sizes: list[int]
+
+    @classmethod
+    def of(cls, batches: Sequence[Sequence[Sample]], routes: Routes, workers: int) -> FallbackShare:
+        rows = {}
+        for i, batch in enumerate(batches):
+            share = [k for k, s in enumerate(batch) if not routes.uses_dali(s)]
+            if share:
+                rows[i] = share
+        per_share = fallback_transfers([len(r) for r in rows.values()], workers)
+        return cls(rows=rows, transfers=dict(zip(rows, per_share)),
+                   samples=[batches[i][k] for i, r in rows.items() for k in r],
+                   sizes=[size for sizes in per_share for size in sizes])
 
 
 class _FallbackStage:
@@ -507,21 +581,14 @@ class _FallbackStage:
     """
 
     def __init__(self, workers: FallbackWorkers, batches: list[list[Sample]], routes: Routes,
-                 budget: FailureBudget, counters: EpochCounters) -> None:
+                 budget: FailureBudget, counters: EpochCounters, *, key: Hashable | None = None) -> None:
         self.budget = budget
         self.counters = counters
         self.exhausted = False
-        self.shares: dict[int, list[int]] = {}  # batch -> its rows of route fallback
-        for i, batch in enumerate(batches):
-            rows = [k for k, s in enumerate(batch) if not routes.uses_dali(s)]
-            if rows:
-                self.shares[i] = rows
-        transfers = fallback_transfers([len(rows) for rows in self.shares.values()],
-                                       workers.setup.workers.num_workers)
-        self.transfers = dict(zip(self.shares, transfers))  # batch -> the sizes of its share's transfers
-        samples = [batches[i][k] for i, rows in self.shares.items() for k in rows]
-        sizes = [size for sizes_of_share in transfers for size in sizes_of_share]
-        self._batches: Iterator[FallbackBatch] = iter(workers.start(samples, sizes)) if samples else iter(())
+        share = FallbackShare.of(batches, routes, workers.setup.workers.num_workers)
+        self.shares = share.rows  # batch -> its rows of route fallback
+        self.transfers = share.transfers  # batch -> the sizes of its share's transfers
+        self._batches: Iterator[FallbackBatch] = workers.iterate(key, share.samples, share.sizes)
 
     def parts(self, i: int, batch: list[Sample]) -> list[Part]:
         """Batch ``i``'s share, as one part per transfer received.

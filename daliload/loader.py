@@ -33,7 +33,15 @@ from typing import Callable, Iterator, Literal
 import torch
 
 from daliload import dist
-from daliload.epoch import PADDING_LABEL, EpochCounters, EpochPass, FallbackWorkers, PassSetup, Routes
+from daliload.epoch import (
+    PADDING_LABEL,
+    EpochCounters,
+    EpochPass,
+    FallbackShare,
+    FallbackWorkers,
+    PassSetup,
+    Routes,
+)
 from daliload.failures import DEFAULT_MAX_FAILURE_FRACTION, Failure, FailureBudget
 from daliload.plan import (AugmentSpec, ClipSpec, LastBatch, OutputSpec, Sample, check_last_batch, check_views,
                            make_train_plan, make_val_plan, num_batches, samples_per_rank, split_batches)
@@ -393,6 +401,7 @@ class KineticsDALILoader:
         self._fallback = FallbackWorkers(self._setup, self._budget)  # processes started on first use
         self._active: Iterator | None = None  # the live pass over an epoch, if any
         self._plans = _Plans(self._draw_plan)
+        self._last_pass_epoch: int | None = None  # the epoch of the previous pass, to foresee the next
 
     def _place(self, device: DeviceChoice) -> None:
         """Rank, world size and where this rank's tensors live."""
@@ -530,9 +539,17 @@ class KineticsDALILoader:
         self._budget.reset(len(plan))
         todo = batches[start:]
         uses_dali = any(self._routes.uses_dali(s) for b in todo for s in b)
+        # A pass that follows the previous epoch's (set_epoch(e + 1), as with a DistributedSampler)
+        # starts the next one ahead: its first fallback transfers decode while the caller trains
+        # on this epoch's last batch. No guess without that evidence: a caller that repeats an
+        # epoch, or jumps, would make the workers restart for the guessed epoch's decodes.
+        advancing = self._last_pass_epoch is not None and self.epoch == self._last_pass_epoch + 1
+        self._last_pass_epoch = self.epoch
         epoch_pass = EpochPass(self._setup, todo, plan, routes=self._routes, budget=self._budget,
                                counters=self._counters, fallback=self._fallback,
-                               dali=self._dali_decoder() if uses_dali else None)
+                               dali=self._dali_decoder() if uses_dali else None,
+                               key=self._pass_key(self.epoch, start),
+                               on_last=self._start_next_epoch if advancing and self.split == "train" else None)
         passing = iter(epoch_pass)
         try:
             for i, batch in enumerate(passing):
@@ -548,6 +565,22 @@ class KineticsDALILoader:
         finally:
             passing.close()  # drains DALI's batches in flight; the fallback's workers stay for the next pass
             self._budget.warn(stacklevel=2)
+
+    def _pass_key(self, epoch: int, start: int) -> tuple:
+        """What makes two passes' fallback shares the same: the plan, the first batch and the routes."""
+        return (self._plan_key(epoch), start, self._routes.generation)
+
+    def _start_next_epoch(self) -> None:
+        """Send the next epoch's first fallback transfers to the workers now (:meth:`FallbackWorkers.warm`).
+
+        Called before this epoch's last batch is yielded. If the next pass is
+        another one (another epoch, a resumed state, changed routes), it drops
+        this one: the workers restart (~0.1 s) and the decodes are lost.
+        """
+        epoch = self.epoch + 1
+        batches = self._plans.get(self._plan_key(epoch), forget_others=False)
+        share = FallbackShare.of(batches, self._routes, self._setup.workers.num_workers)
+        self._fallback.warm(self._pass_key(epoch, 0), share.samples, share.sizes)
 
     def _dali_decoder(self):
         if self._dali is None:

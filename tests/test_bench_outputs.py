@@ -135,9 +135,9 @@ def test_the_fallback_rows_transfers_are_the_loaders(batches, workers):
         setup = type("Setup", (), {"workers": type("Options", (), {"num_workers": workers})()})()
         asked: list[int] = []
 
-        def start(self, samples, batch_sizes):
+        def iterate(self, key, samples, batch_sizes):
             self.asked = list(batch_sizes)
-            return []
+            return iter(())
 
     fake = Workers()
     _FallbackStage(fake, plan, Routes([]), FailureBudget(0), EpochCounters())

@@ -101,7 +101,13 @@ def test_epochs_run_on_the_same_workers_and_give_a_fresh_loaders_samples(root):
         check_rows(loader, second)
         assert loader.stats().clips_fallback > 0
         loader.set_epoch(0)
-        assert same(epoch(loader), first)  # a new plan reached the workers, then the old one again
+        # Epoch 2 was started ahead (epoch 1 followed epoch 0): going back to epoch 0 drops
+        # it, and its workers with the decodes they were given; none is left behind.
+        assert same(epoch(loader), first)
+        assert set(workers_of(loader)).isdisjoint(pids) and wait_gone(pids) == []
+        pids = workers_of(loader)
+        loader.set_epoch(0)
+        assert same(epoch(loader), first)  # a repeated epoch is not guessed past: same workers
         assert workers_of(loader) == pids
         fresh = make_loader(root)
         fresh.set_epoch(1)
@@ -111,6 +117,44 @@ def test_epochs_run_on_the_same_workers_and_give_a_fresh_loaders_samples(root):
         loader.close()
     assert wait_gone(pids) == []
     assert workers_of(loader) == []
+
+
+def test_the_next_epoch_starts_while_the_caller_trains_on_this_ones_last_batch(root):
+    """Once epochs follow one another (set_epoch(e + 1)), the next one's first transfers go to the workers
+    before this epoch's last batch is handed out, and set_epoch(e + 1) takes them over (same workers, a
+    fresh loader's samples). Nothing is started ahead without that evidence, or from a pass left early."""
+    loader = make_loader(root)
+
+    def started_ahead() -> list[bool]:
+        return [loader._fallback._ahead is not None for _ in loader]
+
+    try:
+        assert len(loader) > 1
+        assert started_ahead() == [False] * len(loader)  # the first pass: which epoch comes next is unknown
+        pids = workers_of(loader)
+        loader.set_epoch(1)
+        assert started_ahead() == [False] * (len(loader) - 1) + [True]
+        loader.set_epoch(2)
+        third = epoch(loader)
+        assert workers_of(loader) == pids and loader._fallback._ahead is not None  # epoch 3's, by now
+        check_rows(loader, third)
+        fresh = make_loader(root)
+        fresh.set_epoch(2)
+        assert same(epoch(fresh), third)
+        fresh.set_epoch(3)
+        epoch(fresh, batches=len(fresh) - 1)
+        assert fresh._fallback._ahead is None  # left before its last batch: nothing started ahead
+        fresh.close()
+        evaluation = KineticsDALILoader(root, "val", batch_size=4, clip_len=6, frame_stride=3, augment=WHOLE,
+                                        output=RAW)
+        for e in range(3):
+            evaluation.set_epoch(e)
+            epoch(evaluation)
+        assert evaluation._fallback._ahead is None  # an evaluation split's next pass is not foreseen
+        evaluation.close()
+    finally:
+        loader.close()
+    assert wait_gone(pids) == []
 
 
 def test_break_stops_the_workers_and_resume_gives_the_same_samples(root):
@@ -238,9 +282,9 @@ def test_transfers_split_the_first_share_and_even_out_the_last(num_batches, work
     class Workers:
         setup = SimpleNamespace(workers=SimpleNamespace(num_workers=workers))
 
-        def start(self, samples, sizes):
+        def iterate(self, key, samples, sizes):
             self.samples, self.sizes = samples, sizes
-            return []
+            return iter(())
 
     batches = [[Sample(8 * b + k, 0, "v.mp4", 0, 0, 1, 1, CropBox.full()) for k in range(8)]
                for b in range(num_batches)]
