@@ -578,9 +578,14 @@ class KineticsDALILoader:
         this one: the workers restart (~0.1 s) and the decodes are lost.
         """
         epoch = self.epoch + 1
-        batches = self._plans.get(self._plan_key(epoch), forget_others=False)
-        share = FallbackShare.of(batches, self._routes, self._setup.workers.num_workers)
-        self._fallback.warm(self._pass_key(epoch, 0), share.samples, share.sizes)
+        try:
+            batches = self._plans.get(self._plan_key(epoch), forget_others=False)
+            share = FallbackShare.of(batches, self._routes, self._setup.workers.num_workers)
+            self._fallback.warm(self._pass_key(epoch, 0), share.samples, share.sizes)
+        except Exception as err:  # noqa: BLE001 - a guess must not fail this epoch; that pass will meet it
+            self._fallback.discard_ahead()
+            logger.warning("could not start epoch %d ahead (%s: %s); it starts when asked for",
+                           epoch, type(err).__name__, err)
 
     def _dali_decoder(self):
         if self._dali is None:

@@ -157,6 +157,26 @@ def test_the_next_epoch_starts_while_the_caller_trains_on_this_ones_last_batch(r
     assert wait_gone(pids) == []
 
 
+def test_an_epoch_that_cannot_start_ahead_costs_this_one_nothing(root, monkeypatch, caplog):
+    loader = make_loader(root)
+
+    def broken(*args, **kwargs):
+        raise OSError("no more processes")
+
+    try:
+        epoch(loader)
+        loader.set_epoch(1)
+        monkeypatch.setattr(loader._fallback, "warm", broken)
+        with caplog.at_level("WARNING", logger="daliload.loader"):
+            got = epoch(loader)  # its last batch still arrives
+        check_rows(loader, got)
+        assert "could not start epoch 2 ahead (OSError: no more processes)" in caplog.text
+        loader.set_epoch(2)
+        check_rows(loader, epoch(loader))  # started when asked for
+    finally:
+        loader.close()
+
+
 def test_break_stops_the_workers_and_resume_gives_the_same_samples(root):
     loader = make_loader(root)
     try:
