@@ -55,6 +55,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=8, help="clips per batch (default 8)")
     parser.add_argument("--workers", type=int, default=2, help="fallback workers (default 2)")
     parser.add_argument("--clips", type=int, default=64, help="clips in the dataset (default 64)")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per clip (default 10)")
     parser.add_argument("--passes", type=int, default=5, help="passes per way, the first two not counted (default 5)")
     parser.add_argument("--step", default="balanced",
                         help="simulated training step per batch, seconds, or 'balanced' (default)")
@@ -109,7 +110,8 @@ def markdown(result: dict) -> str:
         "",
         f"`python -m benchmarks.bench_epoch_start`; {versions_line(result['machine'])}; load average "
         f"(1, 5, 15 min) {result['load_average'][0]} at the start, {result['load_average'][1]} at the end. "
-        f"KineticsDALILoader on `{s['dataset']}` ({s['clips']} clips, all decoded by the fallback on the CPU), "
+        f"KineticsDALILoader on `{s['dataset']}` ({s['clips']} clips of {s['duration_s']:g} s, all decoded by the "
+        "fallback on the CPU), "
         f"batch {s['batch_size']}, {s['workers']} workers, 16 frames at stride 4, 224 crop; {s['passes']} passes "
         "per way, the first two not counted. Seconds from asking for a batch to having it (an epoch's first: "
         "from `iter`), median; the training step is a sleep.",
@@ -135,7 +137,7 @@ def markdown(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    [spec] = standard_specs(["h264-gop250"], num_clips=args.clips, num_clips_hd=args.clips, duration_s=10)
+    [spec] = standard_specs(["h264-gop250"], num_clips=args.clips, num_clips_hd=args.clips, duration_s=args.duration)
     root = kinetics_layout(prepare_dataset(spec, args.data_dir, workers=2))
     started = load_average()
     runs = []
@@ -149,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         runs.append({"label": "fixed", **measure(root, args, float(args.step))})
     result = {"name": "epoch_start", "machine": machine_info(args.machine),
               "load_average": [started, load_average()],
-              "settings": {"dataset": spec.name, "clips": args.clips, "batch_size": args.batch_size,
+              "settings": {"dataset": spec.name, "clips": args.clips, "duration_s": args.duration,
+                           "batch_size": args.batch_size,
                            "workers": args.workers, "passes": args.passes},
               "runs": runs}
     publish(result, args.json, markdown(result), None if args.no_md else args.results_md,

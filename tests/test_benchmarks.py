@@ -598,3 +598,21 @@ def test_dali_ceiling_runs_several_pipelines_at_once(tmp_path):
             assert sum(b.num_clips for b in batches) == 5 and sum(b.frames_decoded for b in batches) == 150
     finally:
         ceiling.close()
+
+
+def test_epoch_start_benchmark_writes_both_ways_for_each_step(tmp_path):
+    from benchmarks import bench_epoch_start
+
+    out, md = tmp_path / "epoch_start.json", tmp_path / "RESULTS.md"
+    assert bench_epoch_start.main(["--clips", "4", "--duration", "1", "--batch-size", "2", "--workers", "1",
+                                   "--passes", "3", "--step", "0.05", "--data-dir", str(tmp_path / "data"),
+                                   "--json", str(out), "--results-md", str(md)]) == 0
+    result = json.loads(out.read_text())
+    assert [run["label"] for run in result["runs"]] == ["none", "fixed"]
+    for run in result["runs"]:
+        assert run["ahead"]["epochs"] == [0, 1, 2] and run["nothing_ahead"]["epochs"] == [0, 2, 4]
+        for way in (run["ahead"], run["nothing_ahead"]):
+            assert [len(p) for p in way["waits_s"]] == [2, 2, 2] and len(way["first_batch_s"]) == 1
+    text = md.read_text()
+    assert "## Epoch start: `python -m benchmarks.bench_epoch_start`" in text
+    assert "| fixed (0.05 s) |" in text and "### Epoch-start run `epoch_start`" in text
