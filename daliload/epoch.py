@@ -107,16 +107,18 @@ class Routes:
         self.rerouted: set[str] = set()
         self.dali_disabled: str | None = None  # why DALI was given up, once it was
         self._streak = 0
-        #: bumped whenever a file changes route: a share of the fallback computed before is stale
-        self.generation = 0
+
+    @property
+    def version(self) -> tuple[int, bool]:
+        """Changes whenever a file changes route (the DALI set only shrinks): a fallback share computed
+        under another version is stale."""
+        return len(self._dali), self.dali_disabled is not None
 
     def uses_dali(self, sample: Sample) -> bool:
         return self.dali_disabled is None and sample.path in self._dali
 
     def reroute(self, paths: set[str]) -> None:
         """Send ``paths`` to the fallback from now on."""
-        if paths & self._dali:
-            self.generation += 1
         self._dali -= paths
         self.rerouted |= paths
 
@@ -126,7 +128,6 @@ class Routes:
         if self._streak >= DALI_FAILURE_STREAK and self.dali_disabled is None:
             self.dali_disabled = (f"{self._streak} DALI batches in a row failed with no single file to blame "
                                   f"(last: {reason})")
-            self.generation += 1
             warnings.warn(f"{self.dali_disabled}; the rest of this run decodes every file with the PyAV "
                           "fallback (loader.stats().dali_disabled)", RuntimeWarning, stacklevel=2)
 

@@ -568,7 +568,7 @@ class KineticsDALILoader:
 
     def _pass_key(self, epoch: int, start: int) -> tuple:
         """What makes two passes' fallback shares the same: the plan, the first batch and the routes."""
-        return (self._plan_key(epoch), start, self._routes.generation)
+        return (self._plan_key(epoch), start, self._routes.version)
 
     def _start_next_epoch(self) -> None:
         """Send the next epoch's first fallback transfers to the workers now (:meth:`FallbackWorkers.warm`).

@@ -31,6 +31,7 @@ same against a real worker death.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -107,8 +108,5 @@ def pids_in_error(error: BaseException | None) -> list[int]:
 
 def shared_empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     """An uninitialised contiguous tensor in new shared memory (as ``default_collate`` makes in a worker)."""
-    numel = 1
-    for size in shape:
-        numel *= size
-    storage = torch.UntypedStorage._new_shared(numel * torch.empty((), dtype=dtype).element_size())
+    storage = torch.UntypedStorage._new_shared(math.prod(shape) * dtype.itemsize)
     return torch.empty(0, dtype=dtype).set_(storage).view(shape)

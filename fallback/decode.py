@@ -229,7 +229,7 @@ def decode_window(
     # exact with edit lists. A hint that cannot skip anything (the window's
     # keyframe is the first, or the file is unsafe to seek) opens none: an
     # open costs a few milliseconds, as much as RGB-converting a whole clip.
-    use_hint = hint is not None and job.hint_keyframe(hint) > 0 and not job.unsafe_seek
+    use_hint = hint is not None and job.hint_window(hint)[1] > 0 and not job.unsafe_seek
     strategies = ([job.by_hint] if use_hint else []) + [job.by_index, job.by_counting]
     for strategy in strategies:
         try:
@@ -353,16 +353,15 @@ class _Window:
 
     # -- strategy 2: seek by the pre-screen's hint (constant frame rate) -----------
 
-    def hint_keyframe(self, hint: StreamHint) -> int:
-        """The hint's keyframe at or before the window's first frame (clamped to the hint's frame count)."""
+    def hint_window(self, hint: StreamHint) -> tuple[list[int], int]:
+        """The window clamped to the hint's frame count, and the hint's keyframe at or before its first frame."""
         wanted = self.wanted if hint.num_frames is None else clamp_frame_indices(self.wanted, hint.num_frames)
         keys = hint.keyframe_indices
-        return keys[bisect.bisect_right(keys, min(wanted)) - 1]
+        return wanted, keys[bisect.bisect_right(keys, min(wanted)) - 1]
 
     def by_hint(self, container, hint: StreamHint) -> DecodedClip | None:
         stream = container.streams.video[0]
-        wanted = self.wanted if hint.num_frames is None else clamp_frame_indices(self.wanted, hint.num_frames)
-        key = self.hint_keyframe(hint)
+        wanted, key = self.hint_window(hint)
         if key == 0 or self.unsafe_seek or not stream.time_base or not timestamps_rank_frames(container.format.name):
             return None  # nothing to skip, seeking is unsafe, or no usable timestamps
         ticks_per_frame = 1 / (Fraction(hint.fps) * stream.time_base)

@@ -323,3 +323,23 @@ def test_the_transfer_rule_is_one_function_benchmarks_can_call():
     assert fallback_transfers([4, 4, 3], 2) == [[2, 2], [4], [3]]
     assert fallback_transfers([1, 2], 4) == [[1], [1, 1]]  # a share smaller than the workers: one clip each
     assert fallback_transfers([], 2) == []
+
+
+def test_a_route_change_makes_a_fallback_share_started_ahead_stale():
+    """The pass key holds the routes' version: it changes when a file leaves DALI or DALI is given up."""
+    import warnings
+
+    from daliload.epoch import DALI_FAILURE_STREAK, Routes
+
+    routes = Routes(["a.mp4", "b.mp4"])
+    first = routes.version
+    routes.reroute({"c.mp4"})  # not a DALI file: nothing moves
+    assert routes.version == first
+    routes.reroute({"a.mp4"})
+    second = routes.version
+    assert second != first
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for _ in range(DALI_FAILURE_STREAK):
+            routes.note_batch(blamed=False, reason="driver")
+    assert routes.version not in (first, second)
