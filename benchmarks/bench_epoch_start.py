@@ -57,7 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--clips", type=int, default=64, help="clips in the dataset (default 64)")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per clip (default 10)")
     parser.add_argument("--passes", type=int, default=5, help="passes per way, the first two not counted (default 5)")
-    parser.add_argument("--step", default="balanced",
+    parser.add_argument("--step", type=_step, default="balanced",
                         help="simulated training step per batch, seconds, or 'balanced' (default)")
     parser.add_argument("--data-dir", default="bench_out/datasets", help="where the dataset is generated (cached)")
     add_output_options(parser, "epoch_start")
@@ -65,6 +65,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.passes < 3:
         parser.error("--passes must be >= 3 (the first two are not counted)")
     return args
+
+
+def _step(text: str) -> str | float:
+    """``'balanced'`` or seconds >= 0."""
+    if text == "balanced":
+        return text
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0 or 'balanced', got {text!r}")
+    return seconds
 
 
 def timed_pass(loader: KineticsDALILoader, step_s: float) -> list[float]:
@@ -147,8 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         per_batch = statistics.median([free["ahead"]["other_batches_median_s"],
                                        free["nothing_ahead"]["other_batches_median_s"]])
         runs.append({"label": "balanced", **measure(root, args, 1.25 * per_batch)})
-    elif float(args.step) > 0:
-        runs.append({"label": "fixed", **measure(root, args, float(args.step))})
+    elif args.step > 0:
+        runs.append({"label": "fixed", **measure(root, args, args.step)})
     result = {"name": "epoch_start", "machine": machine_info(args.machine),
               "load_average": [started, load_average()],
               "settings": {"dataset": spec.name, "clips": args.clips, "duration_s": args.duration,

@@ -616,3 +616,16 @@ def test_epoch_start_benchmark_writes_both_ways_for_each_step(tmp_path):
     text = md.read_text()
     assert "## Epoch start: `python -m benchmarks.bench_epoch_start`" in text
     assert "| fixed (0.05 s) |" in text and "### Epoch-start run `epoch_start`" in text
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--passes", "2"], "--passes must be >= 3"),
+    (["--step", "fast"], "--step: expected seconds >= 0 or 'balanced', got 'fast'"),
+    (["--step", "-1"], "--step: expected seconds >= 0 or 'balanced', got '-1'"),
+])
+def test_epoch_start_benchmark_refuses_bad_options(argv, message, capsys):
+    from benchmarks import bench_epoch_start
+
+    with pytest.raises(SystemExit) as exit_info:
+        bench_epoch_start.parse_args(argv)
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
