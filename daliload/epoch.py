@@ -416,13 +416,12 @@ class _DaliStage:
         return dataclasses.replace(decoded, videos=videos)
 
     def drain(self) -> None:
-        """Drop what was submitted ahead for an abandoned pass; release the outputs held."""
+        """Drop what was submitted ahead for an abandoned pass, without waiting for it; release the
+        outputs held (their copies were queued before the batch was handed out)."""
         self.held.release_all()
-        while self.decoder.pending and not self.decoder.stuck:
-            try:
-                self.decoder.result(self._timeout(self.decoder.batch_size))
-            except Exception as err:  # noqa: BLE001 - results of a dropped pass are discarded
-                logger.debug("discarding a pending DALI batch: %s", err)
+        dropped = self.decoder.discard_pending()
+        if dropped:
+            logger.debug("dropped %d DALI batch(es) submitted ahead of an abandoned pass", dropped)
 
 
 class HeldOutputs:

@@ -97,17 +97,28 @@ thread, so a wait can be given up after ``timeout_s``: it raises
 :class:`DaliTimeoutError`, naming the batch's files. A thread stuck inside
 DALI cannot be stopped, so the decoder is unusable afterwards (every later
 call raises); the loader lets the error end the run, loudly, rather than
-hang it (under torchrun the other ranks are then stopped too).
+hang it (under torchrun the other ranks are then stopped too), and the
+process exits without waiting for the stuck batch (DALI's own exit hook
+would wait for it: :func:`_exit_without_waiting_for`).
+
+Abandoned batches: batches submitted ahead for a pass that ends early (an
+exception in the training step, Ctrl-C, ``break``) are dropped with
+:meth:`DaliClipDecoder.discard_pending`, which never waits: their outputs are
+taken off DALI's queue by the waiting thread, in order, before the next
+batch's.
 """
 
 from __future__ import annotations
 
+import atexit
 import collections
 import concurrent.futures
 import functools
 import logging
+import os
 import queue
 import re
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -449,6 +460,7 @@ class DaliClipDecoder:
             videos_tl, labels_tl = waiting.result(timeout=timeout_s)
         except concurrent.futures.TimeoutError:
             self._stuck = DaliTimeoutError(entry.samples, timeout_s)
+            _exit_without_waiting_for(self._waiter)
             raise self._stuck from None
         except RuntimeError as err:
             reason = dali_error_reason(str(err))
@@ -493,9 +505,27 @@ class DaliClipDecoder:
         self.submit(samples)
         return self.result(timeout_s)
 
+    def discard_pending(self) -> int:
+        """Drop every pending batch without waiting for it; returns how many were dropped.
+
+        Their outputs are taken off DALI's queue by the waiting thread, behind
+        this call and ahead of any later :meth:`result`, so the next batch
+        submitted is still the next one collected. Nothing here waits: an
+        abandoned pass (an exception in the training step, Ctrl-C, ``break``
+        and the end of the script) must not wait for DALI's work, least of all
+        at interpreter exit, where the waiting thread no longer runs.
+        """
+        dropped = 0
+        while self._pending:
+            entry = self._pending.popleft()
+            dropped += 1
+            if entry.error is None and self._stuck is None:
+                self._waiter.submit(entry.pipe.outputs, discard=True)
+        return dropped
+
     def close(self) -> None:
         """Release the pipeline and the reader threads; pending batches are dropped."""
-        self._pending.clear()
+        self.discard_pending()
         self._pipes = []
         self._reader.shutdown(wait=True)
         self._waiter.close()  # a thread stuck inside DALI is a daemon: it cannot hold up the exit
@@ -568,6 +598,7 @@ class _Waiter:
 
     def __init__(self) -> None:
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.busy = False  # inside a call to DALI
         threading.Thread(target=self._run, name="daliload-dali-wait", daemon=True).start()
 
     def _run(self) -> None:
@@ -575,19 +606,65 @@ class _Waiter:
             fn, future = self._jobs.get()
             if fn is None:
                 return
-            if future.set_running_or_notify_cancel():
-                try:
-                    future.set_result(fn())
-                except BaseException as err:  # noqa: BLE001 - handed to the waiting caller
-                    future.set_exception(err)
+            self.busy = True
+            try:
+                if future is None:  # a discarded batch: taken off DALI's queue, nobody waits for it
+                    try:
+                        fn()
+                    except Exception as err:  # noqa: BLE001 - the result of a dropped batch, failed or not
+                        logger.debug("a discarded DALI batch failed: %s", err)
+                elif future.set_running_or_notify_cancel():
+                    try:
+                        future.set_result(fn())
+                    except BaseException as err:  # noqa: BLE001 - handed to the waiting caller
+                        future.set_exception(err)
+            finally:
+                self.busy = False
 
-    def submit(self, fn) -> concurrent.futures.Future:
-        future: concurrent.futures.Future = concurrent.futures.Future()
+    def submit(self, fn, *, discard: bool = False) -> concurrent.futures.Future | None:
+        """Queue ``fn``; its future, or ``None`` when ``discard`` (run it, drop its result)."""
+        future: concurrent.futures.Future | None = None if discard else concurrent.futures.Future()
         self._jobs.put((fn, future))
         return future
 
     def close(self) -> None:
         self._jobs.put((None, None))
+
+
+#: Waiters whose wait for DALI timed out (see :func:`_exit_without_waiting_for`).
+_STUCK_WAITERS: list[_Waiter] = []
+
+
+def _exit_without_waiting_for(waiter: _Waiter) -> None:
+    """Make the process exit without waiting for DALI's work once ``waiter``'s wait timed out.
+
+    At exit DALI shuts every pipeline down (its own ``atexit`` hook), which
+    waits for the batches it is running: forever for one stuck inside a
+    decoder, and minutes for one that is merely slow (a 10,000-frame window
+    was seen to take that long). After a :class:`DaliTimeoutError` the run
+    cannot go on anyway, so this hook, registered after DALI's and so run
+    before it, ends the process at once while DALI is still busy: status 1 if
+    an uncaught exception is ending the script (the usual case: the
+    ``DaliTimeoutError`` itself), else 0. Output streams and logging are
+    flushed first; the worker processes die with their parent.
+    """
+    if not _STUCK_WAITERS:
+        atexit.register(_exit_if_dali_is_stuck)
+    _STUCK_WAITERS.append(waiter)
+
+
+def _exit_if_dali_is_stuck() -> None:
+    if not any(waiter.busy for waiter in _STUCK_WAITERS):
+        return  # DALI finished meanwhile: its own shutdown will not wait
+    status = 1 if getattr(sys, "last_value", None) is not None else 0
+    logger.warning("exiting without waiting for DALI: a batch past its time limit is still running")
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass  # closed or replaced: nothing to flush
+    os._exit(status)
 
 
 def _read_file(path: str) -> np.ndarray:

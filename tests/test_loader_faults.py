@@ -9,6 +9,7 @@ own, or its replacement's), read from the frame-index code painted in every gene
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -145,16 +146,20 @@ def test_crash_and_hang_inside_a_redecode_cost_one_sample_each(root, monkeypatch
 def test_a_dali_batch_that_never_finishes_fails_loudly_naming_its_files(root):
     loader = make_loader(root, timeout_s=0.5)
     decoder = loader._dali_decoder()
-    decoder._pipe.outputs = lambda: time.sleep(30)  # DALI stuck inside a library call
-    first_dali_batch = next(b for b in loader.plan() if any(s.path in routes(loader)["dali"] for s in b))
-    started = time.monotonic()
-    with pytest.raises(DaliTimeoutError, match=r"DALI did not finish a batch of \d+ clip\(s\) within") as info:
-        list(loader)
-    assert time.monotonic() - started < 15
-    dali_paths = [s.path for s in first_dali_batch if s.path in routes(loader)["dali"]]
-    assert all(p in str(info.value) for p in dali_paths)
-    with pytest.raises(RuntimeError, match="unusable"):
-        decoder.submit(first_dali_batch[:1])
+    released = threading.Event()
+    decoder._pipe.outputs = lambda: released.wait(30)  # DALI stuck inside a library call
+    try:
+        first_dali_batch = next(b for b in loader.plan() if any(s.path in routes(loader)["dali"] for s in b))
+        started = time.monotonic()
+        with pytest.raises(DaliTimeoutError, match=r"DALI did not finish a batch of \d+ clip\(s\) within") as info:
+            list(loader)
+        assert time.monotonic() - started < 15
+        dali_paths = [s.path for s in first_dali_batch if s.path in routes(loader)["dali"]]
+        assert all(p in str(info.value) for p in dali_paths)
+        with pytest.raises(RuntimeError, match="unusable"):
+            decoder.submit(first_dali_batch[:1])
+    finally:
+        released.set()  # so that this test process does not exit through the stuck-DALI exit hook
 
 
 def test_dali_failing_everything_is_given_up_for_the_run(root):
