@@ -124,7 +124,7 @@ def evaluate(
             runs a whole batch at once.
 
     Raises:
-        ValueError: a training loader, a pass already under way, bad ``topk``,
+        ValueError: a training loader, one set to resume mid-epoch, bad ``topk``,
             ``reduce`` or ``views_per_forward``.
         EvaluationCountError: the videos scored across ranks are not the
             split's decodable videos, each once (the message names them).
@@ -146,10 +146,11 @@ def _check_args(loader: Any, topk: Sequence[int], reduce: str, views_per_forward
     if getattr(loader, "split", None) == "train":
         raise ValueError("evaluate() needs an evaluation split; this loader is split='train' (shuffled, "
                          "random windows): make one with split='val'")
-    state = loader.state_dict()
-    if 0 < state["next_batch"] < len(loader):
-        raise ValueError(f"the loader is at batch {state['next_batch']} of {len(loader)}: evaluate() needs a "
-                         f"whole pass to count every video once; call loader.set_epoch() or finish the pass")
+    start = getattr(loader, "resumes_at", 0)
+    if 0 < start < len(loader):
+        raise ValueError(f"evaluate() needs a whole pass to count every video once, but load_state_dict() set "
+                         f"this loader to resume at batch {start} of {len(loader)}: evaluate with a loader that "
+                         f"was not given a mid-epoch state (an evaluation loader needs none)")
     if reduce not in ("mean", "max"):
         raise ValueError(f"reduce must be 'mean' or 'max', got {reduce!r}")
     if views_per_forward is not None and (not isinstance(views_per_forward, int) or views_per_forward < 1):

@@ -325,10 +325,12 @@ class KineticsDALILoader:
     scans and the other ranks wait for its manifest.
 
     Call :meth:`set_epoch` before each epoch, as with ``DistributedSampler``:
-    without it every epoch repeats the same plan. An iteration abandoned in
-    the middle of an epoch (``break``) continues at the next unseen batch the
-    next time the loader is iterated, exactly as after :meth:`load_state_dict`;
-    :meth:`set_epoch` with another epoch starts that epoch from its beginning.
+    without it every epoch repeats the same plan. As with torch's
+    ``DataLoader``, every ``iter(loader)`` starts its epoch at the first
+    batch: a pass left early (``break``, a peek with ``next(iter(loader))``)
+    is not continued by the next one. The one exception is
+    :meth:`load_state_dict`, as with torchdata's ``StatefulDataLoader``: the
+    next pass over the saved epoch resumes at the saved batch.
 
     The fallback's worker processes start with the first pass that needs them
     and serve every later epoch (each pass sends them its samples); they stop
@@ -393,7 +395,8 @@ class KineticsDALILoader:
             views=self.clips_per_batch // batch_size if self.views else 0,
             num_frames={e.path: e.num_frames for e in self.videos if e.num_frames}, faults=faults_from_env())
         self.epoch = 0
-        self._start_batch = 0
+        self._next_batch = 0  # the batch after the last one yielded (state_dict)
+        self._resume: tuple[int, int] | None = None  # (epoch, batch) load_state_dict() asked the next pass for
         self._counters = EpochCounters()
         self._budget = FailureBudget(0, max_fraction=self.decode.max_failure_fraction, masked=split != "train")
         self._counters_epoch = 0
@@ -467,28 +470,45 @@ class KineticsDALILoader:
         return num_batches(samples_per_rank(len(self.videos), self.world_size), self.batch_size, self.last_batch)
 
     def set_epoch(self, epoch: int) -> None:
-        """Use the plan of ``epoch`` from the next iteration on (and start it at its first batch)."""
-        if not isinstance(epoch, int) or epoch < 0:
+        """Use the plan of ``epoch`` from the next iteration on, from its first batch.
+
+        After :meth:`load_state_dict`, ``set_epoch`` with the saved epoch keeps
+        the resume (the usual resume loop: load the state, then ``for epoch in
+        range(saved, epochs): loader.set_epoch(epoch)``); another epoch drops it.
+        """
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
             raise ValueError(f"epoch must be an integer >= 0, got {epoch!r}")
-        if epoch != self.epoch:
-            self._start_batch = 0
+        if self._resume is not None and self._resume[0] != epoch:
+            saved, batch = self._resume
+            if 0 < batch < len(self):
+                logger.warning("set_epoch(%d): the state loaded for epoch %d (at batch %d of %d) is not resumed; "
+                               "epoch %d starts at its first batch", epoch, saved, batch, len(self), epoch)
+            self._resume = None
         self.epoch = epoch
+
+    @property
+    def resumes_at(self) -> int:
+        """The batch the next pass starts at: 0, or the one :meth:`load_state_dict` asked for."""
+        return self._resume[1] if self._resume is not None and self._resume[0] == self.epoch else 0
 
     # -- checkpointing --------------------------------------------------------------
 
     def state_dict(self) -> dict:
         """Where the loader is: the epoch and the next batch to yield, plus what must match on resume.
 
-        ``next_batch == len(self)`` means the epoch is finished; a later pass
-        over the same epoch starts it again, and :meth:`set_epoch` with the next
-        epoch starts that one.
+        During a pass (or after one was left early) ``next_batch`` is the batch
+        after the last one yielded; ``next_batch == len(self)`` means the epoch
+        is finished (a state loaded then makes the next pass start it again, and
+        :meth:`set_epoch` with the next epoch starts that one). Between
+        :meth:`load_state_dict` and the next pass it is the loaded state.
         """
-        return {"epoch": self.epoch, "next_batch": self._start_batch, "seed": self.seed,
+        next_batch = self._resume[1] if self._resume is not None else self._next_batch
+        return {"epoch": self.epoch, "next_batch": next_batch, "seed": self.seed,
                 "world_size": self.world_size, "num_videos": len(self.videos), "batch_size": self.batch_size,
                 "views": list(self.views) if self.views else None}
 
     def load_state_dict(self, state: dict) -> None:
-        """Resume at the batch :meth:`state_dict` recorded; the next iteration yields it first.
+        """Resume at the batch :meth:`state_dict` recorded: the next pass over that epoch yields it first.
 
         Raises:
             ValueError: the state was saved with another seed, world size,
@@ -502,7 +522,7 @@ class KineticsDALILoader:
         if not 0 <= next_batch <= len(self):
             raise ValueError(f"next_batch {next_batch} is outside 0..{len(self)}")
         self.epoch = epoch
-        self._start_batch = next_batch
+        self._resume = (epoch, next_batch)
 
     # -- statistics ---------------------------------------------------------------------
 
@@ -530,9 +550,11 @@ class KineticsDALILoader:
 
     def _epoch_pass(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         batches = self._plans.get(self._plan_key(self.epoch))
-        if self._start_batch >= len(batches):
-            self._start_batch = 0  # the epoch was finished: this is a new pass over it
-        start = self._start_batch
+        start = self.resumes_at
+        if start >= len(batches):
+            start = 0  # the saved epoch was finished: this is a new pass over it
+        self._resume = None
+        self._next_batch = start
         plan = [s for b in batches for s in b]
         self._counters = EpochCounters()
         self._counters_epoch = self.epoch
@@ -555,7 +577,7 @@ class KineticsDALILoader:
             for i, batch in enumerate(passing):
                 # Set before yielding: a state_dict() taken while the caller holds this batch
                 # resumes after it. After the last batch it equals len(self): epoch finished.
-                self._start_batch = start + i + 1
+                self._next_batch = start + i + 1
                 self._counters.batches += 1
                 yield batch
                 if i == 0 and self.split == "train":

@@ -113,11 +113,23 @@ def test_bad_arguments_are_refused(seven):
                             ({"topk": (0,)}, "topk must be")]:
         with pytest.raises(ValueError, match=message):
             evaluate(ChannelMeans(), loader, **kwargs)
-    batches = iter(loader)
-    next(batches)  # a pass under way cannot count every video once
-    with pytest.raises(ValueError, match="at batch 1 of 4"):
-        evaluate(ChannelMeans(), loader)
-    batches.close()
+    resumed = make_loader(seven)
+    resumed.load_state_dict({**loader.state_dict(), "next_batch": 1})  # a pass resumed midway misses videos
+    with pytest.raises(ValueError, match="resume at batch 1 of 4: evaluate with a loader that was not given"):
+        evaluate(ChannelMeans(), resumed)
+    resumed.close()
+    loader.close()
+
+
+def test_evaluate_after_a_pass_left_early_counts_every_video(seven):
+    """As with a DataLoader, a new pass starts at the first batch: a peek or a break costs nothing."""
+    loader = make_loader(seven)
+    next(iter(loader))
+    for _ in loader:
+        break
+    loader.set_epoch(0)
+    assert evaluate(ChannelMeans(), loader).num_videos == 7
+    assert evaluate(ChannelMeans(), loader).num_videos == 7
     loader.close()
 
 

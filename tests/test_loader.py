@@ -127,6 +127,44 @@ def test_epochs_reshuffle_and_resume_mid_epoch(dataset):
         make_loader(dataset, seed=9).load_state_dict(state)
 
 
+def test_every_pass_starts_at_the_first_batch_as_with_a_dataloader(dataset):
+    loader = make_loader(dataset)
+    loader.set_epoch(2)
+    full = [lab.clone() for _, lab in loader]
+    videos, labels = next(iter(loader))  # a peek at one batch
+    assert torch.equal(labels, full[0])
+    again = [lab.clone() for _, lab in loader]
+    assert len(again) == len(loader) == len(full)  # the peeked batch is not lost from the epoch
+    assert all(torch.equal(a, b) for a, b in zip(again, full))
+    for i, _ in enumerate(loader):
+        if i == 1:
+            break
+    assert loader.state_dict()["next_batch"] == 2
+    loader.set_epoch(2)  # the same epoch: starts it again
+    third = [lab.clone() for _, lab in loader]
+    assert len(third) == len(full) and all(torch.equal(a, b) for a, b in zip(third, full))
+
+
+def test_a_loaded_state_resumes_once_and_survives_set_epoch_of_its_epoch(dataset, caplog):
+    loader = make_loader(dataset)
+    loader.set_epoch(1)
+    full = [lab.clone() for _, lab in loader]
+    state = {**loader.state_dict(), "next_batch": 2}
+    resumed = make_loader(dataset)
+    resumed.load_state_dict(state)
+    assert resumed.state_dict()["next_batch"] == 2 and resumed.resumes_at == 2
+    resumed.set_epoch(1)  # the usual resume loop sets the saved epoch: the resume holds
+    rest = [lab.clone() for _, lab in resumed]
+    assert len(rest) == len(full) - 2 and all(torch.equal(a, b) for a, b in zip(rest, full[2:]))
+    assert len([lab for _, lab in resumed]) == len(full)  # once: the next pass is a whole one
+    other = make_loader(dataset)
+    other.load_state_dict(state)
+    with caplog.at_level("WARNING", logger="daliload.loader"):
+        other.set_epoch(3)
+    assert "the state loaded for epoch 1 (at batch 2 of" in caplog.text
+    assert other.resumes_at == 0 and len(list(other)) == len(other)
+
+
 def test_a_pass_that_stops_at_the_last_batch_does_not_empty_the_next(dataset):
     loader = make_loader(dataset, "val", batch_size=2)
     first = [lab.clone() for _, (_, lab) in zip(range(len(loader)), loader)]  # never asks past the end
@@ -140,9 +178,9 @@ def test_a_new_pass_closes_the_old_one(dataset):
     stale = iter(loader)
     next(stale)
     frames = {v.path: v.num_frames for v in loader.videos}
-    fresh = list(loader)  # continues the epoch where the stale pass stopped
-    assert len(fresh) == len(loader) - 1
-    for (videos, labels), batch in zip(fresh, loader.plan()[1:]):
+    fresh = list(loader)  # the whole epoch again, from its first batch
+    assert len(fresh) == len(loader)
+    for (videos, labels), batch in zip(fresh, loader.plan()):
         check_batch(videos, labels, batch, frames)
     with pytest.raises(StopIteration):
         next(stale)

@@ -188,7 +188,8 @@ def test_break_stops_the_workers_and_resume_gives_the_same_samples(root):
         pids = workers_of(loader)
         assert len(pids) == 2
         state = loader.state_dict()
-        rest = epoch(loader)  # continues at the next batch, on new workers
+        loader.load_state_dict(state)
+        rest = epoch(loader)  # resumes at the next batch, on new workers
         # The pass was abandoned with decodes in flight: its workers stopped rather than decode them for nothing.
         assert wait_gone(pids) == []
         assert set(workers_of(loader)).isdisjoint(pids) and len(workers_of(loader)) == 2
