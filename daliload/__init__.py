@@ -19,6 +19,7 @@ _EXPORTS = {
     "ScanSpec": "daliload.prescreen",
     "LoaderStats": "daliload.loader",
     "Failure": "daliload.failures",
+    "FailedVideo": "daliload.failures",
     "DecodeFailureWarning": "daliload.failures",
     "TooManyFailuresError": "daliload.failures",
     "ClipSpec": "daliload.plan",
@@ -39,7 +40,7 @@ __all__ = sorted(_EXPORTS)
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports on first use
     from daliload.evaluation import EvalResult, EvaluationCountError, evaluate
     from daliload.index import load_index
-    from daliload.failures import DecodeFailureWarning, Failure, TooManyFailuresError
+    from daliload.failures import DecodeFailureWarning, FailedVideo, Failure, TooManyFailuresError
     from daliload.loader import DecodeSpec, KineticsDALILoader, LoaderStats
     from daliload.plan import AugmentSpec, ClipSpec, CropBox, OutputSpec, Sample
     from daliload.prescreen import Manifest, ScanSpec, scan

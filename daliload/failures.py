@@ -3,9 +3,11 @@
 One owner per epoch. Whoever runs an epoch holds one :class:`FailureBudget`:
 :class:`~daliload.KineticsDALILoader` for the whole loader, or a
 :class:`fallback.FallbackLoader` used on its own. Decoders (DALI, the PyAV
-fallback and its workers) only report :class:`Failure` records; the budget
-counts each ``(path, position)`` once, raises :class:`TooManyFailuresError`
-past its limit, and warns once per epoch with the totals.
+fallback and its workers) only report :class:`Failure` records, one per
+sample; the budget groups them per video (:class:`FailedVideo`: a file met in
+several slots, or with 30 views, is one failed video), raises
+:class:`TooManyFailuresError` once more videos failed than its limit allows,
+and warns once per epoch with the totals.
 
 The replacement rule (:func:`replacement_order`): a plan slot whose sample
 fails is filled by the next sample of the plan, in plan order and wrapping
@@ -16,8 +18,8 @@ Worked example, a plan of 6 samples (positions 0..5) where 2 and 3 fail::
 
     slot 2 tries 2 (fails), 3 (fails), 4 -> filled by sample 4
     slot 3 tries 3 (fails), 4          -> filled by sample 4
-    budget.failures == (Failure(path2, ..., 2), Failure(path3, ..., 3))   # each counted once
-    with max_fraction=0.05 the limit is max(1, 0.3) = 1: the second failure raises
+    budget.failures == (FailedVideo(path2, ..., (2,)), FailedVideo(path3, ..., (3,)))   # each video once
+    with max_fraction=0.05 the limit is max(1, 0.05 * videos) = 1 video: the second file raises
 
 This module is core: it imports nothing else of daliload, nor torch.
 """
@@ -32,7 +34,7 @@ from typing import Iterator, Sequence
 REASON_TIMEOUT = "timeout"
 REASON_WORKER_DIED = "worker died"
 
-#: Failure limit when none is given: 5 % of an epoch's samples (at least one).
+#: Failure limit when none is given: 5 % of an epoch's videos (at least one).
 DEFAULT_MAX_FAILURE_FRACTION = 0.05
 
 
@@ -51,6 +53,41 @@ class Failure:
     path: str
     reason: str
     position: int | None = None
+
+
+@dataclass(frozen=True)
+class FailedVideo:
+    """A video that failed in an epoch: each file once, with every plan position it failed at.
+
+    Attributes:
+        path: the file.
+        reason: the first failure's reason.
+        positions: the plan positions of its samples that failed, in the order
+            met (several for a video planned more than once: its views, or a
+            padding repeat).
+    """
+
+    path: str
+    reason: str
+    positions: tuple[int, ...] = ()
+
+    def describe(self) -> str:
+        """``"path (positions 12-41): reason"``: runs of positions shortened."""
+        where = f" ({'position' if len(self.positions) == 1 else 'positions'} {_runs(self.positions)})" \
+            if self.positions else ""
+        return f"{self.path}{where}: {self.reason}"
+
+
+def _runs(numbers: Sequence[int]) -> str:
+    """``[12, 13, 14, 20] -> "12-14, 20"`` (sorted, each run of consecutive numbers as first-last)."""
+    ordered = sorted(set(numbers))
+    parts, start = [], 0
+    for j in range(1, len(ordered) + 1):
+        if j == len(ordered) or ordered[j] != ordered[j - 1] + 1:
+            first, last = ordered[start], ordered[j - 1]
+            parts.append(str(first) if first == last else f"{first}-{last}")
+            start = j
+    return ", ".join(parts)
 
 
 class DecodeFailureWarning(RuntimeWarning, UserWarning):
@@ -83,14 +120,14 @@ class NoReplacementError(RuntimeError):
 
 
 class TooManyFailuresError(RuntimeError):
-    """More samples failed than the failure budget allows; lists them."""
+    """More videos failed than the failure budget allows; lists them, each file once."""
 
-    def __init__(self, failures: Sequence[Failure], num_samples: int, limit: str) -> None:
+    def __init__(self, failures: Sequence[FailedVideo], num_videos: int, limit: str) -> None:
         self.failures = tuple(failures)
-        lines = [f"  {f.path} (position {f.position}): {f.reason}" for f in self.failures[:20]]
+        lines = [f"  {f.describe()}" for f in self.failures[:20]]
         if len(self.failures) > 20:
             lines.append(f"  ... and {len(self.failures) - 20} more (see .failures)")
-        super().__init__(f"{len(self.failures)} of {num_samples} samples failed to decode, more than "
+        super().__init__(f"{len(self.failures)} of {num_videos} videos failed to decode, more than "
                          f"{limit}:\n" + "\n".join(lines))
 
 
@@ -113,14 +150,17 @@ def replacement_order(num_slots: int, slot: int) -> Iterator[int]:
 
 
 class FailureBudget:
-    """The failures of one epoch (or pass): counted once each, limited, reported once.
+    """The failures of one epoch (or pass): counted once per video, limited, reported once.
+
+    A video is its file: the views of a multi-view sample, a padding repeat
+    and a replacement candidate met again are the same failed video.
 
     Args:
-        num_samples: samples in the epoch (the limit's base).
-        max_fraction: raise once more than this fraction of ``num_samples``
-            have failed; the fraction allows at least one failure. ``None``:
-            no fractional limit. Default 5 %.
-        max_count: raise once more than this many samples have failed.
+        num_videos: distinct videos in the epoch (the limit's base).
+        max_fraction: raise once more than this fraction of ``num_videos``
+            have failed; the fraction allows at least one failed video.
+            ``None``: no fractional limit. Default 5 %.
+        max_count: raise once more than this many videos have failed.
             ``None``: no count limit. When both are given both apply.
         masked: the owner masks failed slots (label -1: evaluation splits)
             instead of keeping a replacement's label; the warning says so.
@@ -129,7 +169,7 @@ class FailureBudget:
         ValueError: a limit out of range.
     """
 
-    def __init__(self, num_samples: int, *, max_fraction: float | None = DEFAULT_MAX_FAILURE_FRACTION,
+    def __init__(self, num_videos: int, *, max_fraction: float | None = DEFAULT_MAX_FAILURE_FRACTION,
                  max_count: int | None = None, masked: bool = False) -> None:
         if max_fraction is not None and not 0 <= max_fraction <= 1:
             raise ValueError(f"max_failure_fraction must be in [0, 1] or None, got {max_fraction!r}")
@@ -138,12 +178,12 @@ class FailureBudget:
         self.max_fraction = max_fraction
         self.max_count = max_count
         self.masked = masked
-        self.reset(num_samples)
+        self.reset(num_videos)
 
-    def reset(self, num_samples: int) -> None:
-        """Start a new epoch of ``num_samples`` samples: forget failures and replacements."""
-        self.num_samples = num_samples
-        self._failures: dict[tuple[str, int | None], Failure] = {}
+    def reset(self, num_videos: int) -> None:
+        """Start a new epoch of ``num_videos`` videos: forget failures and replacements."""
+        self.num_videos = num_videos
+        self._failures: dict[str, FailedVideo] = {}
         self._replacements: list[tuple[int, int]] = []
         self._warned = False
         self._exceeded = False
@@ -151,33 +191,36 @@ class FailureBudget:
     # -- recording ------------------------------------------------------------------
 
     def record(self, failure: Failure) -> bool:
-        """Count ``failure`` (once per ``(path, position)``); raise past the limit.
+        """Count ``failure``'s video (once per file), note its position; raise past the limit.
 
         Returns:
-            True when this ``(path, position)`` had not failed before.
+            True when this file had not failed before in this epoch.
 
         Raises:
-            TooManyFailuresError: more distinct failures than the limit allows.
+            TooManyFailuresError: more failed videos than the limit allows.
         """
-        key = (failure.path, failure.position)
-        new = key not in self._failures
-        if new:
-            self._failures[key] = failure
+        known = self._failures.get(failure.path)
+        if known is None:
+            positions = () if failure.position is None else (failure.position,)
+            self._failures[failure.path] = FailedVideo(failure.path, failure.reason, positions)
             self.check()
-        return new
+            return True
+        if failure.position is not None and failure.position not in known.positions:
+            self._failures[failure.path] = FailedVideo(known.path, known.reason, (*known.positions, failure.position))
+        return False
 
     def record_replacement(self, slot_position: int, used_position: int) -> None:
         """Note that the slot at ``slot_position`` was filled with the sample at ``used_position``."""
         self._replacements.append((slot_position, used_position))
 
     def check(self) -> None:
-        """Raise :class:`TooManyFailuresError` when the failures exceed the limit."""
-        n, total = len(self._failures), self.num_samples
+        """Raise :class:`TooManyFailuresError` when the failed videos exceed the limit."""
+        n, total = len(self._failures), self.num_videos
         limit = None
         if self.max_count is not None and n > self.max_count:
             limit = f"max_failures={self.max_count}"
         elif self.max_fraction is not None and n > max(1.0, self.max_fraction * total):
-            limit = (f"max_failure_fraction={self.max_fraction:g} of {total} samples "
+            limit = (f"max_failure_fraction={self.max_fraction:g} of {total} videos "
                      f"({max(1.0, self.max_fraction * total):g} allowed)")
         if limit is not None:
             self._exceeded = True
@@ -186,8 +229,8 @@ class FailureBudget:
     # -- reading --------------------------------------------------------------------
 
     @property
-    def failures(self) -> tuple[Failure, ...]:
-        """Distinct failures, in the order they were found."""
+    def failures(self) -> tuple[FailedVideo, ...]:
+        """The failed videos, each file once, in the order found."""
         return tuple(self._failures.values())
 
     @property
@@ -196,7 +239,7 @@ class FailureBudget:
         return tuple(self._replacements)
 
     def count(self, reason_prefix: str) -> int:
-        """How many failures' reasons start with ``reason_prefix`` (e.g. :data:`REASON_TIMEOUT`)."""
+        """How many failed videos' reasons start with ``reason_prefix`` (e.g. :data:`REASON_TIMEOUT`)."""
         return sum(f.reason.startswith(reason_prefix) for f in self._failures.values())
 
     def warn(self, *, detail: str = "", stacklevel: int = 2) -> None:
@@ -218,10 +261,10 @@ class FailureBudget:
         else:
             outcome = " and were masked (label -1)" if self.masked else " and were replaced"
         warnings.warn(
-            f"{len(self._failures)} of {self.num_samples} samples failed to decode{outcome} "
-            f"({kinds}); first: {first.path}: {first.reason}; see the loader's stats()",
+            f"{len(self._failures)} of {self.num_videos} videos failed to decode{outcome} "
+            f"({kinds}); first: {first.describe()}; see the loader's stats()",
             DecodeFailureWarning, stacklevel=stacklevel + 1)
 
     def __repr__(self) -> str:
         return (f"FailureBudget(failures={len(self._failures)}, replaced={len(self._replacements)}, "
-                f"num_samples={self.num_samples}, max_fraction={self.max_fraction}, max_count={self.max_count})")
+                f"num_videos={self.num_videos}, max_fraction={self.max_fraction}, max_count={self.max_count})")

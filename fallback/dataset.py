@@ -393,6 +393,11 @@ class ClipDataset(Dataset):
     def __len__(self) -> int:
         return len(self.samples)
 
+    @property
+    def num_videos(self) -> int:
+        """Distinct videos (files) of the plan: the failure limit's base."""
+        return len({s.path for s in self.samples})
+
     def __getitem__(self, index: int) -> ClipItem:
         if not 0 <= index < len(self.samples):
             raise IndexError(f"slot {index} out of range for a plan of {len(self.samples)} samples")

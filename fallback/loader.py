@@ -38,8 +38,8 @@ from typing import Iterator, Literal, NamedTuple, Sequence
 import torch
 from torch.utils.data import DataLoader
 
-from daliload.failures import (DEFAULT_MAX_FAILURE_FRACTION, REASON_TIMEOUT, REASON_WORKER_DIED, Failure,
-                               FailureBudget)
+from daliload.failures import (DEFAULT_MAX_FAILURE_FRACTION, REASON_TIMEOUT, REASON_WORKER_DIED, FailedVideo,
+                               Failure, FailureBudget)
 from daliload.plan import OutputSpec, Sample
 from daliload.workerpool import mp_context
 from daliload.workerpool import main_script_hidden, refuse_bootstrapping_main
@@ -118,7 +118,7 @@ class FallbackStats:
         num_samples: samples in the plan.
         num_batches: batches yielded.
         num_clips: clips yielded.
-        num_failures: distinct samples that failed (in the failure budget the
+        num_failures: distinct videos that failed (in the failure budget the
             loader reports to).
         num_replaced: slots filled with a replacement.
         num_timeouts: failures cut by the time limit.
@@ -208,7 +208,7 @@ class FallbackLoader:
         self.timeout_s = dataset.decode.timeout_s
         self._owns_budget = budget is None
         self.budget = budget if budget is not None else FailureBudget(
-            len(dataset), max_fraction=max_failure_fraction, max_count=max_failures)
+            dataset.num_videos, max_fraction=max_failure_fraction, max_count=max_failures)
         workers = options.num_workers > 0
         # Forkserver workers fork from one server per process, preloaded with torch and PyAV
         # (daliload.workerpool.mp_context): a restart after a crash takes ~0.1 s.
@@ -258,8 +258,8 @@ class FallbackLoader:
         return len(self._batches.bounds) - 1
 
     @property
-    def failures(self) -> list[Failure]:
-        """Distinct failed samples of the current/last pass, in the order found."""
+    def failures(self) -> list[FailedVideo]:
+        """The failed videos of the current/last pass, each file once, in the order found."""
         return list(self.budget.failures)
 
     @property
@@ -297,7 +297,7 @@ class FallbackLoader:
     def _pass(self) -> Iterator[FallbackBatch | None]:
         """Yields ``None`` once the workers have the first batches (for :meth:`__iter__`), then the batches."""
         if self._owns_budget:
-            self.budget.reset(len(self.dataset))
+            self.budget.reset(self.dataset.num_videos)
         self._replaced = 0
         self._counts = dict.fromkeys(self._counts, 0)
         next_batch = 0

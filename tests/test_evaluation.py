@@ -22,7 +22,7 @@ from daliload.synth import SynthSpec, generate_dataset
 from eval_model import ChannelMeans
 
 WORKER = Path(__file__).parent / "ddp" / "eval_worker.py"
-SPEC = SynthSpec(num_classes=7, clips_per_class=2, val_fraction=0.5, width=128, height=96, duration_s=1.0,
+SPEC = SynthSpec(num_classes=7, clips_per_class=2, val_fraction=0.5, width=128, height=96, duration_s=2.1,
                  codec_mix={"h264": 0.5, "vp9": 0.5}, seed=3)
 
 
@@ -87,7 +87,7 @@ def test_a_video_that_fails_at_run_time_is_listed_and_not_counted(seven_root, tm
     loader = make_loader(root, max_failure_fraction=0.5)
     gone = sorted(str(v.path) for v in loader.videos)[3]
     os.remove(gone)  # after the scan: only decoding finds out
-    with pytest.warns(DecodeFailureWarning, match=r"1 of 8 samples failed to decode and were masked \(label -1\)"):
+    with pytest.warns(DecodeFailureWarning, match=r"1 of 7 videos failed to decode and were masked \(label -1\)"):
         result = evaluate(ChannelMeans(), loader)
     assert result.failed == (gone,) and result.num_videos == 6 and gone not in result.video_scores
     loader.close()

@@ -7,8 +7,8 @@ import warnings
 
 import pytest
 
-from daliload.failures import (DecodeFailureWarning, Failure, FailureBudget, NoReplacementError, TooManyFailuresError,
-                               replacement_order)
+from daliload.failures import (DecodeFailureWarning, FailedVideo, Failure, FailureBudget, NoReplacementError,
+                               TooManyFailuresError, replacement_order)
 
 
 def test_replacement_order_is_the_next_slots_wrapping_around():
@@ -18,31 +18,43 @@ def test_replacement_order_is_the_next_slots_wrapping_around():
         list(replacement_order(5, 5))
 
 
-def test_budget_counts_each_path_and_position_once():
+def test_budget_counts_each_video_once_with_every_position_it_failed_at():
     budget = FailureBudget(100)
     assert budget.record(Failure("a.mp4", "cannot open", 3))
     assert not budget.record(Failure("a.mp4", "cannot open again", 3))  # met again as a candidate
-    assert budget.record(Failure("a.mp4", "cannot open", 7))  # the same file in another slot counts
-    assert [(f.path, f.position) for f in budget.failures] == [("a.mp4", 3), ("a.mp4", 7)]
-    assert budget.failures[0].reason == "cannot open"  # the first reason is kept
+    assert not budget.record(Failure("a.mp4", "cannot open", 7))  # another slot of the same video (a view, a pad)
+    assert budget.record(Failure("b.mp4", "garbage", 9))
+    assert budget.failures == (FailedVideo("a.mp4", "cannot open", (3, 7)), FailedVideo("b.mp4", "garbage", (9,)))
+    assert budget.failures[0].describe() == "a.mp4 (positions 3, 7): cannot open"  # the first reason is kept
 
 
-def test_budget_allows_at_least_one_failure_then_raises_listing_them():
-    budget = FailureBudget(10, max_fraction=0.05)  # 0.5 samples: at least one allowed
+def test_a_video_with_thirty_failed_views_is_one_failure_listed_once():
+    budget = FailureBudget(8, max_fraction=0.05)  # 0.4 videos: one allowed
+    for view in range(30):
+        budget.record(Failure("v.mp4", "truncated", 12 + view))
+    assert len(budget.failures) == 1
+    assert budget.failures[0].describe() == "v.mp4 (positions 12-41): truncated"
+
+
+def test_budget_allows_at_least_one_video_then_raises_listing_them_once_each():
+    budget = FailureBudget(10, max_fraction=0.05)  # 0.5 videos: at least one allowed
     budget.record(Failure("a.mp4", "truncated", 0))
-    with pytest.raises(TooManyFailuresError, match=r"2 of 10 samples failed to decode, more than "
-                                                   r"max_failure_fraction=0.05 of 10 samples") as info:
+    budget.record(Failure("a.mp4", "truncated", 10))  # its padding repeat: the same video
+    with pytest.raises(TooManyFailuresError, match=r"2 of 10 videos failed to decode, more than "
+                                                   r"max_failure_fraction=0.05 of 10 videos \(1 allowed\)") as info:
         budget.record(Failure("b.mp4", "garbage", 1))
+    assert "a.mp4 (positions 0, 10): truncated" in str(info.value)
     assert "b.mp4 (position 1): garbage" in str(info.value)
+    assert str(info.value).count("a.mp4") == 1
     assert [f.path for f in info.value.failures] == ["a.mp4", "b.mp4"]
-    with pytest.warns(DecodeFailureWarning, match="2 of 10 samples failed to decode, more than the limit allows, "
+    with pytest.warns(DecodeFailureWarning, match="2 of 10 videos failed to decode, more than the limit allows, "
                                                   "and the pass stopped"):
         budget.warn()  # not "replaced": the epoch stopped
 
 
 def test_budget_count_limit_and_no_limit():
     counted = FailureBudget(10, max_fraction=None, max_count=0)
-    with pytest.raises(TooManyFailuresError, match="1 of 10 samples failed to decode, more than max_failures=0"):
+    with pytest.raises(TooManyFailuresError, match="1 of 10 videos failed to decode, more than max_failures=0"):
         counted.record(Failure("a.mp4", "x", 0))
     never = FailureBudget(3, max_fraction=1.0)
     for i in range(3):
@@ -76,8 +88,8 @@ def test_budget_warns_once_per_epoch_and_reset_starts_a_new_one():
     assert issubclass(warning.category, DecodeFailureWarning)
     assert issubclass(warning.category, RuntimeWarning) and issubclass(warning.category, UserWarning)
     assert str(warning.message).startswith(
-        "2 of 8 samples failed to decode and were replaced (1 timeouts, 1 worker deaths, 1 worker restarts); "
-        "first: a.mp4: timeout")
+        "2 of 8 videos failed to decode and were replaced (1 timeouts, 1 worker deaths, 1 worker restarts); "
+        "first: a.mp4 (position 2): timeout")
     assert budget.failures == () and budget.replacements == ()
 
 

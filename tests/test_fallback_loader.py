@@ -10,9 +10,9 @@ import torch
 
 from daliload.framecode import read_clip
 from daliload.plan import CropBox, OutputSpec, Sample
+from daliload.failures import FailedVideo
 from fallback import (
     ClipDataset,
-    Failure,
     NoReplacementError,
     TooManyFailuresError,
     collate_clips,
@@ -87,9 +87,9 @@ def test_no_replacement_found_is_reported_with_the_failures(files):
 def test_too_many_failures_raise_listing_them(files):
     paths = [files["h264"], files["zero"], files["vp9"], files["garbage"], files["h264"], files["vp9"]]
     loader = make_fallback_loader(plan(paths), RAW, batch_size=2, num_workers=0, max_failures=1)
-    too_many = r"2 of 6 samples failed to decode, more than max_failures=1"
+    too_many = r"2 of 4 videos failed to decode, more than max_failures=1"  # h264 and vp9 are planned twice
     with pytest.raises(TooManyFailuresError, match=too_many) as info, \
-            pytest.warns(UserWarning, match="2 of 6 samples failed"):
+            pytest.warns(UserWarning, match="2 of 4 videos failed"):
         list(loader)
     assert re.search(re.escape(files["zero"]) + r" \(position 101\): cannot open", str(info.value))
     assert re.search(re.escape(files["garbage"]) + r" \(position 103\): cannot open", str(info.value))
@@ -127,7 +127,7 @@ def test_broken_files_dead_and_hung_workers_cost_one_sample_each(files, realclip
                                   multiprocessing_context="spawn")
     try:
         for epoch in range(2):
-            with pytest.warns(UserWarning, match=f"{len(bad)} of {len(paths)} samples failed to decode"):
+            with pytest.warns(UserWarning, match=f"{len(bad)} of {len(set(paths))} videos failed to decode"):
                 batches = list(loader)
             assert [len(b.labels) for b in batches] == [4, 4, 4, 4, 2]
             positions = torch.cat([b.positions for b in batches]).tolist()
@@ -164,11 +164,12 @@ def test_forkserver_worker_that_exits_costs_one_sample(files):
     samples = plan(paths)
     loader = make_fallback_loader(samples, RAW, batch_size=3, num_workers=1, max_failures=1,
                                   fault_injection=True, persistent_workers=False)
-    with pytest.warns(UserWarning, match="1 of 6 samples failed to decode and were replaced "
+    with pytest.warns(UserWarning, match="1 of 3 videos failed to decode and were replaced "
                                          r"\(0 timeouts, 1 worker deaths, 1 worker restarts\)"):
         batches = list(loader)
     assert torch.cat([b.positions for b in batches]).tolist() == [100, 101, 103, 103, 104, 105]
-    assert loader.failures == [Failure("fault:exit", "worker died (exit code 3) while decoding this sample", 102)]
+    died = "worker died (exit code 3) while decoding this sample"
+    assert loader.failures == [FailedVideo("fault:exit", died, (102,))]
     assert read_clip(batches[0].videos[2], layout="CTHW") == expected_codes(samples[3])
 
 

@@ -191,3 +191,29 @@ def test_evaluation_masks_a_failed_sample_instead_of_scoring_another_video_twice
     labels = [int(x) for _, lab in batches for x in lab]
     assert labels.count(PADDING_LABEL) == stats.clips_masked + sum(
         s.is_padding and s.path != victim for b in loader.plan() for s in b)
+
+
+def test_a_broken_video_counts_once_whatever_its_views_or_padding_repeats(root):
+    """The failure limit counts videos: 30 views of one broken file, or a file repeated to pad the last
+    batch, are one failed video, named once (default limit: 5 % of the videos, at least one)."""
+    views = KineticsDALILoader(root, "val", batch_size=2, clip_len=4, frame_stride=2, crop_size=(48, 64),
+                               augment=WHOLE, output=RAW, views=(10, 3))
+    victim = views.plan()[0][0].path
+    Path(victim).unlink()
+    with pytest.warns(DecodeFailureWarning, match=r"1 of \d+ videos failed to decode and were masked"):
+        assert len([lab for _, lab in views]) == len(views)
+    stats = views.stats()
+    assert [f.path for f in stats.failures] == [victim]
+    assert stats.failures[0].positions == tuple(range(30))  # every view of the video, one entry
+    assert stats.format().count(victim) == 1
+
+    train = KineticsDALILoader(root, "train", batch_size=len(views.videos) + 1, clip_len=4, frame_stride=2,
+                               crop_size=(48, 64), augment=WHOLE, output=RAW)
+    padded = [s for b in train.plan() for s in b if s.is_padding]
+    assert padded, "the last batch must be padded for this test"
+    repeated = next(s.path for b in train.plan() for s in b if s.position == 0)
+    Path(repeated).unlink()
+    with pytest.warns(DecodeFailureWarning, match=r"1 of \d+ videos failed to decode and were replaced"):
+        assert len(list(train)) == len(train)
+    [failed] = train.stats().failures
+    assert failed.path == repeated and 0 in failed.positions and padded[0].position in failed.positions
