@@ -28,7 +28,7 @@ import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Literal
+from typing import Callable, Iterator, Literal, Sequence
 
 import torch
 
@@ -42,7 +42,7 @@ from daliload.epoch import (
     PassSetup,
     Routes,
 )
-from daliload.failures import DEFAULT_MAX_FAILURE_FRACTION, Failure, FailureBudget
+from daliload.failures import DEFAULT_MAX_FAILURE_FRACTION, FailedVideo, Failure, FailureBudget
 from daliload.plan import (AugmentSpec, ClipSpec, LastBatch, OutputSpec, Sample, check_last_batch, check_views,
                            make_train_plan, make_val_plan, num_batches, samples_per_rank, split_batches)
 from daliload.prescreen import Manifest, ManifestEntry, ScanSpec, ensure_manifest
@@ -91,8 +91,9 @@ class DecodeSpec:
             dali_threads))`` before the loader raises
             :class:`~daliload.pipeline.DaliTimeoutError` naming its files.
         max_failure_fraction: raise once more than this fraction of an epoch's
-            samples failed to decode (they are replaced until then; at least
-            one failure is allowed). Default 0.05.
+            videos failed to decode (their samples are replaced until then; at
+            least one failed video is allowed; a video is one however many of
+            its samples failed). Default 0.05.
     """
 
     decoder: DecoderChoice = "auto"
@@ -149,8 +150,8 @@ class LoaderStats:
         clips_redecoded: DALI-route clips that went through the fallback
             because their DALI batch failed.
         replaced: plan slots filled with another sample because theirs failed.
-        failures: ``(path, reason)`` of every sample that failed at run time,
-            each ``(path, position)`` once.
+        failures: the videos that failed at run time this epoch, each file
+            once with the plan positions it failed at (:class:`~daliload.failures.FailedVideo`).
         rejected: ``(path, reason)`` of the files the pre-screen marked ``bad``
             (never planned).
         dali_wait_s: seconds spent waiting for DALI batches.
@@ -179,7 +180,7 @@ class LoaderStats:
     clips_fallback: int
     clips_redecoded: int
     replaced: int
-    failures: tuple[Failure, ...]
+    failures: tuple[FailedVideo, ...]
     rejected: tuple[Failure, ...]
     dali_wait_s: float
     fallback_wait_s: float
@@ -215,8 +216,10 @@ class LoaderStats:
             lines.append(f"sent to the fallback after failing in DALI ({len(self.rerouted)}): "
                          + ", ".join(self.rerouted[:5]) + (" ..." if len(self.rerouted) > 5 else ""))
         if self.failures:
-            lines.append(f"failed at run time ({len(self.failures)}):")
-            lines += [f"  {f.path}: {f.reason}" for f in self.failures[:10]]
+            lines.append(f"failed at run time ({len(self.failures)} videos):")
+            lines += [f"  {f.describe()}" for f in self.failures[:10]]
+            if len(self.failures) > 10:
+                lines.append(f"  ... and {len(self.failures) - 10} more")
         if self.rejected:
             lines.append(f"rejected by the pre-screen ({len(self.rejected)}):")
             lines += [f"  {f.path}: {f.reason}" for f in self.rejected[:10]]
@@ -361,7 +364,9 @@ class KineticsDALILoader:
         decode: DecodeSpec | None = None,
         scan: ScanSpec | None = None,
         views: tuple[int, int] | None = None,
+        **unknown: object,
     ) -> None:
+        _refuse_unknown_options(unknown)
         # A spawn/forkserver child re-running an unguarded script must not load (and train) again.
         refuse_bootstrapping_main("A KineticsDALILoader")
         source = Path(source)
@@ -383,6 +388,8 @@ class KineticsDALILoader:
         self._place(device)
         self.dali_enabled = self.decode.decoder == "auto" and _dali_usable()
         self._load_videos(source)
+        _check_clip_fits(self.videos, self.clip, self.split)
+        _warn_upscaled(self.videos, self.augment.output_size, self.split)
         self._routes = Routes([e.path for e in self.videos if e.route == "dali"] if self.dali_enabled else [])
         hints = {e.path: hint for e in self.videos if (hint := _hint(e)) is not None}
         self._setup = PassSetup(
@@ -558,7 +565,7 @@ class KineticsDALILoader:
         plan = [s for b in batches for s in b]
         self._counters = EpochCounters()
         self._counters_epoch = self.epoch
-        self._budget.reset(len(plan))
+        self._budget.reset(len({s.path for s in plan}))  # the videos of this rank's epoch
         todo = batches[start:]
         uses_dali = any(self._routes.uses_dali(s) for b in todo for s in b)
         # A pass that follows the previous epoch's (set_epoch(e + 1), as with a DistributedSampler)
@@ -640,6 +647,75 @@ class KineticsDALILoader:
                 f"rejected={len(self.rejected)}, batch_size={self.batch_size}, batches={len(self)}, "
                 f"rank={self.rank}/{self.world_size}, device={self.device!r}, routes={self.route_target!r}, "
                 f"dali={self.dali_enabled})")
+
+
+#: What torch's ``DataLoader`` keywords are here, for users who pass them out of habit.
+_DATALOADER_EQUIVALENTS = {
+    "num_workers": "decode=DecodeSpec(fallback_workers=N) (processes for the files DALI cannot decode; "
+                   "DALI's own threads: DecodeSpec(dali_threads=N))",
+    "pin_memory": "nothing: batches come on the GPU of this rank (device='gpu'), and the fallback's transfers are "
+                  "pinned when they go there",
+    "shuffle": "split='train' (a new shuffle every epoch, seeded: call set_epoch(epoch)); other splits are never "
+               "shuffled",
+    "drop_last": "last_batch='drop' (or 'pad', the default, or 'partial')",
+    "collate_fn": "nothing: batches are (videos, labels) tensors; transform them in the training step, or set "
+                  "augment=AugmentSpec(...) and output=OutputSpec(...)",
+    "sampler": "nothing: the loader's epoch plan shards the split over the ranks itself (seed=, set_epoch())",
+    "batch_sampler": "batch_size= and last_batch=",
+    "persistent_workers": "nothing: the fallback's workers always persist across epochs",
+    "prefetch_factor": "decode=DecodeSpec(prefetch_batches=N)",
+    "timeout": "decode=DecodeSpec(timeout_s=S) (a time limit per clip)",
+    "worker_init_fn": "nothing: the workers are daliload's own",
+    "multiprocessing_context": "nothing: the workers start with forkserver (spawn where it is missing)",
+    "generator": "seed=",
+    "dataset": "source= (a dataset root or a manifest)",
+}
+
+
+def _refuse_unknown_options(unknown: dict[str, object]) -> None:
+    """A ``TypeError`` for keywords the loader does not take, naming what to use instead."""
+    if not unknown:
+        return
+    import difflib
+    import inspect
+
+    known = [name for name in inspect.signature(KineticsDALILoader.__init__).parameters if name not in ("self",
+                                                                                                      "unknown")]
+    advice = []
+    for name in unknown:
+        if name in _DATALOADER_EQUIVALENTS:
+            advice.append(f"{name!r} is a torch DataLoader option; here use {_DATALOADER_EQUIVALENTS[name]}")
+        else:
+            close = difflib.get_close_matches(name, known, n=1)
+            advice.append(f"unexpected keyword argument {name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    raise TypeError("KineticsDALILoader() got " + "; ".join(advice))
+
+
+def _check_clip_fits(videos: Sequence[ManifestEntry], clip: ClipSpec, split: str) -> None:
+    """Refuse a clip longer than every video of the split: each clip would be mostly repeats of a last frame.
+
+    A few short videos are normal (their clips repeat the last frame, counted
+    in ``stats().clips_past_end``); a span that fits no video is a mistake
+    (``clip_len=10000``) that would otherwise show up as very slow decodes.
+    """
+    longest = max(videos, key=lambda v: v.num_frames or 0)
+    if any((v.num_frames or 0) >= clip.span(clip.stride_for(v.fps) if v.fps else clip.frame_stride) for v in videos):
+        return
+    stride = clip.stride_for(longest.fps) if longest.fps else clip.frame_stride
+    raise ValueError(
+        f"clip_len={clip.clip_len} with frame_stride={stride} spans {clip.span(stride)} frames, more than any video "
+        f"of split {split!r} has (the longest, {longest.path}, has {longest.num_frames}): lower clip_len or "
+        f"frame_stride")
+
+
+def _warn_upscaled(videos: Sequence[ManifestEntry], output_size: tuple[int, int], split: str) -> None:
+    """Warn once when some videos are smaller than the crop, so that their clips are upscaled."""
+    out_h, out_w = output_size
+    small = [v for v in videos if v.width and v.height and (v.height < out_h or v.width < out_w)]
+    if small:
+        warnings.warn(f"{len(small)} of {len(videos)} videos of split {split!r} are smaller than the crop "
+                      f"{out_h}x{out_w} (height x width; first: {small[0].path}, {small[0].width}x"
+                      f"{small[0].height}); their clips are upscaled", UserWarning, stacklevel=3)
 
 
 def _checked_views(views: object, split: str) -> tuple[int, int] | None:

@@ -30,7 +30,7 @@ DALI_TOLERANCE = 0.12
 @pytest.fixture(scope="module")
 def vp9_dataset(tmp_path_factory):
     # VP9: the one codec every loader here decodes, DALI's CPU decoder included.
-    spec = DatasetSpec(name="vp9", codec="vp9", width=128, height=96, gop=250, num_clips=3, duration_s=2.0)
+    spec = DatasetSpec(name="vp9", codec="vp9", width=128, height=96, gop=250, num_clips=3, duration_s=2.1)
     return prepare_dataset(spec, tmp_path_factory.mktemp("bench-outputs"), workers=1)
 
 

@@ -39,7 +39,7 @@ def _available(name: str) -> str | None:
 @pytest.fixture(scope="module")
 def tiny_dataset(tmp_path_factory):
     spec = DatasetSpec(name="h264-gop250", codec="h264", width=128, height=96, gop=250, num_clips=3,
-                       duration_s=2.0)
+                       duration_s=2.1)
     return prepare_dataset(spec, tmp_path_factory.mktemp("bench-data"), workers=1)
 
 
@@ -49,7 +49,7 @@ def test_smoke_run_reports_every_peer(tmp_path):
     results, md, readme = tmp_path / "results", tmp_path / "RESULTS.md", tmp_path / "README.md"
     readme.write_text(f"# x\n\n## Speed\n\n{README_BEGIN}\nold table 1.0\n{README_END}\n\nNotes (2026-01-01).\n")
     code = harness.main([
-        "--device", "cpu", "--datasets", "h264-gop250", "--clips", "3", "--duration", "1", "--size", "128x96",
+        "--device", "cpu", "--datasets", "h264-gop250", "--clips", "3", "--duration", "2.1", "--size", "128x96",
         "--batch-size", "2", "--workers", "0", "--no-sweeps", "--runs", "1", "--warmup", "0",
         "--data-dir", str(tmp_path / "data"), "--results-dir", str(results), "--results-md", str(md),
         "--readme", str(readme), "--profile-clips", "2",
@@ -60,7 +60,7 @@ def test_smoke_run_reports_every_peer(tmp_path):
     text = readme.read_text()
     assert "old table" not in text and text.endswith(f"{README_END}\n\nNotes (2026-01-01).\n")
     assert "Generated from run `smoke`" in text and "| daliload fallback alone | ceiling files/s |" in text
-    assert "| `h264-gop250`: 128x96 h264, keyframe every 250 | 3 x 1 s |" in text
+    assert "| `h264-gop250`: 128x96 h264, keyframe every 250 | 3 x 2.1 s |" in text
     assert "fallback alone / GOP-bound limit on `h264-gop250`" in text
     # The fallback's stage profile, and the GOP-bound limit with the loader's ratios.
     profile = result["profiles"]["h264-gop250"]
@@ -73,12 +73,12 @@ def test_smoke_run_reports_every_peer(tmp_path):
     assert "torch" in machine["versions"] and "av" in machine["versions"]
     assert result["settings"]["batch_size"] == 2 and result["settings"]["clip_len"] == 16
     (dataset,) = result["datasets"]
-    assert dataset["num_clips"] == 3 and dataset["total_frames"] == 90
+    assert dataset["num_clips"] == 3 and dataset["total_frames"] == 189  # 3 x 2.1 s at 30 fps
 
     by_loader = {m["loader"]: m for m in result["measurements"]}
     ceiling = by_loader["ceiling-pyav"]
     assert ceiling["status"] == "ok" and ceiling["workers"] == 1  # as many processes as the loaders' workers
-    assert ceiling["runs"][0]["frames_decoded"] == 90  # every frame of the 3 files
+    assert ceiling["runs"][0]["frames_decoded"] == 189  # every frame of the 3 files
     assert ceiling["figures"]["ratio_clips"] == pytest.approx(1.0)
     for name in LOADERS:
         m = by_loader[load_adapter(name).name]
@@ -97,13 +97,13 @@ def test_smoke_run_reports_every_peer(tmp_path):
     # daliload's fallback decodes only up to each window's end: fewer frames than whole files.
     fallback = by_loader["daliload-fallback"]
     assert fallback["status"] == "ok" and fallback["figures"]["frames_counted"] is True
-    assert 0 < fallback["runs"][0]["frames_decoded"] < 90
+    assert 0 < fallback["runs"][0]["frames_decoded"] < 189
     # The whole loader planned the run's windows itself (it refuses to run otherwise).
     whole = by_loader["daliload"]
     assert whole["status"] == "ok" and whole["plan_windows"] is True and whole["runs"][0]["clips"] == 3
     # The blog approach decodes whole files: 30 frames per clip, 30 - 8 distinct used frames wasted.
     blog = by_loader["blog-pyav"]
-    assert blog["status"] == "ok" and blog["runs"][0]["frames_decoded"] == 90
+    assert blog["status"] == "ok" and blog["runs"][0]["frames_decoded"] == 189
     assert blog["figures"]["frames_counted"] is True
 
     text = md.read_text()
@@ -178,7 +178,7 @@ def test_peers_give_the_same_clip_for_the_same_sample(tiny_dataset):
 
 @pytest.fixture(scope="module")
 def tiny_vp9(tmp_path_factory):
-    spec = DatasetSpec(name="vp9", codec="vp9", width=128, height=96, gop=250, num_clips=3, duration_s=2.0)
+    spec = DatasetSpec(name="vp9", codec="vp9", width=128, height=96, gop=250, num_clips=3, duration_s=2.1)
     return prepare_dataset(spec, tmp_path_factory.mktemp("bench-vp9"), workers=1)
 
 
@@ -221,7 +221,7 @@ def test_daliload_fallback_adapter_decodes_the_planned_frames(tiny_dataset, tiny
     batches = _assert_planned_frames("daliload-fallback", dataset, workers=0)
     # It counts what it decodes: at least each window's span from frame 0 (GOP 250), never past its end.
     decoded = sum(b.frames_decoded for b in batches)
-    assert 3 * 16 <= decoded <= 3 * 60
+    assert 3 * 16 <= decoded <= 3 * 63  # 2.1 s at 30 fps: 63 frames
 
 
 def test_daliload_adapter_runs_its_own_plan_which_is_the_runs(tiny_vp9):
@@ -604,7 +604,7 @@ def test_epoch_start_benchmark_writes_both_ways_for_each_step(tmp_path):
     from benchmarks import bench_epoch_start
 
     out, md = tmp_path / "epoch_start.json", tmp_path / "RESULTS.md"
-    assert bench_epoch_start.main(["--clips", "4", "--duration", "1", "--batch-size", "2", "--workers", "1",
+    assert bench_epoch_start.main(["--clips", "4", "--duration", "2.1", "--batch-size", "2", "--workers", "1",
                                    "--passes", "3", "--step", "0.05", "--data-dir", str(tmp_path / "data"),
                                    "--json", str(out), "--results-md", str(md)]) == 0
     result = json.loads(out.read_text())

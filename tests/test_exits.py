@@ -90,7 +90,7 @@ def datasets(tmp_path_factory) -> dict[str, Path]:
     roots = {"dali": _dataset(tmp_path_factory.mktemp("vp9"), "vp9"),
              "fallback": _dataset(tmp_path_factory.mktemp("h264"), "h264")}
     for route, root in roots.items():
-        loader = KineticsDALILoader(root, "train", batch_size=2, device="cpu")
+        loader = KineticsDALILoader(root, "train", batch_size=2, clip_len=8, device="cpu")
         assert {v.route for v in loader.videos} == {route}, f"{root}: expected every file on route {route}"
         loader.close()
     return roots

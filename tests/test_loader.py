@@ -329,3 +329,29 @@ def test_a_test_split_is_scanned_on_demand(small_kinetics, tmp_path):
     loader = make_loader(root, "test", batch_size=2)
     assert {Path(v.path).parts[-3] for v in loader.videos} == {"test"}
     assert len(list(loader)) == len(loader)
+
+
+@pytest.mark.parametrize("keyword, advice", [
+    ("num_workers", r"'num_workers' is a torch DataLoader option; here use decode=DecodeSpec\(fallback_workers=N\)"),
+    ("drop_last", r"'drop_last' is a torch DataLoader option; here use last_batch='drop'"),
+    ("shuffle", r"'shuffle' is a torch DataLoader option; here use split='train'"),
+    ("pin_memory", r"'pin_memory' is a torch DataLoader option; here use nothing: batches come on the GPU"),
+    ("collate_fn", r"'collate_fn' is a torch DataLoader option; here use nothing: batches are \(videos, labels\)"),
+    ("batchsize", r"unexpected keyword argument 'batchsize' \(did you mean 'batch_size'\?\)"),
+])
+def test_dataloader_keywords_are_refused_naming_what_to_use(dataset, keyword, advice):
+    with pytest.raises(TypeError, match=advice):
+        KineticsDALILoader(dataset, "train", **{keyword: 2})
+
+
+def test_a_clip_longer_than_every_video_is_refused_at_construction(dataset):
+    with pytest.raises(ValueError, match=r"clip_len=10000 with frame_stride=4 spans 39997 frames, more than any "
+                                         r"video of split 'train' has \(the longest, .+, has \d+\): lower"):
+        make_loader(dataset, clip_len=10000, frame_stride=4)
+
+
+def test_videos_smaller_than_the_crop_are_counted_in_one_warning(dataset):
+    with pytest.warns(UserWarning, match=r"(\d+) of \1 videos of split 'train' are smaller than the crop 200x200 "
+                                         r"\(height x width; first: .+, 128x96\); their clips are upscaled") as record:
+        KineticsDALILoader(dataset, "train", batch_size=2, clip_len=4, crop_size=200).close()
+    assert len([w for w in record if "upscaled" in str(w.message)]) == 1

@@ -87,7 +87,7 @@ def test_faults_on_one_rank_keep_both_ranks_in_step(small_kinetics, tmp_path):
     """A crash and a hang on rank 1 only: rank 1 replaces those samples, and both ranks yield len() batches."""
     from daliload.loader import KineticsDALILoader
 
-    videos = KineticsDALILoader(small_kinetics, "train", batch_size=2).videos  # scans, as the ranks will
+    videos = KineticsDALILoader(small_kinetics, "train", batch_size=2, clip_len=4).videos  # scans, as the ranks will
     fallback = sorted(v.path for v in videos if v.route == "fallback")
     crash, hang = fallback[0], fallback[1]
     finish(torchrun(["--standalone", "--nproc_per_node=2"], small_kinetics, tmp_path,

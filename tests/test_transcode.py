@@ -371,7 +371,7 @@ def test_the_benchmark_writes_its_figures_and_section(tmp_path, monkeypatch):
     out, md, readme = tmp_path / "transcode.json", tmp_path / "RESULTS.md", tmp_path / "README.md"
     md.write_text("# Benchmark results\n\n## Other: `x`\n\n### Other run `x` — m\n\nkept\n")
     readme.write_text("before\n<!-- transcode:begin: generated -->\nold figures\n<!-- transcode:end -->\nafter\n")
-    args = ["--classes", "2", "--clips-per-class", "2", "--size", "128x96", "--duration-s", "1", "--epochs", "1",
+    args = ["--classes", "2", "--clips-per-class", "2", "--size", "128x96", "--duration-s", "2.1", "--epochs", "1",
             "--workers", "1", "--data-dir", str(tmp_path / "data"), "--json", str(out), "--results-md", str(md),
             "--readme", str(readme)]
     assert bench_transcode.main(args) == 0
