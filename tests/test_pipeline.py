@@ -7,6 +7,7 @@ indices are read back from the frame code painted into every generated frame.
 from __future__ import annotations
 
 import pickle
+import re
 import sys
 from pathlib import Path
 
@@ -285,6 +286,40 @@ def test_a_train_plan_decodes_as_planned(make_clip, counted):
                 assert {c.flipped for c in codes} == {s.flip}
                 assert label == s.label
 
+
+
+@needs_dali
+def test_padding_benchmark_runs_small_and_compares_both_ways(tmp_path):
+    """benchmarks.bench_padding: both ways on the same windows (it checks their clips are equal)."""
+    import json
+
+    from benchmarks import bench_padding
+
+    out, md = tmp_path / "padding.json", tmp_path / "RESULTS.md"
+    assert bench_padding.main(["--frames", "40", "--size", "128x96", "--clip-len", "6", "--stride", "3",
+                               "--padded", "0", "5", "--runs", "1", "--data-dir", str(tmp_path / "data"),
+                               "--json", str(out), "--results-md", str(md)]) == 0
+    result = json.loads(out.read_text())
+    assert [row["padded"] for row in result["rows"]] == [0, 5]
+    assert [row["start_frame"] for row in result["rows"]] == [39 - 5 * 3, 39]  # ends on the last frame, 39
+    assert all(len(row[way]["ms"]) == 1 for row in result["rows"] for way in ("dali_pads", "counts"))
+    text = md.read_text()
+    assert "## Windows past a file's end on DALI: `python -m benchmarks.bench_padding`" in text and "| 5 | " in text
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--padded", "16"], r"--padded: each P must be 0 .. clip_len - 1 \(15\), got \[16\]"),
+    (["--frames", "30"], r"--frames 30 is too short for a window of 16 frames at stride 4"),
+    (["--size", "big"], r"--size: expected WIDTHxHEIGHT, e.g. 340x256, got 'big'"),
+    (["--runs", "0"], r"--runs must be >= 1, got 0"),
+])
+def test_padding_benchmark_refuses_bad_options(argv, message, capsys):
+    from benchmarks import bench_padding
+
+    with pytest.raises(SystemExit) as info:
+        bench_padding.parse_args(argv)
+    assert info.value.code == 2
+    assert re.search(message, capsys.readouterr().err)
 
 
 # --- batches in flight, short batches, errors ----------------------------------------------
