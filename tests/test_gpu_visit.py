@@ -407,6 +407,15 @@ def test_the_script_installs_beside_the_system_packages(tmp_path):
         assert "import check failed" in done.stderr
 
 
+def test_the_readme_shows_the_plan_as_the_code_makes_it(plan):
+    """benchmarks/gpu/README.md's minute-by-minute block is the plan's own text (visit.py --readme writes it)."""
+    text = (GPU / "README.md").read_text()
+    begin = text.index("<!-- visit-plan:begin")
+    block = text[text.index("-->", begin) + 3:text.index("<!-- visit-plan:end -->")].strip("\n")
+    assert block == visit.readme_section(plan, "cuda13"), "run: python3 benchmarks/gpu/visit.py --readme " \
+                                                          "benchmarks/gpu/README.md"
+
+
 def test_the_smokes_decode_checks_every_frame_against_the_plan(make_clip):
     """The smoke's decode (NVDEC on the visit) run on DALI's CPU decoder: planned frames, or what went wrong."""
     pytest.importorskip("nvidia.dali")
