@@ -9,13 +9,16 @@ read without the pipeline they guard.)
 One DALI pipeline per process (per rank), fed batch by batch with the plan::
 
     external_source: encoded file bytes (uint8, 1-D per sample), label,
-                     start_frame, frame_stride, clip_len (0-d int32 each),
+                     start_frame, frame_stride, clip_len (0-d int32 each)
+                       | frames (1-D int32: with frame counts, see below),
                      roi_start, roi_end ((y, x) relative, float32), flip (0-d)
       -> fn.decoders.video(device="mixed" on a GPU | "cpu",
-                           start_frame, sequence_length=clip_len, stride, pad_mode="edge")
+                           start_frame, sequence_length=clip_len, stride, pad_mode="edge"
+                             | frames, pad_mode="none")
       -> fn.resize(roi_start, roi_end, roi_relative=True, size=OutputSpec.size, antialias)
       -> fn.crop_mirror_normalize(mirror=flip, mean, std, dtype, "CFHW" | "FCHW")
-      -> torch tensors, zero-copy through DLPack (CPU tensors for device "cpu")
+      -> torch tensors, zero-copy through DLPack (CPU tensors for device "cpu");
+         a clip DALI returned short gets its last frame repeated here, in torch
 
 Usage::
 
@@ -29,6 +32,30 @@ Usage::
         decoder.submit(samples)
     while decoder.pending:
         consume(decoder.result())
+
+Windows past a file's end: a clip frame past the last frame repeats the last
+frame (:func:`daliload.plan.clamp_frame_indices`, what the fallback does). Left
+to DALI (``pad_mode="edge"``), each such frame costs a decode of the file from
+frame 0: DALI maps it to the last frame and, having no frame index, goes back
+to the start to decode it again for every repeat, so P padded frames cost about
+P x N decoded frames (``python -m benchmarks.bench_padding`` measures it on
+the CPU decoder). Given the plan's frame counts
+(``DaliClipDecoder(num_frames=...)``), the decoder asks DALI only for the
+frames that exist, each once (``frames=``), and repeats the last in torch,
+after the crop and normalise::
+
+    num_frames 90, start 70, stride 4, clip_len 8
+    planned frames       70 74 78 82 86 89 89 89      (94, 98, 102 clamped to 89)
+    DALI decodes         70 74 78 82 86 89            (one pass; without counts, about a pass per repeat)
+    DecodedBatch.videos  70 74 78 82 86 89 89 89
+
+The frames are the same either way. With counts, DALI pads nothing
+(``pad_mode="none"``): a file holding fewer frames than the plan says fails
+its batch (``Unexpected out-of-bounds frame index``, naming no sample), as a
+start past the end does without counts, instead of being padded silently.
+A batch with short clips leaves DALI as separate samples (a non-dense list),
+so it is copied once into the ``(B, ...)`` tensor, repeats included; other
+batches stay zero-copy views.
 
 Why the plan is pushed rather than pulled: ``fn.external_source(parallel=True)``
 runs a *source callback* in worker processes, pickled once when the pipeline
@@ -113,6 +140,7 @@ from __future__ import annotations
 import atexit
 import collections
 import concurrent.futures
+import contextlib
 import functools
 import logging
 import os
@@ -121,13 +149,13 @@ import re
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 import numpy as np
 
 from daliload.dist import require_cuda
-from daliload.plan import OutputSpec, Sample
+from daliload.plan import OutputSpec, Sample, clamp_frame_indices
 
 if TYPE_CHECKING:
     import torch
@@ -238,11 +266,17 @@ class DecodedBatch:
             it is ready in the order of the torch stream that was current when
             :meth:`DaliClipDecoder.result` was called.
         labels: ``(B,)`` int64 class indices, on the CPU (also for ``"gpu"``).
+        outputs: DALI's output buffers the videos come from. When ``videos`` is
+            a copy (a batch with clips past their file's end), the copy is
+            queued on the torch stream and reads these: holding this object
+            until that stream's later work has run keeps them valid, as it does
+            for zero-copy views.
     """
 
     samples: tuple[Sample, ...]
     videos: "torch.Tensor"
     labels: "torch.Tensor"
+    outputs: Any = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -250,6 +284,7 @@ class _Pending:
     samples: tuple[Sample, ...]
     error: DaliBatchError | None  # set when the batch never reached DALI (unreadable file)
     pipe: Any = None  # the DALI pipeline the batch went to
+    lengths: tuple[int, ...] = ()  # frames asked of DALI per sample (< clip_len: repeat the last)
 
 
 class DaliClipDecoder:
@@ -274,6 +309,12 @@ class DaliClipDecoder:
             Several keep more NVDEC sessions open at once, for GPUs with many
             engines (H100/H200: 7); ``prefetch_queue_depth`` should be at
             least this. Default 1.
+        num_frames: frames in each file (``path -> count``: the plan's counts,
+            the manifest's ``num_frames``), or ``None`` (default). With counts,
+            a window past its file's end decodes each existing frame once and
+            its last frame is repeated in torch, and every submitted sample's
+            file must have a count; without, DALI repeats it, decoding the
+            file again per repeat (module docstring). The frames are the same.
 
     Not thread-safe: submit and collect from one thread. One decoder per
     process (rank); build it once and reuse it across epochs.
@@ -294,9 +335,13 @@ class DaliClipDecoder:
         prefetch_queue_depth: int = 2,
         read_threads: int = 4,
         pipelines: int = 1,
+        num_frames: Mapping[str, int] | None = None,
     ) -> None:
         if not isinstance(output, OutputSpec):
             raise TypeError(f"output must be an OutputSpec, got {type(output).__name__}")
+        if num_frames is not None and not isinstance(num_frames, Mapping):
+            raise TypeError(f"num_frames must be a mapping of path -> frame count or None, "
+                            f"got {type(num_frames).__name__}")
         if device not in ("cpu", "gpu"):
             raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
         counts = {"batch_size": batch_size, "num_threads": num_threads,
@@ -320,6 +365,7 @@ class DaliClipDecoder:
         self.device_id = device_id
         self.num_threads = num_threads
         self.prefetch_queue_depth = prefetch_queue_depth
+        self.num_frames = num_frames
         self._pending: collections.deque[_Pending] = collections.deque()
         self._reader = ThreadPoolExecutor(max_workers=read_threads,
                                           thread_name_prefix="daliload-read")
@@ -354,9 +400,14 @@ class DaliClipDecoder:
         with pipe:
             encoded = fn.external_source(name="encoded", dtype=types.UINT8, ndim=1)
             labels = fn.external_source(name="label", dtype=types.INT64, ndim=0)
-            start = fn.external_source(name="start_frame", dtype=types.INT32, ndim=0)
-            stride = fn.external_source(name="frame_stride", dtype=types.INT32, ndim=0)
-            length = fn.external_source(name="clip_len", dtype=types.INT32, ndim=0)
+            if self.num_frames is None:
+                window = {"start_frame": fn.external_source(name="start_frame", dtype=types.INT32, ndim=0),
+                          "stride": fn.external_source(name="frame_stride", dtype=types.INT32, ndim=0),
+                          "sequence_length": fn.external_source(name="clip_len", dtype=types.INT32, ndim=0),
+                          "pad_mode": "edge"}
+            else:  # only frames that exist (module docstring): nothing to pad
+                window = {"frames": fn.external_source(name="frames", dtype=types.INT32, ndim=1),
+                          "pad_mode": "none"}
             roi_start = fn.external_source(name="roi_start", dtype=types.FLOAT, ndim=1)
             roi_end = fn.external_source(name="roi_end", dtype=types.FLOAT, ndim=1)
             flip = fn.external_source(name="flip", dtype=types.INT32, ndim=0)
@@ -365,9 +416,7 @@ class DaliClipDecoder:
                 # Unpinned threads: several ranks per node would otherwise pin to the same cores.
                 decode_kw["affine"] = False
             frames = fn.decoders.video(
-                encoded, device="mixed" if self.device == "gpu" else "cpu",
-                start_frame=start, stride=stride, sequence_length=length, pad_mode="edge",
-                **decode_kw,
+                encoded, device="mixed" if self.device == "gpu" else "cpu", **window, **decode_kw,
             )
             frames = fn.resize(
                 frames, roi_start=roi_start, roi_end=roi_end, roi_relative=True,
@@ -402,7 +451,9 @@ class DaliClipDecoder:
             samples: 1 to ``batch_size`` samples with the same ``clip_len``.
 
         Raises:
-            ValueError: empty or oversized batch, mixed clip lengths.
+            ValueError: empty or oversized batch, mixed clip lengths; with
+                ``num_frames``, a file it has no count for, or a count that
+                is not an integer >= 1.
             RuntimeError: ``prefetch_queue_depth`` batches are already pending
                 (collect one with :meth:`result` first), or the decoder is closed.
 
@@ -411,6 +462,7 @@ class DaliClipDecoder:
         """
         samples = tuple(samples)
         self._check_batch(samples)
+        frame_ids = None if self.num_frames is None else _frames_to_decode(samples, self.num_frames)
         if self._pipe is None:
             raise RuntimeError("this DaliClipDecoder is closed")
         if self._stuck is not None:
@@ -430,9 +482,10 @@ class DaliClipDecoder:
             return
         pipe = self._pipes[self._next_pipe]
         self._next_pipe = (self._next_pipe + 1) % len(self._pipes)
-        self._feed(pipe, samples, [by_path[s.path] for s in samples])
+        self._feed(pipe, samples, [by_path[s.path] for s in samples], frame_ids)
         pipe.schedule_run()
-        self._pending.append(_Pending(samples, None, pipe))
+        lengths = tuple(s.clip_len for s in samples) if frame_ids is None else tuple(map(len, frame_ids))
+        self._pending.append(_Pending(samples, None, pipe, lengths))
 
     def result(self, timeout_s: float | None = None) -> DecodedBatch:
         """Wait for the oldest pending batch and return it.
@@ -470,11 +523,11 @@ class DaliClipDecoder:
                 culprit = entry.samples[int(match.group(1))]
             logger.debug("DALI batch failed: %s", err)
             raise DaliBatchError(entry.samples, reason, culprit=culprit) from err
-        videos = self._to_torch(videos_tl)
+        videos = self._videos_to_torch(videos_tl, entry.lengths, entry.samples[0].clip_len)
         # Labels never touch the GPU (a CPU input): moving them there would cost a
         # synchronous copy per batch for a value the plan already has.
         labels = self._to_torch(labels_tl)
-        return DecodedBatch(entry.samples, videos, labels)
+        return DecodedBatch(entry.samples, videos, labels, outputs=(videos_tl, labels_tl))
 
     def _outputs_call(self, pipe: Any):
         """``pipe.outputs``, bound on a GPU to the caller's current torch stream.
@@ -495,6 +548,7 @@ class DaliClipDecoder:
         """Decode one batch and wait for it (:meth:`submit` then :meth:`result`).
 
         Raises:
+            ValueError: as :meth:`submit`.
             DaliBatchError, DaliTimeoutError: as :meth:`result`.
             RuntimeError: other batches are pending (their results would come first).
         """
@@ -537,9 +591,10 @@ class DaliClipDecoder:
         self.close()
 
     def __repr__(self) -> str:
+        counts = "None" if self.num_frames is None else f"<{len(self.num_frames)} files>"
         return (f"DaliClipDecoder(device={self.device!r}, device_id={self.device_id}, "
                 f"batch_size={self.batch_size}, num_threads={self.num_threads}, pipelines={self.pipelines}, "
-                f"prefetch_queue_depth={self.prefetch_queue_depth}, output={self.output})")
+                f"prefetch_queue_depth={self.prefetch_queue_depth}, num_frames={counts}, output={self.output})")
 
     # -- internals ------------------------------------------------------------
 
@@ -557,18 +612,48 @@ class DaliClipDecoder:
                 f"all samples of a batch need the same clip_len to stack, got {sorted(lengths)}"
             )
 
-    def _feed(self, pipe: Any, samples: tuple[Sample, ...], encoded: list[np.ndarray]) -> None:
+    def _feed(self, pipe: Any, samples: tuple[Sample, ...], encoded: list[np.ndarray],
+              frame_ids: list[list[int]] | None) -> None:
         def column(values: list, dtype: type) -> np.ndarray:
             return np.asarray(values, dtype=dtype)
 
         pipe.feed_input("encoded", encoded)
         pipe.feed_input("label", column([s.label for s in samples], np.int64))
-        pipe.feed_input("start_frame", column([s.start_frame for s in samples], np.int32))
-        pipe.feed_input("frame_stride", column([s.frame_stride for s in samples], np.int32))
-        pipe.feed_input("clip_len", column([s.clip_len for s in samples], np.int32))
+        if frame_ids is None:
+            pipe.feed_input("start_frame", column([s.start_frame for s in samples], np.int32))
+            pipe.feed_input("frame_stride", column([s.frame_stride for s in samples], np.int32))
+            pipe.feed_input("clip_len", column([s.clip_len for s in samples], np.int32))
+        else:
+            pipe.feed_input("frames", [np.asarray(ids, dtype=np.int32) for ids in frame_ids])
         pipe.feed_input("roi_start", column([(s.crop.y0, s.crop.x0) for s in samples], np.float32))
         pipe.feed_input("roi_end", column([(s.crop.y1, s.crop.x1) for s in samples], np.float32))
         pipe.feed_input("flip", column([int(s.flip) for s in samples], np.int32))
+
+    def _videos_to_torch(self, tensor_list: Any, lengths: tuple[int, ...], clip_len: int) -> "torch.Tensor":
+        """The batch as one ``(B, ...)`` tensor: a zero-copy view when every clip came back whole.
+
+        Otherwise (a clip asked for fewer frames: its window ran past the end)
+        one copy, with each short clip's last frame repeated up to ``clip_len``,
+        queued on the current torch stream (the one the outputs are bound to).
+        """
+        import torch
+        from nvidia.dali.tensors import TensorListGPU
+
+        if all(n == clip_len for n in lengths):
+            return self._to_torch(tensor_list)
+        time_axis = 1 if self.output.layout == "CTHW" else 0  # of one clip: CFHW or FCHW
+        on_gpu = isinstance(tensor_list, TensorListGPU)
+        with torch.cuda.device(self.device_id) if on_gpu else contextlib.nullcontext():
+            clips = [torch.from_dlpack(tensor_list[i]) for i in range(len(tensor_list))]
+            shape = list(clips[0].shape)
+            shape[time_axis] = clip_len
+            videos = clips[0].new_empty((len(clips), *shape))
+            for row, clip in zip(videos, clips):
+                n = clip.shape[time_axis]
+                row.narrow(time_axis, 0, n).copy_(clip)
+                if n < clip_len:  # broadcast the last frame over the rest
+                    row.narrow(time_axis, n, clip_len - n).copy_(clip.narrow(time_axis, n - 1, 1))
+        return videos
 
     def _to_torch(self, tensor_list: Any) -> "torch.Tensor":
         import torch
@@ -681,3 +766,24 @@ def dali_error_reason(message: str) -> str:
     lines = [line.strip() for line in tail.splitlines()
              if line.strip() and not line.strip().startswith(noise)]
     return " ".join(lines) or message.strip().splitlines()[0]
+
+
+def _frames_to_decode(samples: tuple[Sample, ...], num_frames: Mapping[str, int]) -> list[list[int]]:
+    """The frames to ask DALI for, per sample: the clip's, clamped to the file, the last one once.
+
+    Example: 90 frames, start 70, stride 4, clip_len 8 -> ``[70, 74, 78, 82, 86, 89]``
+    (the clip is ``... 86, 89, 89, 89``: the decoder repeats the last frame).
+    """
+    out = []
+    for s in samples:
+        count = num_frames.get(s.path)
+        if count is None:
+            raise ValueError(f"no frame count for {s.path} in this decoder's num_frames: give every "
+                             f"file's count (the manifest's num_frames), or build it with num_frames=None")
+        if not isinstance(count, (int, np.integer)) or isinstance(count, bool) or count < 1:
+            raise ValueError(f"num_frames[{s.path!r}] must be an integer >= 1 (frames in the file), got {count!r}")
+        ids = clamp_frame_indices(s.frame_indices(), int(count))
+        while len(ids) > 1 and ids[-1] == ids[-2]:  # clamped repeats come last (the indices ascend)
+            ids.pop()
+        out.append(ids)
+    return out

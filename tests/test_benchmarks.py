@@ -1,4 +1,6 @@
-"""The benchmark harness: a tiny end-to-end run, the peers' decoding, the GPU script's wheel handling."""
+"""The benchmark harness: a tiny end-to-end run, the peers' decoding, the NVDEC proof and ceiling.
+
+The GPU visit's wheel handling and plan are tested in test_gpu_visit.py."""
 
 from __future__ import annotations
 
@@ -6,10 +8,8 @@ import ast
 import dataclasses
 import json
 import os
-import re
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +27,6 @@ from daliload.index import load_index
 from daliload.plan import CropBox, Sample
 
 REPO = Path(__file__).resolve().parents[1]
-GPU_SCRIPT = REPO / "benchmarks" / "gpu" / "run_gpu_bench.sh"
 CPU_CONFIG = LoaderConfig(task=TaskSpec(batch_size=2), workers=0, device="cpu")
 
 
@@ -369,107 +368,6 @@ def test_the_package_never_imports_the_benchmarks():
     assert offenders == []
 
 
-# --- the GPU script's wheel handling, on the CPU -------------------------------------------
-
-def _fake_wheel(folder: Path) -> Path:
-    path = folder / "fakepkg-0.1-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as archive:
-        archive.writestr("fakepkg/__init__.py", "VALUE = 1\n")
-        archive.writestr("fakepkg/blob.bin", np.random.default_rng(0).bytes(2_500_000))
-        archive.writestr("fakepkg-0.1.dist-info/METADATA", "Metadata-Version: 2.1\nName: fakepkg\nVersion: 0.1\n")
-        archive.writestr("fakepkg-0.1.dist-info/WHEEL",
-                         "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
-        archive.writestr("fakepkg-0.1.dist-info/RECORD", "")
-    return path
-
-
-def _script(*args: str, ignore: str = "", site: Path | None = None,
-            lock: Path | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHON=sys.executable, DALILOAD_BENCH_IGNORE_INSTALLED=ignore,
-               DALILOAD_DALI_FLAVOUR="cuda13", DALILOAD_BENCH_LOCK=str(lock or ""))
-    if site is not None:
-        env["DALILOAD_BENCH_SITE"] = str(site)
-    return subprocess.run(["bash", str(GPU_SCRIPT), *args], capture_output=True, text=True, env=env, timeout=120)
-
-
-def _empty_lock(folder: Path) -> Path:
-    """A lock naming no package, so these tests do not depend on what this environment has installed."""
-    path = folder / "empty.lock"
-    path.write_text("#flavour\tname\tversion\tneed\tfile\tsha256\n")
-    return path
-
-
-def _split(wheel: Path) -> list[Path]:
-    # The split helper, with 1 MB pieces so a small file makes several.
-    done = subprocess.run([sys.executable, str(GPU_SCRIPT.parent / "wheelhouse.py"), "split", str(wheel),
-                           "--piece-mb", "1"], capture_output=True, text=True, check=True)
-    assert "3 pieces of at most 1 MB" in done.stdout
-    return sorted(wheel.parent.glob(wheel.name + ".part-*"))
-
-
-def test_gpu_script_split_helper_and_reassembly(tmp_path):
-    wheel = _fake_wheel(tmp_path)
-    original = wheel.read_bytes()
-    pieces = _split(wheel)
-    assert [p.name[-2:] for p in pieces] == ["aa", "ab", "ac"]
-    assert all(p.stat().st_size <= 1_000_000 for p in pieces)
-    assert (tmp_path / (wheel.name + ".sha256")).read_text().endswith(f"  {wheel.name}\n")
-    wheel.unlink()
-
-    done = _script("--check", "--wheels", str(tmp_path), lock=_empty_lock(tmp_path.parent))
-    assert done.returncode == 0, done.stderr
-    assert "to install fakepkg from fakepkg-0.1-py3-none-any.whl" in done.stdout
-    assert not wheel.exists()  # --check changes nothing
-    subprocess.run([sys.executable, str(GPU_SCRIPT.parent / "wheelhouse.py"), "assemble", "--wheels", str(tmp_path)],
-                   check=True, capture_output=True)
-    assert wheel.read_bytes() == original
-
-
-def test_gpu_script_refuses_pieces_that_do_not_add_up(tmp_path):
-    wheel = _fake_wheel(tmp_path)
-    pieces = _split(wheel)
-    wheel.unlink()
-    pieces[1].write_bytes(pieces[1].read_bytes()[:-10])  # truncated piece
-    done = _script("--install-only", "--wheels", str(tmp_path), lock=_empty_lock(tmp_path.parent))
-    assert done.returncode == 2
-    assert f"{wheel.name}: the 3 pieces add up to sha256" in done.stderr
-    assert "a piece is missing, truncated or from another file" in done.stderr
-    assert not wheel.exists()
-
-    pieces[1].unlink()  # a gap: aa, ac
-    done = _script("--install-only", "--wheels", str(tmp_path), lock=_empty_lock(tmp_path.parent))
-    assert done.returncode == 2
-    assert f"piece {wheel.name}.part-ab is missing" in done.stderr
-
-
-def test_gpu_script_says_exactly_which_wheels_are_missing(tmp_path):
-    done = _script("--check", "--wheels", str(tmp_path), ignore="nvidia-dali-cuda130,av,psutil")
-    assert done.returncode == 3
-    err = done.stderr
-    assert "MISSING   nvidia-dali-cuda130 2.4.0 (required)" in done.stdout
-    assert "MISSING nvidia_dali_cuda130-2.4.0-py3-none-manylinux_2_28_x86_64.whl.part-ac (60.0 MB)" in done.stdout
-    dali = "nvidia_dali_cuda130-2.4.0-py3-none-manylinux_2_28_x86_64.whl"
-    assert f"  {dali}    (nvidia-dali-cuda130==2.4.0, required" in err
-    assert "  av-18.1.0-cp311-abi3-manylinux_2_28_x86_64.whl    (av==18.1.0, required" in err
-    assert "psutil==7.2.2, optional" in err
-    assert "pip download --no-deps --only-binary=:all:" in err and "nvidia-dali-cuda130==2.4.0 av==18.1.0" in err
-    assert re.search(r"\d+ required wheel\(s\) missing: nothing installed.", err)
-
-
-def test_gpu_script_installs_beside_the_system_packages(tmp_path):
-    wheels, site = tmp_path / "wheels", tmp_path / "site"
-    wheels.mkdir()
-    _fake_wheel(wheels)
-    done = _script("--install-only", "--wheels", str(wheels), site=site, lock=_empty_lock(tmp_path))
-    assert (site / "fakepkg" / "__init__.py").read_text() == "VALUE = 1\n"
-    assert sorted(p.name for p in site.iterdir()) == ["fakepkg", "fakepkg-0.1.dist-info"]
-    import torch
-
-    if not torch.cuda.is_available():  # the script stops at its import check, after installing
-        assert done.returncode == 4
-        assert "import check failed" in done.stderr
-
-
 def test_faults_benchmark_writes_memory_and_culprit_figures(tmp_path):
     from benchmarks import bench_faults
 
@@ -497,77 +395,7 @@ def test_dali_rows_are_credited_with_decoding_from_frame_zero():
     assert load_adapter("daliload-dali-cpu").decodes_from_start and not load_adapter("blog-pyav").decodes_from_start
 
 
-# --- the GPU run: transfer pieces, the nvidia namespace, NVDEC proof, the NVDEC ceiling -----
-
-def _wheel(folder: Path, name: str, files: dict[str, str], blob: int = 0) -> Path:
-    path = folder / f"{name}-0.1-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as archive:
-        for member, text in files.items():
-            archive.writestr(member, text)
-        if blob:
-            archive.writestr(f"{name}/blob.bin", np.random.default_rng(1).bytes(blob))
-        for member, text in (("METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n"),
-                             ("WHEEL", "Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n"),
-                             ("RECORD", "")):
-            archive.writestr(f"{name}-0.1.dist-info/{member}", text)
-    return path
-
-
-def _lock_of(wheels: list[Path], path: Path) -> Path:
-    from hashlib import sha256
-
-    path.write_text("".join(f"any\t{w.name.split('-')[0]}\t0.1\trequired\t{w.name}\t"
-                            f"{sha256(w.read_bytes()).hexdigest()}\n" for w in wheels))
-    return path
-
-
-def test_gpu_check_names_the_missing_pieces_and_install_joins_them(tmp_path, monkeypatch):
-    folder, site = tmp_path / "wheels", tmp_path / "site"
-    folder.mkdir()
-    big = _wheel(folder, "bigpkg", {"bigpkg/__init__.py": "V = 2\n"}, blob=2_500_000)
-    small = _wheel(folder, "smallpkg", {"smallpkg/__init__.py": "V = 3\n"})
-    lock = _lock_of([big, small], tmp_path / "t.lock")
-    monkeypatch.setenv("DALILOAD_BENCH_TRANSFER", str(tmp_path / "transfer-cuda13.tsv"))
-    monkeypatch.setenv("DALILOAD_BENCH_LOCK", str(lock))
-    subprocess.run([sys.executable, str(GPU_SCRIPT.parent / "wheelhouse.py"), "pack", "--wheels", str(folder),
-                    "--piece-mb", "1"], check=True, capture_output=True)
-    kept = {f"{big.name}.part-aa", f"{big.name}.part-ab", f"{big.name}.part-ac", "wheels-small-cuda13.tar"}
-    for path in folder.iterdir():
-        if path.name not in kept:
-            path.unlink()
-    (folder / f"{big.name}.part-ac").rename(tmp_path / "part-ac")  # still on its way
-    before = sorted(p.name for p in folder.iterdir())
-    done = _script("--check", "--wheels", str(folder), lock=lock)
-    assert done.returncode == 3, done.stderr
-    assert f"MISSING {big.name}.part-ac" in done.stdout
-    assert f"have    {big.name}.part-ab" in done.stdout and "have    wheels-small-cuda13.tar" in done.stdout
-    assert f"1 of 4 pieces missing: {big.name}.part-ac" in done.stdout
-    assert "MISSING   bigpkg 0.1 (required)" in done.stdout
-    assert "to install smallpkg from smallpkg-0.1-py3-none-any.whl (once its pieces are joined)" in done.stdout
-    assert sorted(p.name for p in folder.iterdir()) == before  # --check wrote nothing
-
-    (tmp_path / "part-ac").rename(folder / f"{big.name}.part-ac")
-    done = _script("--install-only", "--wheels", str(folder), site=site, lock=lock)
-    assert f"assembled {big.name}" in done.stdout and f"unpacked {small.name}" in done.stdout, done.stderr
-    assert (site / "bigpkg" / "__init__.py").read_text() == "V = 2\n"
-    assert (site / "smallpkg" / "__init__.py").read_text() == "V = 3\n"
-
-
-def test_gpu_install_keeps_nvidia_a_namespace_package(tmp_path):
-    wheels, site, system = tmp_path / "wheels", tmp_path / "site", tmp_path / "system"
-    wheels.mkdir()
-    (system / "nvidia" / "cudnn").mkdir(parents=True)  # the machine's own, as a CUDA torch image has it
-    (system / "nvidia" / "cudnn" / "__init__.py").write_text("WHERE = 'system'\n")
-    # nvimgcodec, nvjpeg2k and nvtiff wheels ship nvidia/__init__.py like this one
-    _wheel(wheels, "nvfake", {"nvidia/__init__.py": "\n", "nvidia/fakedali/__init__.py": "WHERE = 'site'\n"})
-    done = _script("--install-only", "--wheels", str(wheels), site=site, lock=_empty_lock(tmp_path))
-    assert "so nvidia stays a namespace package" in done.stdout, done.stderr
-    assert not (site / "nvidia" / "__init__.py").exists()
-    code = "import nvidia, nvidia.cudnn, nvidia.fakedali; print(nvidia.cudnn.WHERE, nvidia.fakedali.WHERE)"
-    both = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=f"{site}{os.pathsep}{system}"))
-    assert both.stdout.split() == ["system", "site"], both.stderr
-
+# --- the GPU run: NVDEC proof, the NVDEC ceiling ------------------------------------------
 
 def test_a_row_without_nvdec_activity_is_failed():
     from benchmarks.metrics import nvdec_failure

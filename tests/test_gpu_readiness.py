@@ -208,3 +208,33 @@ def test_the_test_decodes_run_in_a_supervised_worker(av1_dataset, tmp_path):
         assert result[nvdec_class(entry)] == ""
     else:
         assert "CUDA is not available" in result[nvdec_class(entry)]
+
+
+@pytest.mark.cuda
+@pytest.mark.dali
+def test_av1_on_this_gpu_decodes_as_the_nvdec_table_says(make_clip):
+    """The table's AV1 entry for the GPU this runs on, settled by decoding an AV1 file with DALI on NVDEC.
+
+    Hopper (H100, H200) is listed without AV1 from NVIDIA's application note and no decode had tried it:
+    on the first GPU visit this test decodes one. A table that is wrong fails here, naming the generation.
+    """
+    pytest.importorskip("nvidia.dali")
+    from daliload.framecode import read_clip
+    from daliload.pipeline import DaliBatchError, DaliClipDecoder
+    from daliload.plan import CropBox, OutputSpec, Sample
+    from daliload.prescreen.gpus import detect_gpu
+
+    target = detect_gpu()
+    av1 = make_clip(codec="av1", num_frames=40, width=192, height=144)
+    samples = [Sample(position=0, video_index=0, path=str(av1), label=0, start_frame=5, frame_stride=2, clip_len=8,
+                      crop=CropBox.full())]
+    raw = OutputSpec(size=(144, 192), mean=(0, 0, 0), std=(1, 1, 1), dtype="float32", layout="CTHW")
+    with DaliClipDecoder(raw, batch_size=1, device="gpu", num_threads=2) as decoder:
+        try:
+            frames = read_clip(decoder.decode_batch(samples, timeout_s=120).videos[0].cpu(), layout="CTHW")
+            outcome = "decodes AV1" if frames == samples[0].frame_indices(40) else f"decodes wrong frames {frames}"
+        except DaliBatchError as err:
+            outcome = f"does not decode AV1 ({err.reason})"
+    table = "decodes AV1" if target.decodes_av1 else "does not decode AV1"
+    assert outcome.startswith(table), (f"{target.describe()}: the NVDEC table says it {table}, DALI on this GPU "
+                                       f"{outcome}: change AV1_GENERATIONS in daliload/prescreen/gpus.py")

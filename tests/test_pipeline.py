@@ -7,6 +7,7 @@ indices are read back from the frame code painted into every generated frame.
 from __future__ import annotations
 
 import pickle
+import re
 import sys
 from pathlib import Path
 
@@ -115,6 +116,100 @@ def test_window_past_the_end_repeats_the_last_frame(vp9, raw_decoder):
     assert torch.equal(batch.videos[0][:, 5], batch.videos[0][:, 7])
 
 
+#: Windows past the end of the 90-frame clip, and one inside it, as (start, stride).
+PAST_END = [(70, 4), (89, 2), (85, 1), (20, 3)]
+
+
+@needs_dali
+@pytest.mark.parametrize(("layout", "dtype"), [("CTHW", "float32"), ("TCHW", "uint8"), ("CTHW", "float16")])
+def test_frame_counts_give_the_same_clips_past_the_end(vp9, layout, dtype):
+    """With the plan's frame counts DALI decodes only existing frames; the clips are unchanged.
+
+    Crops and flips come before the last frame is repeated, so the repeats
+    must equal DALI's own edge padding of the cropped, flipped frame.
+    """
+    crops = [CropBox.full(), CropBox.full(), CropBox(0.1, 0.2, 0.9, 0.8), CropBox(0.0, 0.0, 0.5, 0.5)]
+    samples = [sample(vp9, start, stride, crop=crop, flip=i % 2 == 1, position=i)
+               for i, ((start, stride), crop) in enumerate(zip(PAST_END, crops))]
+    output = raw_output(layout=layout, dtype=dtype)
+    with DaliClipDecoder(output, batch_size=4, device="cpu", num_threads=2) as padded_by_dali, \
+            DaliClipDecoder(output, batch_size=4, device="cpu", num_threads=2,
+                            num_frames={str(vp9): NUM_FRAMES}) as counted:
+        reference = padded_by_dali.decode_batch(samples).videos
+        got = counted.decode_batch(samples).videos
+    assert got.shape == reference.shape and got.dtype == reference.dtype
+    assert torch.equal(got, reference)
+    for s, clip in list(zip(samples, got))[:2]:  # the uncropped ones carry a readable frame code
+        frames = clip if layout == "TCHW" else clip.transpose(0, 1)  # (T, C, H, W)
+        codes = [read_code(frame.float(), layout="CHW") for frame in frames]
+        assert [c.index for c in codes] == s.frame_indices(NUM_FRAMES)
+        assert {c.flipped for c in codes} == {s.flip}
+
+
+@needs_dali
+def test_frame_counts_ask_dali_for_each_existing_frame_once(vp9, monkeypatch):
+    """The cost: P frames past the end used to cost about P decodes of the file; now none."""
+    fed = []
+    with DaliClipDecoder(RAW, batch_size=4, device="cpu", num_threads=2,
+                         num_frames={str(vp9): NUM_FRAMES}) as decoder:
+        pipe = decoder._pipe
+        real_feed = pipe.feed_input
+        monkeypatch.setattr(pipe, "feed_input", lambda name, data: (fed.append((name, data)), real_feed(name, data))[1])
+        batch = decoder.decode_batch([sample(vp9, 70, 4), sample(vp9, 89, 2), sample(vp9, 0, 1)])
+    frames = dict(fed)["frames"]
+    assert [ids.tolist() for ids in frames] == [[70, 74, 78, 82, 86, 89], [89], list(range(8))]
+    assert {name for name, _ in fed}.isdisjoint({"start_frame", "frame_stride", "clip_len"})
+    assert read_clip(batch.videos[0], layout="CTHW") == [70, 74, 78, 82, 86, 89, 89, 89]
+    assert read_clip(batch.videos[1], layout="CTHW") == [89] * 8
+    assert read_clip(batch.videos[2], layout="CTHW") == list(range(8))
+    # The repeats are the decoded frame itself, pixel for pixel.
+    assert torch.equal(batch.videos[0][:, 5], batch.videos[0][:, 7])
+
+
+@needs_dali
+def test_frame_counts_keep_whole_batches_zero_copy(vp9):
+    """A batch with no window past the end is still DALI's own buffer; a padded one is a copy."""
+    with DaliClipDecoder(RAW, batch_size=2, device="cpu", num_threads=2,
+                         num_frames={str(vp9): NUM_FRAMES}) as decoder:
+        whole = decoder.decode_batch([sample(vp9, 0, 1), sample(vp9, 30, 2)])
+        dali_buffer = torch.from_dlpack(whole.outputs[0].as_tensor())
+        assert whole.videos.data_ptr() == dali_buffer.data_ptr()
+        padded = decoder.decode_batch([sample(vp9, 0, 1), sample(vp9, 80, 2)])
+        assert not padded.outputs[0].is_dense_tensor()
+        assert read_clip(padded.videos[1], layout="CTHW") == [80, 82, 84, 86, 88, 89, 89, 89]
+
+
+@needs_dali
+def test_a_file_shorter_than_its_count_fails_its_batch_instead_of_being_padded(vp9, broken_files):
+    """With counts DALI pads nothing: a plan that expects frames the file lacks is an error, as a
+    start past the end is without counts (the loader then isolates the file)."""
+    short = broken_files["truncated"]  # a third of the 90-frame clip
+    counts = {str(vp9): NUM_FRAMES, str(short): NUM_FRAMES}
+    with DaliClipDecoder(RAW, batch_size=2, device="cpu", num_threads=2, num_frames=counts) as decoder:
+        with pytest.raises(DaliBatchError, match=r"out-of-bounds frame index") as info:
+            decoder.decode_batch([sample(vp9, 0, 1), sample(short, 60, 2, position=1)])
+        assert str(short) in str(info.value)
+        after = decoder.decode_batch([sample(vp9, 86, 1)])
+        assert read_clip(after.videos[0], layout="CTHW") == [86, 87, 88, 89, 89, 89, 89, 89]
+
+
+@needs_dali
+@pytest.mark.parametrize(("counts", "error", "message"), [
+    ([90], TypeError, r"num_frames must be a mapping of path -> frame count or None, got list"),
+    ({"other.webm": 90}, ValueError, r"no frame count for .*clip\d+_vp9.webm in this decoder's num_frames"),
+    ({"VP9": 0}, ValueError, r"num_frames\[.*\] must be an integer >= 1 \(frames in the file\), got 0"),
+    ({"VP9": -5}, ValueError, r"must be an integer >= 1 .*got -5"),
+    ({"VP9": True}, ValueError, r"must be an integer >= 1 .*got True"),
+    ({"VP9": 90.0}, ValueError, r"must be an integer >= 1 .*got 90.0"),
+])
+def test_frame_counts_are_validated(vp9, counts, error, message):
+    if isinstance(counts, dict):
+        counts = {str(vp9) if k == "VP9" else k: v for k, v in counts.items()}
+    with pytest.raises(error, match=message):
+        with DaliClipDecoder(RAW, batch_size=1, device="cpu", num_threads=1, num_frames=counts) as decoder:
+            decoder.submit([sample(vp9, 0, 1)])
+
+
 def test_flip_mirrors_every_frame(vp9, raw_decoder):
     batch = raw_decoder.decode_batch([sample(vp9, 10, 2), sample(vp9, 10, 2, flip=True)])
     plain, flipped = batch.videos
@@ -168,7 +263,8 @@ def test_normalisation_dtypes_and_layouts(vp9, raw_decoder):
 
 
 @needs_dali
-def test_a_train_plan_decodes_as_planned(make_clip):
+@pytest.mark.parametrize("counted", [False, True], ids=["dali-pads", "counts"])
+def test_a_train_plan_decodes_as_planned(make_clip, counted):
     """Plan -> DALI end to end: windows, flips and labels, over clips of several lengths."""
     lengths = [90, 45, 20]  # the last is shorter than a clip's span: edge padding
     videos = [VideoInfo(str(make_clip(codec="vp9", num_frames=n, gop=30)), label=i, num_frames=n,
@@ -180,7 +276,8 @@ def test_a_train_plan_decodes_as_planned(make_clip):
         videos, seed=1, epoch=epoch, rank=0, world_size=1, clip=clip, augment=augment)]
     assert {s.flip for s in plan} == {True, False}
     output = OutputSpec(size=(96, 128))  # the default float16, Kinetics-normalised output
-    with DaliClipDecoder(output, batch_size=3, device="cpu", num_threads=2) as decoder:
+    counts = {v.path: v.num_frames for v in videos} if counted else None
+    with DaliClipDecoder(output, batch_size=3, device="cpu", num_threads=2, num_frames=counts) as decoder:
         for first in range(0, len(plan), 3):
             batch = decoder.decode_batch(plan[first:first + 3])
             for s, clip_tensor, label in zip(batch.samples, batch.videos, batch.labels.tolist()):
@@ -188,6 +285,41 @@ def test_a_train_plan_decodes_as_planned(make_clip):
                 assert [c.index for c in codes] == s.frame_indices(lengths[s.video_index])
                 assert {c.flipped for c in codes} == {s.flip}
                 assert label == s.label
+
+
+
+@needs_dali
+def test_padding_benchmark_runs_small_and_compares_both_ways(tmp_path):
+    """benchmarks.bench_padding: both ways on the same windows (it checks their clips are equal)."""
+    import json
+
+    from benchmarks import bench_padding
+
+    out, md = tmp_path / "padding.json", tmp_path / "RESULTS.md"
+    assert bench_padding.main(["--frames", "40", "--size", "128x96", "--clip-len", "6", "--stride", "3",
+                               "--padded", "0", "5", "--runs", "1", "--data-dir", str(tmp_path / "data"),
+                               "--json", str(out), "--results-md", str(md)]) == 0
+    result = json.loads(out.read_text())
+    assert [row["padded"] for row in result["rows"]] == [0, 5]
+    assert [row["start_frame"] for row in result["rows"]] == [39 - 5 * 3, 39]  # ends on the last frame, 39
+    assert all(len(row[way]["ms"]) == 1 for row in result["rows"] for way in ("dali_pads", "counts"))
+    text = md.read_text()
+    assert "## Windows past a file's end on DALI: `python -m benchmarks.bench_padding`" in text and "| 5 | " in text
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--padded", "16"], r"--padded: each P must be 0 .. clip_len - 1 \(15\), got \[16\]"),
+    (["--frames", "30"], r"--frames 30 is too short for a window of 16 frames at stride 4"),
+    (["--size", "big"], r"--size: expected WIDTHxHEIGHT, e.g. 340x256, got 'big'"),
+    (["--runs", "0"], r"--runs must be >= 1, got 0"),
+])
+def test_padding_benchmark_refuses_bad_options(argv, message, capsys):
+    from benchmarks import bench_padding
+
+    with pytest.raises(SystemExit) as info:
+        bench_padding.parse_args(argv)
+    assert info.value.code == 2
+    assert re.search(message, capsys.readouterr().err)
 
 
 # --- batches in flight, short batches, errors ----------------------------------------------
@@ -372,26 +504,32 @@ def test_real_vp9_webm_matches_pyav(realclips, raw_decoder):
 
 
 @needs_dali
-def test_dali_and_the_fallback_agree_on_the_same_plan(make_clip):
+@pytest.mark.parametrize("counted", [False, True], ids=["dali-pads", "counts"])
+def test_dali_and_the_fallback_agree_on_the_same_plan(make_clip, counted):
     """Same plan (random crops, flips, windows) through DALI-CPU and through fallback/.
 
+    The 18-frame video is shorter than a clip's span (22 frames): its window
+    runs past the end, padded by DALI or, with counts, repeated by the decoder.
     Tolerance: mean absolute difference < 3 in 0..255 units per clip (measured
     1.3-1.5: chroma interpolation differs, DESIGN.md; resampling adds < 0.4).
     """
     decode = pytest.importorskip("fallback.decode")
     transform = pytest.importorskip("fallback.transform")
     videos = []
-    for i, n in enumerate([90, 50]):
+    for i, n in enumerate([90, 18]):
         path = make_clip(codec="vp9", num_frames=n, width=160, height=120, gop=30, seed=n)
         videos.append(VideoInfo(str(path), label=i, num_frames=n, fps=30.0, width=160, height=120))
     augment = AugmentSpec(crop_size=64, crop_mode="random_resized", area_range=(0.3, 1.0))
     plan = make_train_plan(videos, seed=4, epoch=0, rank=0, world_size=1,
                            clip=ClipSpec(clip_len=8, frame_stride=3), augment=augment)
     output = raw_output(size=(64, 64))
-    with DaliClipDecoder(output, batch_size=2, device="cpu", num_threads=2) as decoder:
+    counts = {v.path: v.num_frames for v in videos}
+    with DaliClipDecoder(output, batch_size=2, device="cpu", num_threads=2,
+                         num_frames=counts if counted else None) as decoder:
         dali_clips = decoder.decode_batch(plan).videos
+    assert plan[[s.path for s in plan].index(videos[1].path)].frame_indices(18)[-2:] == [17, 17]  # past the end
     for s, dali_clip in zip(plan, dali_clips):
-        frames = decode.decode_window(s.path, s.frame_indices()).frames
+        frames = decode.decode_window(s.path, s.frame_indices(counts[s.path])).frames
         fallback_clip = transform.apply_plan(frames, s, output)
         assert fallback_clip.shape == dali_clip.shape
         assert float((fallback_clip - dali_clip).abs().mean()) < 3.0, s
@@ -439,3 +577,28 @@ def test_the_views_of_a_video_share_one_read_of_its_file(vp9, raw_decoder, monke
     batch = raw_decoder.decode_batch(views)
     assert reads == [str(vp9)]
     assert [read_clip(v, layout="CTHW")[0] for v in batch.videos] == [0, 10, 20, 30]
+
+
+@needs_dali
+@pytest.mark.cuda
+def test_frame_counts_on_gpu_give_the_same_clips_on_a_side_stream(make_clip):
+    """NVDEC with counts: the same clips as DALI's edge padding, the repeat copy ordered on the caller's stream.
+
+    Decoded on a side stream that is not synchronised with the default one
+    before reading: the copy that repeats the last frame must run after
+    DALI's outputs are ready on that stream, and read buffers still valid.
+    """
+    h264 = make_clip(codec="h264", num_frames=NUM_FRAMES, width=192, height=144, gop=30)
+    samples = [sample(h264, start, stride, position=i) for i, (start, stride) in enumerate(PAST_END)]
+    output = raw_output(size=(144, 192))
+    with DaliClipDecoder(output, batch_size=4, device="gpu", num_threads=4) as padded_by_dali, \
+            DaliClipDecoder(output, batch_size=4, device="gpu", num_threads=4,
+                            num_frames={str(h264): NUM_FRAMES}) as counted:
+        reference = padded_by_dali.decode_batch(samples).videos.cpu()
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            batch = counted.decode_batch(samples)
+            got = batch.videos.to("cpu", non_blocking=False)  # queued on the side stream, after the copy
+    assert batch.videos.is_cuda and torch.equal(got, reference)
+    for s, clip in zip(samples, got):
+        assert read_clip(clip, layout="CTHW") == s.frame_indices(NUM_FRAMES)

@@ -1,9 +1,16 @@
-"""Pieces of at most 60 MB, and the transfer plan that names them (see wheelhouse.py and README.md).
+"""The transfer plan: the wheels a GPU host lacks, as one tar stream cut into pieces that each fill a call.
 
 Standard library only, like wheelhouse.py, which imports it from beside itself.
-``transfer-FLAVOUR.tsv`` holds :class:`TransferRow` lines: ``file`` (a file the
-pieces make: a wheel or the tar bundle of the small wheels), ``piece`` (one
-transfer, in the order to send them) and ``member`` (a wheel in the bundle).
+``transfer-FLAVOUR.tsv`` holds :class:`TransferRow` lines:
+
+- ``file``: the stream, ``wheels-FLAVOUR.tar`` (its size and sha256);
+- ``piece``: one transfer, in sending order (``part_of``: the stream);
+- ``member``: a wheel in the stream, with the ``offset`` of its first byte.
+
+The stream holds the wheels smallest first, so most of them are complete early:
+a wheel can be taken out and installed as soon as the pieces up to the one that
+holds its last byte have arrived (:func:`extract_complete`), long before the
+last piece lands. The pieces are never joined into the stream on the host.
 """
 
 from __future__ import annotations
@@ -15,8 +22,9 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from visit import PIECE_BYTES
+
 HERE = Path(__file__).resolve().parent
-PIECE_MB = 60
 _PIECE = re.compile(r"^(?P<base>.+)\.part-(?P<suffix>[a-z]{2})$")
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
@@ -29,41 +37,37 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-
 def _suffix(index: int) -> str:
     return _LETTERS[index // 26] + _LETTERS[index % 26]
 
 
-
-def split(path: Path, piece_mb: int = PIECE_MB) -> list[Path]:
-    """Cut ``path`` into ``path.part-aa``, ``-ab``, ... of at most ``piece_mb`` MB (10^6 bytes).
+def split(path: Path, piece_bytes: int = PIECE_BYTES) -> list[Path]:
+    """Cut ``path`` into ``path.part-aa``, ``-ab``, ... of at most ``piece_bytes`` bytes.
 
     Also writes ``path.sha256`` (``sha256sum`` format) for the reassembly check.
     """
-    size = piece_mb * 1000 * 1000
+    if piece_bytes < 1:
+        raise ValueError(f"piece_bytes must be >= 1, got {piece_bytes}")
     pieces = []
     with open(path, "rb") as f:
         for index in range(26 * 26):
-            block = f.read(size)
+            block = f.read(piece_bytes)
             if not block:
                 break
             piece = path.with_name(f"{path.name}.part-{_suffix(index)}")
             piece.write_bytes(block)
             pieces.append(piece)
         else:
-            raise ValueError(f"{path}: more than {26 * 26} pieces of {piece_mb} MB; use bigger pieces")
+            raise ValueError(f"{path}: more than {26 * 26} pieces of {piece_bytes} bytes; use bigger pieces")
     path.with_name(path.name + ".sha256").write_text(f"{sha256_of(path)}  {path.name}\n", encoding="utf-8")
     return pieces
 
 
-
 @dataclass(frozen=True)
 class TransferRow:
-    """One line of ``transfer-FLAVOUR.tsv``.
+    """One line of ``transfer-FLAVOUR.tsv`` (see the module docstring).
 
-    ``kind`` is ``file`` (a file the pieces make: a wheel or the bundle),
-    ``piece`` (one transfer; ``part_of`` is the file it makes, itself when sent
-    whole) or ``member`` (a wheel inside the bundle ``part_of``).
+    ``offset`` is where a member's bytes start in the stream (-1 for other rows).
     """
 
     kind: str
@@ -71,27 +75,24 @@ class TransferRow:
     size: int
     sha256: str
     part_of: str
+    offset: int = -1
 
 
-
-def bundle_name(flavour: str) -> str:
-    return f"wheels-small-{flavour}.tar"
-
+def stream_name(flavour: str) -> str:
+    return f"wheels-{flavour}.tar"
 
 
 def transfer_path(flavour: str) -> Path:
     return Path(os.environ.get("DALILOAD_BENCH_TRANSFER") or HERE / f"transfer-{flavour}.tsv")
 
 
-
 def _read_rows(path: Path) -> list[TransferRow]:
     rows = []
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.strip() and not line.startswith("#"):
-            kind, name, size, sha, part_of = line.split("\t")
-            rows.append(TransferRow(kind, name, int(size), sha, part_of))
+            kind, name, size, sha, part_of, *offset = line.split("\t")
+            rows.append(TransferRow(kind, name, int(size), sha, part_of, int(offset[0]) if offset else -1))
     return rows
-
 
 
 def read_transfer(flavour: str) -> list[TransferRow] | None:
@@ -100,68 +101,123 @@ def read_transfer(flavour: str) -> list[TransferRow] | None:
     return _read_rows(path) if path.is_file() else None
 
 
+def write_rows(path: Path, rows: list[TransferRow], header: str) -> None:
+    path.write_text(header + "".join(f"{r.kind}\t{r.name}\t{r.size}\t{r.sha256}\t{r.part_of}\t{r.offset}\n"
+                                     for r in rows), encoding="utf-8")
 
-def _bundle(folder: Path, files: list[Path], name: str) -> Path:
-    """A tar of ``files`` (flat names, fixed owner/mode/time: the same bytes on every run)."""
+
+def write_stream(folder: Path, wheels: list[Path], name: str) -> tuple[Path, list[TransferRow]]:
+    """A tar of ``wheels`` in this order (flat names, fixed owner/mode/time: the same bytes on every run).
+
+    Returns the stream and a ``member`` row per wheel, with the offset of its bytes.
+    """
     path = folder / name
-    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as archive:
-        for file in files:
-            info = tarfile.TarInfo(file.name)
-            info.size, info.mode, info.mtime = file.stat().st_size, 0o644, 0
-            with open(file, "rb") as f:
+    members = []
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as archive:
+        for wheel in wheels:
+            info = tarfile.TarInfo(wheel.name)
+            info.size, info.mode, info.mtime = wheel.stat().st_size, 0o644, 0
+            with open(wheel, "rb") as f:
                 archive.addfile(info, f)
-    return path
+            # The archive's position is now past the data, padded to a 512-byte block.
+            offset = archive.offset - -(-info.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
+            members.append(TransferRow("member", wheel.name, info.size, sha256_of(wheel), name, offset))
+    return path, members
 
 
-
-def _file_rows(path: Path, piece_mb: int) -> list[TransferRow]:
-    """The ``file`` row of ``path`` and its ``piece`` rows (cut when over ``piece_mb``)."""
+def file_rows(path: Path, piece_bytes: int) -> list[TransferRow]:
+    """The ``file`` row of ``path`` and its ``piece`` rows (cut when over ``piece_bytes``)."""
     rows = [TransferRow("file", path.name, path.stat().st_size, sha256_of(path), "-")]
-    pieces = split(path, piece_mb) if path.stat().st_size > piece_mb * 1000 * 1000 else [path]
+    pieces = split(path, piece_bytes) if path.stat().st_size > piece_bytes else [path]
     return rows + [TransferRow("piece", p.name, p.stat().st_size, sha256_of(p), path.name) for p in pieces]
 
 
+@dataclass(frozen=True)
+class Arrival:
+    """What of the stream is on this machine (:func:`arrived`).
 
-def pending_files(folder: Path, flavour: str) -> set[str]:
-    """Files that ``assemble`` would make from complete pieces in ``folder`` (and the wheels of such a bundle)."""
-    names = set()
-    groups: dict[str, list[str]] = {}
-    for entry in folder.iterdir() if folder.is_dir() else []:
-        match = _PIECE.match(entry.name)
-        if match:
-            groups.setdefault(match["base"], []).append(match["suffix"])
-    rows = read_transfer(flavour) or []
-    planned = {r.name: sorted(p.name for p in rows if p.kind == "piece" and p.part_of == r.name)
-               for r in rows if r.kind == "file"}
-    for base, suffixes in groups.items():
-        want = planned.get(base) or [f"{base}.part-{_suffix(i)}" for i in range(len(suffixes))]
-        if all((folder / name).is_file() for name in want):
-            names.add(base)
-    for base in [n for n in planned if (folder / n).is_file() or n in names]:
-        names |= {r.name for r in rows if r.kind == "member" and r.part_of == base}
-    return names
+    Attributes:
+        have: the pieces present, whole and with their sha256, from the first
+            on without a gap.
+        prefix_bytes: how many bytes of the stream those pieces make.
+        missing: the pieces not (yet) here, in sending order.
+        bad: ``(piece, why)`` for a piece present but not as planned.
+    """
+
+    have: tuple[TransferRow, ...]
+    prefix_bytes: int
+    missing: tuple[TransferRow, ...]
+    bad: tuple[tuple[TransferRow, str], ...]
 
 
+def arrived(folder: Path, rows: list[TransferRow], *, verify: bool = True) -> Arrival:
+    """Which pieces of the stream are in ``folder``; ``verify`` checks each one's sha256."""
+    have, missing, bad = [], [], []
+    prefix, gap = 0, False
+    for piece in (r for r in rows if r.kind == "piece"):
+        path = folder / piece.name
+        if not path.is_file():
+            missing.append(piece)
+            gap = True
+            continue
+        size = path.stat().st_size
+        if size != piece.size:
+            why = f"{size} bytes, not {piece.size}" + (" (still arriving?)" if size < piece.size else "")
+            bad.append((piece, why))
+            gap = True
+            continue
+        if verify and sha256_of(path) != piece.sha256:
+            bad.append((piece, "sha256 differs from the transfer plan: it is from another pack; send it again"))
+            gap = True
+            continue
+        have.append(piece)
+        if not gap:
+            prefix += piece.size
+    return Arrival(tuple(have), prefix, tuple(missing), tuple(bad))
 
-def unpack_bundles(folder: Path, flavour: str) -> list[str]:
-    """Extract the wheels of the flavour's bundle (when it is there); return the names extracted."""
-    bundle = folder / bundle_name(flavour)
-    if not bundle.is_file():
-        return []
-    extracted = []
-    with tarfile.open(bundle) as archive:
-        for member in archive.getmembers():
-            target = folder / member.name
-            if "/" in member.name or not member.isfile() or not member.name.endswith(".whl"):
-                continue
-            if target.is_file() and target.stat().st_size == member.size:
-                continue
-            source = archive.extractfile(member)
-            assert source is not None
-            target.write_bytes(source.read())
-            extracted.append(member.name)
-    return extracted
 
+def complete_members(rows: list[TransferRow], prefix_bytes: int) -> list[TransferRow]:
+    """The members whose bytes all lie in the first ``prefix_bytes`` bytes of the stream."""
+    return [r for r in rows if r.kind == "member" and r.offset >= 0 and r.offset + r.size <= prefix_bytes]
+
+
+def _read_span(folder: Path, pieces: list[TransferRow], offset: int, size: int) -> bytes:
+    """Bytes ``offset .. offset + size`` of the stream, read from its pieces."""
+    out, start = bytearray(), 0
+    for piece in pieces:
+        end = start + piece.size
+        if end > offset and start < offset + size:
+            with open(folder / piece.name, "rb") as f:
+                f.seek(max(0, offset - start))
+                out += f.read(min(end, offset + size) - max(start, offset))
+        start = end
+    return bytes(out)
+
+
+def extract_complete(folder: Path, rows: list[TransferRow], arrival: Arrival) -> tuple[list[Path], list[str]]:
+    """Write every member wheel the arrived pieces hold whole into ``folder`` (skipping those already there).
+
+    Returns:
+        ``(wheels written, errors)``; a wheel whose bytes do not match its
+        sha256 is not written (its pieces passed their own check, so the
+        transfer plan and the pieces disagree: pack again).
+    """
+    pieces = [r for r in rows if r.kind == "piece"]
+    written, errors = [], []
+    for member in complete_members(rows, arrival.prefix_bytes):
+        target = folder / member.name
+        if target.is_file() and target.stat().st_size == member.size and sha256_of(target) == member.sha256:
+            continue
+        data = _read_span(folder, pieces, member.offset, member.size)
+        if hashlib.sha256(data).hexdigest() != member.sha256:
+            errors.append(f"{member.name}: its bytes in the pieces do not match its sha256 in the transfer plan "
+                          f"(the plan and the pieces come from different packs)")
+            continue
+        partial = target.with_name(target.name + ".partial")
+        partial.write_bytes(data)
+        os.replace(partial, target)
+        written.append(target)
+    return written, errors
 
 
 def _plan_rows() -> list[TransferRow]:
@@ -169,7 +225,6 @@ def _plan_rows() -> list[TransferRow]:
     override = os.environ.get("DALILOAD_BENCH_TRANSFER")
     paths = [Path(override)] if override else sorted(HERE.glob("transfer-*.tsv"))
     return [row for path in paths if path.is_file() for row in _read_rows(path)]
-
 
 
 def _bad_pieces(pieces: list[Path]) -> str:

@@ -1,38 +1,44 @@
-"""Wheels for a GPU machine that cannot reach a package registry: split, reassemble, check, install.
+"""Wheels for a GPU machine that cannot reach a package registry: pack, receive piece by piece, check, install.
 
 Standard library only: it runs on the GPU machine before anything is installed.
 ``run_gpu_bench.sh`` beside it drives it; it also runs on its own::
 
-    python3 wheelhouse.py pack --wheels DIR [--flavour cuda13]   # here: the transfer pieces + transfer-FLAVOUR.tsv
-    python3 wheelhouse.py split FILE [--piece-mb 60]    # here: FILE.part-aa, -ab, ... + FILE.sha256
-    python3 wheelhouse.py assemble --wheels DIR          # there: pieces -> FILE, sha256 checked
+    python3 wheelhouse.py pack --wheels DIR [--flavour cuda13]   # here: the pieces + transfer-FLAVOUR.tsv
+    python3 wheelhouse.py split FILE [--piece-bytes N]   # here: any other file in pieces + FILE.sha256
+    python3 wheelhouse.py receive --wheels DIR --site SITE   # there, each call: new pieces in, wheels installed
     python3 wheelhouse.py check --wheels DIR [--flavour cuda13|cuda12]   # changes nothing
-    python3 wheelhouse.py install --wheels DIR --site SITE [--flavour ...]
+    python3 wheelhouse.py install --wheels DIR --site SITE   # receive, join other split files, install the rest
+    python3 wheelhouse.py assemble --wheels DIR          # join FILE.part-aa, -ab, ... of split files
 
-``transfer-FLAVOUR.tsv`` beside this file (written by ``pack``, tracked in git)
-lists the pieces, each at most 60 MB, that carry the wheels to a machine that
-receives one piece per transfer, in the order to send them: the wheels over
-60 MB cut into ``FILE.part-aa, -ab, ...``, the others in one tar bundle
-(``wheels-small-FLAVOUR.tar``, cut the same way). ``check`` names every piece
-still missing; ``install`` joins the pieces, unpacks the bundle, checks every
-sha256 and installs.
+``pack`` puts the wheels the GPU host lacks (the lock's required ones, less
+:data:`visit.HOST_PACKAGES`) into one tar stream, smallest first, cut into
+pieces that each fill one call (:data:`visit.PIECE_BYTES`), and writes
+``transfer-FLAVOUR.tsv`` (tracked in git, it travels with the checkout). On
+the host, ``receive`` checks each piece as it arrives and installs every wheel
+the arrived pieces hold whole (:mod:`pieces`), so by the last piece only DALI
+is left to install, and the last step only tests and benchmarks.
 
 ``wheels.lock`` beside this file lists every package the GPU run needs, with
 the exact file (for CPython 3.12 on x86-64) and its sha256. A package already
 installed (at any version) is used as is; the others are installed with
-``pip install --no-index --no-deps --target SITE`` into a separate folder that
-is put first on ``PYTHONPATH``: the machine's own packages (torch, numpy) are
-never replaced or upgraded. Other ``*.whl`` files in the folder that the lock
-does not name (a torchcodec build matching the machine's torch, say) are
-installed the same way when their package is not installed yet.
+``pip install --no-index --no-deps --target`` into a staging folder that is
+then merged into SITE, a separate folder put first on ``PYTHONPATH``: the
+machine's own packages (torch, numpy) are never replaced. (Installing each
+wheel with ``--target SITE`` directly would replace SITE's whole ``nvidia``
+folder with the newest wheel's, or skip it: pip moves top-level folders.)
+Other ``*.whl`` files in the folder that the lock does not name (a torchcodec
+build matching the machine's torch, say) are installed the same way when
+their package is not installed yet.
+
+``SITE/nvidia`` gets an ``__init__.py`` that extends its path over every
+``nvidia`` folder on ``sys.path``: SITE comes first, so it is the package
+imported, and the machine's own ``nvidia.cudnn``, ``nvidia.cublas``, ... stay
+importable beside the carried ``nvidia.dali``, even where one of the machine's
+wheels made its ``nvidia`` a regular package (which, left alone, would hide the
+carried namespace portion).
 
 Exit codes: 0 fine, 2 pieces that do not add up, 3 required wheels missing,
 4 pip or the import check failed.
-
-Wheels that ship ``nvidia/__init__.py`` (nvimgcodec, nvjpeg2k, nvtiff do) would
-make ``SITE/nvidia`` a regular package that hides the machine's own
-``nvidia.*`` namespace packages (``nvidia.cudnn`` of a CUDA torch); ``install``
-deletes that file so ``nvidia`` stays a namespace package.
 
 Test hooks: ``DALILOAD_BENCH_IGNORE_INSTALLED=name,name`` treats those packages
 as not installed; ``DALILOAD_BENCH_LOCK=FILE`` reads another lock file;
@@ -42,124 +48,153 @@ as not installed; ``DALILOAD_BENCH_LOCK=FILE`` reads another lock file;
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.metadata
 import os
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from pieces import (_PIECE, PIECE_MB, TransferRow, _bad_pieces, _bundle, _file_rows, _plan_rows, _suffix,
-                    bundle_name, pending_files, read_transfer, sha256_of, split, transfer_path, unpack_bundles)
+from pieces import (_PIECE, TransferRow, _bad_pieces, _plan_rows, _suffix, arrived, complete_members,
+                    extract_complete, file_rows, read_transfer, sha256_of, split, stream_name, transfer_path,
+                    write_rows, write_stream)
+from visit import HOST_PACKAGES, PIECE_BYTES, pieces_and_members
+from visit import short_name as _short
 
 HERE = Path(__file__).resolve().parent
 #: manylinux tags pip download needs to pick the x86-64 wheels of wheels.lock
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
              "manylinux2014_x86_64", "manylinux_2_12_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64")
+_IMAGE_LIBS = "DALI loads it only for image decoders and compression, which daliload does not use"
 WHY_OPTIONAL = {
     "psutil": "peak RSS and CPU of DataLoader workers (without it: the main process only)",
-    "nvidia-ml-py": "NVDEC utilisation and GPU memory through NVML (without it: nvidia-smi)",
     "decord": "the decord-cpu peer",
+    "nvidia-nvimgcodec-cu13": _IMAGE_LIBS, "nvidia-nvimgcodec-cu12": _IMAGE_LIBS,
+    "nvidia-libnvcomp-cu13": _IMAGE_LIBS, "nvidia-libnvcomp-cu12": _IMAGE_LIBS,
+    "nvidia-nvjpeg": _IMAGE_LIBS, "nvidia-nvjpeg-cu12": _IMAGE_LIBS,
+    "nvidia-nvjpeg2k-cu13": _IMAGE_LIBS, "nvidia-nvjpeg2k-cu12": _IMAGE_LIBS,
+    "nvidia-nvtiff-cu13": _IMAGE_LIBS, "nvidia-nvtiff-cu12": _IMAGE_LIBS,
 }
+NAMESPACE_INIT = '''\
+# Written by daliload's benchmarks/gpu/wheelhouse.py. This folder comes first on sys.path, so this
+# regular package is the "nvidia" imported; extend_path adds every other "nvidia" folder on
+# sys.path to it (the machine's nvidia.cudnn, nvidia.cublas, ...), also one whose own __init__.py
+# would otherwise hide the packages carried here.
+__path__ = __import__("pkgutil").extend_path(__path__, __name__)
+'''
 
 
 def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def pack(folder: Path, flavour: str, piece_mb: int = PIECE_MB) -> list[TransferRow]:
-    """Cut the flavour's wheels in ``folder`` into transfer pieces; write and return the transfer plan.
+@dataclass(frozen=True)
+class LockEntry:
+    flavour: str
+    name: str
+    version: str
+    need: str
+    file: str
+    sha256: str
 
-    Wheels over ``piece_mb`` MB are split; the others go into one tar bundle,
-    split in turn when it is over ``piece_mb`` MB. Every wheel of wheels.lock
-    for the flavour must be in ``folder`` (ValueError names the ones that are not).
+
+def read_lock(path: Path | None = None) -> list[LockEntry]:
+    """The entries of wheels.lock (or of the file ``DALILOAD_BENCH_LOCK`` names)."""
+    path = path or Path(os.environ.get("DALILOAD_BENCH_LOCK") or HERE / "wheels.lock")
+    entries = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            entries.append(LockEntry(*line.split("\t")))
+    return entries
+
+
+def carried_entries(flavour: str, host: frozenset[str] = HOST_PACKAGES) -> tuple[list[LockEntry], list[str]]:
+    """The lock entries a visit carries (required, not on the host), and why each other one is left out."""
+    carried, left_out = [], []
+    for entry in read_lock():
+        if entry.flavour not in ("any", flavour):
+            continue
+        if normalize(entry.name) in host:
+            left_out.append(f"{entry.name}: the host's image has it")
+        elif entry.need != "required":
+            left_out.append(f"{entry.name}: optional ({WHY_OPTIONAL.get(entry.name, 'see README')})")
+        else:
+            carried.append(entry)
+    return carried, left_out
+
+
+def pack(folder: Path, flavour: str, piece_bytes: int = PIECE_BYTES,
+         host: frozenset[str] = HOST_PACKAGES) -> list[TransferRow]:
+    """Put the wheels a visit carries, smallest first, into one stream cut into pieces; write the transfer plan.
+
+    Every carried wheel of wheels.lock must be in ``folder`` with its locked
+    sha256 (ValueError names the ones that are not).
     """
-    entries = [e for e in read_lock() if e.flavour in ("any", flavour)]
-    absent = [e.file for e in entries if not (folder / e.file).is_file()]
+    carried, left_out = carried_entries(flavour, host)
+    absent = [e.file for e in carried if not (folder / e.file).is_file()]
     if absent:
         raise ValueError(f"not in {folder}: {', '.join(absent)} (download them first, see README.md)")
-    limit = piece_mb * 1000 * 1000
-    big = [folder / e.file for e in entries if (folder / e.file).stat().st_size > limit]
-    small = [folder / e.file for e in entries if (folder / e.file).stat().st_size <= limit]
-    rows: list[TransferRow] = []
-    for path in big:
-        rows += _file_rows(path, piece_mb)
-    bundle = _bundle(folder, small, bundle_name(flavour))
-    rows += _file_rows(bundle, piece_mb)
-    rows += [TransferRow("member", p.name, p.stat().st_size, sha256_of(p), bundle.name) for p in small]
+    wrong = [e.file for e in carried if sha256_of(folder / e.file) != e.sha256]
+    if wrong:
+        raise ValueError(f"sha256 differs from wheels.lock: {', '.join(wrong)} (download them again)")
+    wheels = sorted((folder / e.file for e in carried), key=lambda p: (p.stat().st_size, p.name))
+    stream, members = write_stream(folder, wheels, stream_name(flavour))
+    rows = file_rows(stream, piece_bytes) + members
     header = (f"# Transfer plan for the {flavour} wheels (written by wheelhouse.py pack; see README.md).\n"
-              "# 'piece' rows, in order: one transfer each, into benchmarks/gpu/wheels/.\n"
-              "#kind\tname\tbytes\tsha256\tpart_of\n")
-    transfer_path(flavour).write_text(header + "".join(
-        f"{r.kind}\t{r.name}\t{r.size}\t{r.sha256}\t{r.part_of}\n" for r in rows), encoding="utf-8")
+              "# 'piece' rows, in order: one call each, into benchmarks/gpu/wheels/; 'member' rows: the wheels\n"
+              "# in the stream, smallest first, with the offset of their bytes. Left out:\n"
+              + "".join(f"#   {why}\n" for why in left_out)
+              + "#kind\tname\tbytes\tsha256\tpart_of\toffset\n")
+    write_rows(transfer_path(flavour), rows, header)
     return rows
 
 
-def _target_needed(target: TransferRow, rows: list[TransferRow], folder: Path, piece: str) -> str | None:
-    """Why the pieces of ``target`` are not needed (it is there whole, or all it holds is installed), or None."""
-    whole = folder / target.name
-    if piece != target.name and whole.is_file() and whole.stat().st_size == target.size:
-        return f"{target.name} is there whole"
-    lock = {e.file: e for e in read_lock()}
-    wheels = [r.name for r in rows if r.kind == "member" and r.part_of == target.name] or [target.name]
-    names = [lock[w].name for w in wheels if w in lock]
-    if names and len(names) == len(wheels) and all(_installed(n) is not None for n in names):
-        return f"{', '.join(names)} installed"
-    return None
-
-
 def transfer_status(folder: Path, flavour: str) -> tuple[list[str], list[str]]:
-    """Lines saying, piece by piece in transfer order, what is there; and the names of the missing pieces."""
+    """Lines saying, piece by piece in sending order, what is here and what it completes; the missing pieces."""
     rows = read_transfer(flavour)
     if rows is None:
         return [f"No transfer plan {transfer_path(flavour).name}: pieces cannot be named "
                 f"(make one with: wheelhouse.py pack --flavour {flavour})"], []
-    targets = {r.name: r for r in rows if r.kind == "file"}
-    pieces = [r for r in rows if r.kind == "piece"]
-    lines = [f"Transfer pieces ({transfer_path(flavour).name}: {len(pieces)}, in this order, one per transfer, "
+    arrival = arrived(folder, rows)
+    pieces, completes = pieces_and_members(rows)
+    have = {p.name for p in arrival.have}
+    bad = dict((p.name, why) for p, why in arrival.bad)
+    lines = [f"Transfer pieces ({transfer_path(flavour).name}: {len(pieces)}, one per call, in this order, "
              f"into {folder}):"]
-    missing = []
     for number, piece in enumerate(pieces, 1):
-        path = folder / piece.name
-        skip = _target_needed(targets[piece.part_of], rows, folder, piece.name) if piece.part_of in targets else None
-        note = ""
-        if skip is not None:
-            state, note = "-", f": not needed, {skip}"
-        elif path.is_file() and path.stat().st_size == piece.size:
-            state = "have"
-        else:
-            state = "MISSING"
-            note = f": {path.stat().st_size} bytes, not {piece.size}" if path.is_file() else ""
-            missing.append(piece.name)
-        lines.append(f"  {number:2d} {state:<7} {piece.name} ({piece.size / 1e6:.1f} MB){note}")
+        state = "have" if piece.name in have else "BAD" if piece.name in bad else "MISSING"
+        note = f": {bad[piece.name]}" if piece.name in bad else ""
+        done = f"; completes {', '.join(_short(w) for w in completes[piece.name])}" if completes[piece.name] else ""
+        lines.append(f"  {number:2d} {state:<7} {piece.name} ({piece.size / (1 << 20):.1f} MiB){done}{note}")
+    missing = [p.name for p in arrival.missing] + list(bad)
     lines.append(f"{len(missing)} of {len(pieces)} pieces missing" + (f": {', '.join(missing)}" if missing else ""))
     return lines, missing
 
 
-def keep_nvidia_namespace(site: Path) -> list[str]:
-    """Delete ``SITE/nvidia/__init__.py`` that some wheels ship, so ``nvidia`` stays a namespace package.
+def extend_nvidia_namespace(site: Path) -> list[str]:
+    """Give ``SITE/nvidia`` an ``__init__.py`` that extends its path over every ``nvidia`` on ``sys.path``.
 
-    A regular ``nvidia`` package first on ``PYTHONPATH`` would hide every
-    ``nvidia.*`` package of the machine (``nvidia.cudnn``, ``nvidia.cublas`` of
-    a CUDA torch). Returns what was done, for the log.
+    See the module docstring. Returns what was done, for the log ([] when
+    there is no ``SITE/nvidia`` or it is already in place).
     """
     package = site / "nvidia"
     init = package / "__init__.py"
-    if not init.is_file():
+    if not package.is_dir() or (init.is_file() and init.read_text(encoding="utf-8") == NAMESPACE_INIT):
         return []
-    code = [line for line in init.read_text(encoding="utf-8", errors="replace").splitlines()
-            if line.strip() and not line.lstrip().startswith("#")]
-    init.unlink()
+    shipped = init.is_file()
+    init.write_text(NAMESPACE_INIT, encoding="utf-8")
     for cached in (package / "__pycache__").glob("__init__.*.pyc"):
         cached.unlink()
-    note = f"removed {init} (a wheel ships it) so nvidia stays a namespace package beside the machine's nvidia.*"
-    return [note + (f"; it held {len(code)} line(s) of code" if code else "")]
+    return [f"{init}: {'replaced the one a wheel ships' if shipped else 'written'}; it extends nvidia's path over "
+            f"every nvidia folder on sys.path, so the machine's nvidia.* packages stay importable"]
 
 
 def _lock_hashes() -> dict[str, str]:
-    known = {row.name: row.sha256 for row in _plan_rows() if row.kind in ("file", "piece")}
+    known = {row.name: row.sha256 for row in _plan_rows() if row.kind in ("file", "piece", "member")}
     return known | {entry.file: entry.sha256 for entry in read_lock()}
 
 
@@ -176,18 +211,21 @@ def expected_sha256(target: Path) -> tuple[str | None, str]:
 
 
 def assemble(folder: Path) -> tuple[list[Path], list[str]]:
-    """Join every ``NAME.part-aa, -ab, ...`` in ``folder`` into ``NAME``.
+    """Join every ``NAME.part-aa, -ab, ...`` in ``folder`` into ``NAME``, except a transfer plan's streams.
 
     Returns:
         ``(files assembled or already complete, error messages)``. A file is
         only written when its pieces run ``aa, ab, ...`` without a gap and its
         sha256 matches (``NAME.sha256``, else wheels.lock); without a known
-        hash, a ``.whl`` must at least pass a zip integrity test.
+        hash, a ``.whl`` must at least pass a zip integrity test. The pieces of
+        a transfer plan's stream are left to :func:`receive`, which reads the
+        wheels out of them without joining them.
     """
+    streams = {row.name for row in _plan_rows() if row.kind == "file"}
     groups: dict[Path, list[tuple[str, Path]]] = {}
     for entry in sorted(folder.iterdir()):
         match = _PIECE.match(entry.name)
-        if match and entry.is_file():
+        if match and entry.is_file() and match["base"] not in streams:
             groups.setdefault(folder / match["base"], []).append((match["suffix"], entry))
     done, errors = [], []
     for target, pieces in sorted(groups.items()):
@@ -234,26 +272,6 @@ def assemble(folder: Path) -> tuple[list[Path], list[str]]:
         os.replace(partial, target)
         done.append(target)
     return done, errors
-
-
-@dataclass(frozen=True)
-class LockEntry:
-    flavour: str
-    name: str
-    version: str
-    need: str
-    file: str
-    sha256: str
-
-
-def read_lock(path: Path | None = None) -> list[LockEntry]:
-    """The entries of wheels.lock (or of the file ``DALILOAD_BENCH_LOCK`` names)."""
-    path = path or Path(os.environ.get("DALILOAD_BENCH_LOCK") or HERE / "wheels.lock")
-    entries = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip() and not line.startswith("#"):
-            entries.append(LockEntry(*line.split("\t")))
-    return entries
 
 
 def _supported_tags() -> set[str] | None:
@@ -305,8 +323,8 @@ class CheckResult:
 def check(folder: Path, flavour: str, pending: set[str] = frozenset()) -> CheckResult:  # type: ignore[assignment]
     """What is installed, what the folder provides, what is missing (see the module docstring).
 
-    ``pending`` names wheels that are not in the folder yet but that its pieces
-    make (see :func:`pending_files`): they count as provided.
+    ``pending`` names wheels that are not in the folder yet but that pieces
+    already here hold whole (they count as provided).
     """
     supported = _supported_tags()
     wheels = {}
@@ -314,6 +332,7 @@ def check(folder: Path, flavour: str, pending: set[str] = frozenset()) -> CheckR
     for entry in sorted(set(present) | {folder / name for name in pending if name.endswith(".whl")}):
         if wheel_fits(entry.name, supported):
             wheels.setdefault(_wheel_name(entry.name)[0], []).append(entry)
+    carried = {e.file for e in carried_entries(flavour)[0]}
     lines, to_install, missing_req, missing_opt = [], [], [], []
     named = set()
     for entry in read_lock():
@@ -328,11 +347,15 @@ def check(folder: Path, flavour: str, pending: set[str] = frozenset()) -> CheckR
         found = sorted(wheels.get(key, []), key=lambda p: p.name != entry.file)  # the locked file first
         if found:
             to_install.append(found[0])
-            later = " (once its pieces are joined)" if not found[0].exists() else ""
+            later = " (in the pieces here; taken out when installing)" if not found[0].exists() else ""
             lines.append(f"  to install {entry.name} from {found[0].name}{later}")
-        elif entry.need == "required":
+            continue
+        on_its_way = " (its piece has not arrived)" if entry.file in carried else ""
+        host = " (the transfer plan leaves it out: the GPU host's image has it)" \
+            if normalize(entry.name) in HOST_PACKAGES else ""
+        if entry.need == "required":
             missing_req.append(entry)
-            lines.append(f"  MISSING   {entry.name} {entry.version} (required): {entry.file}")
+            lines.append(f"  MISSING   {entry.name} {entry.version} (required): {entry.file}{on_its_way}{host}")
         else:
             missing_opt.append(entry)
             lines.append(f"  missing   {entry.name} {entry.version} (optional: "
@@ -357,53 +380,112 @@ def missing_message(result: CheckResult, folder: Path) -> str:
                      f"any wheel of the same name that fits CPython {python} will do)")
     platforms = " ".join(f"--platform {p}" for p in PLATFORMS)
     specs = " ".join(f"{e.name}=={e.version}" for e in entries)
-    lines += ["Fetch them where PyPI is reachable, and cut files over 60 MB into pieces:",
+    lines += ["Fetch them where PyPI is reachable, and cut files over a call's size into pieces:",
               f"  python3 -m pip download --no-deps --only-binary=:all: --python-version {python} "
               f"--implementation cp {platforms} -d wheels {specs}",
-              "  for f in wheels/*.whl; do [ $(stat -c %s \"$f\") -gt 60000000 ] && "
+              f"  for f in wheels/*.whl; do [ $(stat -c %s \"$f\") -gt {PIECE_BYTES} ] && "
               "benchmarks/gpu/run_gpu_bench.sh --split \"$f\" && rm \"$f\"; done"]
     return "\n".join(lines)
 
 
+def merge_tree(source: Path, target: Path) -> None:
+    """Move everything under ``source`` into ``target``, merging folders that both have (files replaced)."""
+    target.mkdir(parents=True, exist_ok=True)
+    for entry in source.iterdir():
+        dest = target / entry.name
+        if entry.is_dir() and not entry.is_symlink() and dest.is_dir() and not dest.is_symlink():
+            merge_tree(entry, dest)
+            continue
+        if dest.is_dir() and not dest.is_symlink():
+            shutil.rmtree(dest)
+        elif dest.exists() or dest.is_symlink():
+            dest.unlink()
+        shutil.move(str(entry), str(dest))
+
+
 def install(paths: list[Path], site: Path) -> int:
+    """Install ``paths`` (wheels) into ``site`` beside what is there (module docstring); pip's exit code."""
     if not paths:
         return 0
     site.mkdir(parents=True, exist_ok=True)
+    stage = site.with_name(site.name + ".stage")
+    shutil.rmtree(stage, ignore_errors=True)
     command = [sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--no-compile",
-               "--disable-pip-version-check", "--upgrade", "--target", str(site)] + [str(p) for p in paths]
-    print("  " + " ".join(command[:10]) + f" ... ({len(paths)} wheels)", flush=True)
+               "--disable-pip-version-check", "--target", str(stage)] + [str(p) for p in paths]
+    print(f"  pip install --no-index --no-deps --target {stage} ({len(paths)} wheels: "
+          f"{', '.join(_short(p.name) for p in paths)})", flush=True)
     code = subprocess.call(command)
-    for note in keep_nvidia_namespace(site):
-        print(f"  {note}", flush=True)
+    if code == 0:
+        merge_tree(stage, site)
+        for note in extend_nvidia_namespace(site):
+            print(f"  {note}", flush=True)
+    shutil.rmtree(stage, ignore_errors=True)
+    importlib.invalidate_caches()  # so _installed() sees what just went into SITE
     return code
+
+
+def receive(folder: Path, flavour: str, site: Path) -> int:
+    """Check the pieces here, take out every wheel they hold whole, install those not installed yet.
+
+    Returns 0, or 2 when a piece is not as planned (named: send it again) or
+    4 when pip fails. Safe to run again: what is done is skipped.
+    """
+    rows = read_transfer(flavour)
+    if rows is None:
+        print(f"  no transfer plan {transfer_path(flavour).name}: nothing to receive")
+        return 0
+    lines, _ = transfer_status(folder, flavour)
+    print("\n".join(lines), flush=True)
+    arrival = arrived(folder, rows)
+    if arrival.bad:
+        for piece, why in arrival.bad:
+            print(f"piece {piece.name}: {why}", file=sys.stderr)
+        return 2
+    written, errors = extract_complete(folder, rows, arrival)
+    for error in errors:
+        print(error, file=sys.stderr)
+    if errors:
+        return 2
+    lock = {e.file: e for e in read_lock()}
+    ready = [folder / m.name for m in complete_members(rows, arrival.prefix_bytes)]
+    todo = [p for p in ready if p.name not in lock or _installed(lock[p.name].name) is None]
+    if written:
+        print(f"  taken out of the pieces: {', '.join(_short(p.name) for p in written)}")
+    if install(todo, site) != 0:
+        print("pip install failed (see above)", file=sys.stderr)
+        return 4
+    waiting = [m.name for m in rows if m.kind == "member" and folder / m.name not in ready]
+    print(f"  installed now: {len(todo)}; waiting for pieces: {', '.join(map(_short, waiting)) or 'none'}")
+    return 0
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("split", help="cut a file into <= 60 MB pieces plus a .sha256")
+    p = sub.add_parser("split", help="cut a file into pieces of a call's size plus a .sha256")
     p.add_argument("file", type=Path)
-    p.add_argument("--piece-mb", type=int, default=PIECE_MB)
-    for name in ("pack", "assemble", "check", "install"):
+    p.add_argument("--piece-bytes", type=int, default=PIECE_BYTES)
+    for name in ("pack", "assemble", "check", "receive", "install"):
         p = sub.add_parser(name)
         p.add_argument("--wheels", type=Path, default=HERE / "wheels")
         p.add_argument("--flavour", choices=("cuda13", "cuda12"), default="cuda13")
-        if name == "install":
+        if name in ("install", "receive"):
             p.add_argument("--site", type=Path, required=True)
         if name == "pack":
-            p.add_argument("--piece-mb", type=int, default=PIECE_MB)
+            p.add_argument("--piece-bytes", type=int, default=PIECE_BYTES)
     return parser.parse_args(argv)
 
 
 def _print_pack(rows: list[TransferRow], flavour: str) -> None:
-    pieces = [r for r in rows if r.kind == "piece"]
-    print(f"{transfer_path(flavour)}: {len(pieces)} pieces, to send in this order, one per transfer:")
+    pieces, completes = pieces_and_members(rows)
+    print(f"{transfer_path(flavour)}: {len(pieces)} pieces, to send in this order, one per call:")
     for number, piece in enumerate(pieces, 1):
-        print(f"  {number:2d} {piece.name} ({piece.size / 1e6:.1f} MB)")
+        print(f"  {number:2d} {piece.name} ({piece.size / (1 << 20):.1f} MiB): completes "
+              f"{', '.join(map(_short, completes[piece.name])) or 'nothing'}")
 
 
-def _assemble_step(folder: Path, flavour: str) -> int:
-    """Join pieces and unpack the bundle; 2 when pieces do not add up."""
+def _assemble_step(folder: Path) -> int:
+    """Join other split files; 2 when their pieces do not add up."""
     done, errors = assemble(folder) if folder.is_dir() else ([], [])
     for path in done:
         print(f"  assembled {path.name}")
@@ -412,32 +494,37 @@ def _assemble_step(folder: Path, flavour: str) -> int:
         for error in errors:
             print(f"  {error}", file=sys.stderr)
         return 2
-    for name in unpack_bundles(folder, flavour):
-        print(f"  unpacked {name}")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     if args.command == "split":
-        pieces = split(args.file, args.piece_mb)
-        print(f"{args.file.name}: {len(pieces)} pieces of at most {args.piece_mb} MB, sha256 in "
+        pieces = split(args.file, args.piece_bytes)
+        print(f"{args.file.name}: {len(pieces)} pieces of at most {args.piece_bytes} bytes, sha256 in "
               f"{args.file.name}.sha256:")
         for piece in pieces:
             print(f"  {piece}")
         return 0
     if args.command == "pack":
-        _print_pack(pack(args.wheels, args.flavour, args.piece_mb), args.flavour)
+        _print_pack(pack(args.wheels, args.flavour, args.piece_bytes), args.flavour)
         return 0
     if args.command == "assemble":
-        return _assemble_step(args.wheels, args.flavour)
+        return _assemble_step(args.wheels)
+    if args.command == "receive":
+        return receive(args.wheels, args.flavour, args.site)
     pending: set[str] = set()
     if args.command == "check":  # changes nothing: pieces are only looked at
         lines, _ = transfer_status(args.wheels, args.flavour)
         print("\n".join(lines))
-        pending = pending_files(args.wheels, args.flavour)
-    elif _assemble_step(args.wheels, args.flavour):
-        return 2
+        rows = read_transfer(args.flavour) or []
+        pending = {m.name for m in complete_members(rows, arrived(args.wheels, rows).prefix_bytes)} \
+            if args.wheels.is_dir() else set()
+    else:
+        if args.wheels.is_dir():
+            code = receive(args.wheels, args.flavour, args.site) or _assemble_step(args.wheels)
+            if code:
+                return code
     result = check(args.wheels, args.flavour, pending)
     print(f"Wheels for the GPU benchmark (DALI flavour {args.flavour}, Python "
           f"{sys.version_info.major}.{sys.version_info.minor}, folder {args.wheels}):")
@@ -446,7 +533,8 @@ def main(argv: list[str] | None = None) -> int:
         stream = sys.stderr if result.missing_required else sys.stdout
         print(missing_message(result, args.wheels), file=stream)
     if result.missing_required:
-        print(f"{len(result.missing_required)} required wheel(s) missing: nothing installed.", file=sys.stderr)
+        done = "nothing installed" if args.command == "check" else "the GPU run cannot start"
+        print(f"{len(result.missing_required)} required wheel(s) missing: {done}.", file=sys.stderr)
         return 3
     if args.command == "check":
         return 0

@@ -1,0 +1,441 @@
+"""The GPU visit, on the CPU: its plan against the host's limits, the pieces received and installed as they
+arrive, the nvidia namespace, the preflight, and the split helper for other files (benchmarks/gpu/)."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from hashlib import sha256
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+GPU = REPO / "benchmarks" / "gpu"
+GPU_SCRIPT = GPU / "run_gpu_bench.sh"
+sys.path.insert(0, str(GPU))  # the scripts there import each other from beside themselves
+
+import checks  # noqa: E402
+import pieces  # noqa: E402
+import visit  # noqa: E402
+import wheelhouse  # noqa: E402
+
+MIB = 1 << 20
+
+
+# --- the plan of the visit ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def plan() -> visit.Plan:
+    rows = pieces.read_transfer("cuda13")
+    assert rows is not None, "transfer-cuda13.tsv is committed beside run_gpu_bench.sh"
+    return visit.make_plan(rows)
+
+
+def test_the_visit_with_one_retry_of_its_last_step_fits_the_hosts_limits(plan):
+    """The arithmetic, step by step, against the limits the host's documentation states."""
+    limits, assumed = visit.HostLimits(), visit.Assumptions()
+    assert (limits.device_s, limits.warm_s, limits.min_start_left_s, limits.command_s, limits.call_bytes) == (
+        900, 30, 240, 600, 64 * MIB)
+    calls = plan.calls
+    pieces_sent = [c for c in calls if c.piece]
+    assert [c.kind for c in calls] == ["preflight"] + ["receive"] * (len(pieces_sent) - 2) + ["smoke", "last", "last"]
+    assert calls[-1].retry and not calls[-2].retry and calls[-1].command == calls[-2].command
+    # What each call costs: the start once, a gap before every call after the first, its transfer, its command.
+    expected = limits.start_s + limits.warm_s  # the start, and the idle time before the machine goes back
+    for call in calls:
+        expected += (0 if call.number == 1 else assumed.gap_s) + call.carried_bytes / MIB * assumed.transfer_s_per_mib
+        expected += call.expected_s
+    assert plan.total_s == pytest.approx(expected)
+    assert plan.total_s + assumed.margin_s <= limits.device_s
+    assert plan.without_retry_s == pytest.approx(plan.total_s - assumed.gap_s - calls[-1].transfer_s(assumed)
+                                                 - plan.last_step_s)
+    # The last step is all that is left, halved: one more second would not fit with its retry.
+    assert plan.total_s + assumed.margin_s + 2 > limits.device_s
+    assert plan.last_step_s >= assumed.tests_s + 60  # a minute of benchmark after the tests at least
+    # Every call: within a command's limit, a call's bytes, a gap the machine survives, what comes back.
+    assert assumed.gap_s <= limits.warm_s
+    for call in calls:
+        assert call.expected_s <= call.timeout_s <= limits.command_s
+        assert call.carried_bytes <= limits.call_bytes
+        assert len(visit.OUT_FILES[call.kind]) <= limits.out_files
+    # Even if every call before the last step runs to its timeout, the last step still fits once.
+    worst = limits.start_s + limits.warm_s + sum(
+        c.transfer_s(assumed) + c.timeout_s for c in calls if not c.retry) + assumed.gap_s * (len(calls) - 2)
+    assert worst <= limits.device_s
+    assert visit.check_plan(plan) == []
+
+
+def test_the_plan_check_names_what_breaks_the_limits(plan):
+    rows = pieces.read_transfer("cuda13")
+    piece = next(r for r in rows if r.kind == "piece")
+    many = [dataclasses.replace(piece, name=f"p{i}") for i in range(9)]  # nine full calls
+    problems = visit.check_plan(visit.make_plan(many))  # the last step shrinks to what is left: too little
+    assert any(re.match(r"the last step's \d+ s leave the benchmark under a minute", p) for p in problems), problems
+    assert any(re.match(r"with every call at its timeout the visit takes \d+ s", p) for p in problems), problems
+    longer = dataclasses.replace(plan, steps=plan.steps + (("a slower start", 61.0),))
+    assert any("more than the 900 s of device time" in p for p in visit.check_plan(longer))
+    big = [dataclasses.replace(piece, size=63 * MIB)]  # with the 2 MiB checkout: over a call
+    assert any("carries 65.0 MiB, more than 64 MiB" in p for p in visit.check_plan(visit.make_plan(big)))
+    slow = dataclasses.replace(plan, assumed=dataclasses.replace(plan.assumed, gap_s=31))
+    assert any("loses the machine" in p for p in visit.check_plan(slow))
+    with pytest.raises(ValueError, match="the transfer plan has no pieces"):
+        visit.make_plan([])
+
+
+def test_the_checkout_that_travels_with_every_call_stays_under_its_allowance():
+    """A piece fills a call less the checkout: a heavier checkout would push every call over 64 MiB."""
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, check=True).stdout
+    tracked = sum((REPO / n).stat().st_size for n in listed.decode().split("\0") if n and (REPO / n).is_file())
+    assert tracked <= visit.ASSUMED.checkout_bytes, f"tracked files weigh {tracked / MIB:.2f} MiB"
+    assert visit.PIECE_BYTES + visit.ASSUMED.checkout_bytes == visit.HostLimits().call_bytes
+
+
+def test_the_transfer_plan_carries_only_what_the_host_lacks_smallest_first():
+    rows = pieces.read_transfer("cuda13")
+    members = [r for r in rows if r.kind == "member"]
+    carried, left_out = wheelhouse.carried_entries("cuda13")
+    assert sorted(m.name for m in members) == sorted(e.file for e in carried)
+    names = {wheelhouse.normalize(e.name) for e in carried}
+    assert "nvidia-dali-cuda130" in names and "av" in names
+    assert not names & visit.HOST_PACKAGES
+    assert not names & {"numpy", "decord", "nvidia-nvimgcodec-cu13", "nvidia-libnvcomp-cu13", "psutil"}
+    assert any(why.startswith("decord: optional") for why in left_out)
+    # The stream: members back to back, smallest first; pieces of one call each, adding up to the stream.
+    assert [m.size for m in members] == sorted(m.size for m in members)
+    assert all(a.offset + a.size <= b.offset for a, b in zip(members, members[1:]))
+    stream = next(r for r in rows if r.kind == "file")
+    piece_rows = [r for r in rows if r.kind == "piece"]
+    assert sum(p.size for p in piece_rows) == stream.size
+    assert all(p.size <= visit.PIECE_BYTES for p in piece_rows)
+    _, completes = visit.pieces_and_members(rows)
+    assert "nvidia_dali_cuda130-2.4.0-py3-none-manylinux_2_28_x86_64.whl" in completes[piece_rows[-1].name]
+    assert any(w.startswith("av-") for w in completes[piece_rows[0].name])  # PyAV in the first call
+
+
+def test_plan_and_check_run_on_a_cpu_host(tmp_path):
+    done = _script("--plan")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "Fits the host's limits." in out and "DOES NOT FIT" not in out
+    assert re.search(r"0:00-\d+:\d\d call 1 \[preflight\] .*: carry benchmarks/gpu/wheels/wheels-cuda13.tar.part-aa",
+                     out)
+    assert "call 6 [RETRY of the last step, only if call 5 failed]" in out
+    assert 'benchmarks/gpu/run_gpu_bench.sh --out "$OUT" --smoke' in out
+    assert re.search(r"total with the retry", out) and "completes and installs: nvidia_dali_cuda130 2.4.0" in out
+    done = _script("--check", "--wheels", str(tmp_path), lock=_empty_lock(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "4 of 4 pieces missing" in done.stdout and "MISSING wheels-cuda13.tar.part-aa" in done.stdout
+
+
+# --- receiving pieces, installing as they arrive ----------------------------------------------------
+
+
+def _wheel(folder: Path, name: str, files: dict[str, str], blob: int = 0) -> Path:
+    path = folder / f"{name}-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        for member, text in files.items():
+            archive.writestr(member, text)
+        if blob:
+            archive.writestr(f"{name}/blob.bin", np.random.default_rng(len(name)).bytes(blob))
+        for member, text in (("METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n"),
+                             ("WHEEL", "Wheel-Version: 1.0\nGenerator: t\nRoot-Is-Purelib: true\nTag: py3-none-any\n"),
+                             ("RECORD", "")):
+            archive.writestr(f"{name}-0.1.dist-info/{member}", text)
+    return path
+
+
+def _lock_of(wheels: list[Path], path: Path) -> Path:
+    path.write_text("".join(f"any\t{w.name.split('-')[0]}\t0.1\trequired\t{w.name}\t"
+                            f"{sha256(w.read_bytes()).hexdigest()}\n" for w in wheels))
+    return path
+
+
+def _empty_lock(folder: Path) -> Path:
+    """A lock naming no package, so these tests do not depend on what this environment has installed."""
+    path = folder / "empty.lock"
+    path.write_text("#flavour\tname\tversion\tneed\tfile\tsha256\n")
+    return path
+
+
+def _script(*args: str, ignore: str = "", site: Path | None = None, lock: Path | None = None,
+            transfer: Path | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHON=sys.executable, DALILOAD_BENCH_IGNORE_INSTALLED=ignore,
+               DALILOAD_DALI_FLAVOUR="cuda13", DALILOAD_BENCH_LOCK=str(lock or ""),
+               DALILOAD_BENCH_TRANSFER=str(transfer or ""))
+    if site is not None:
+        env["DALILOAD_BENCH_SITE"] = str(site)
+    return subprocess.run(["bash", str(GPU_SCRIPT), *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+@pytest.fixture
+def packed(tmp_path, monkeypatch):
+    """Three wheels (two small, one of 2.5 MB) packed into 1 MiB pieces: the small ones complete in piece 1."""
+    here = tmp_path / "here"
+    here.mkdir()
+    wheels = [_wheel(here, "smallpkg", {"smallpkg/__init__.py": "V = 3\n"}),
+              _wheel(here, "tinypkg", {"tinypkg/__init__.py": "V = 4\n"}),
+              _wheel(here, "bigpkg", {"bigpkg/__init__.py": "V = 2\n"}, blob=2_500_000)]
+    lock = _lock_of(wheels, tmp_path / "t.lock")
+    transfer = tmp_path / "transfer-cuda13.tsv"
+    monkeypatch.setenv("DALILOAD_BENCH_LOCK", str(lock))
+    monkeypatch.setenv("DALILOAD_BENCH_TRANSFER", str(transfer))
+    rows = wheelhouse.pack(here, "cuda13", piece_bytes=MIB, host=frozenset())
+    return here, rows, lock, transfer
+
+
+def test_receive_installs_each_wheel_as_soon_as_its_last_piece_lands(packed, tmp_path):
+    here, rows, lock, transfer = packed
+    piece_rows = [r for r in rows if r.kind == "piece"]
+    assert [r.name for r in rows if r.kind == "member"][-1] == "bigpkg-0.1-py3-none-any.whl"  # smallest first
+    assert len(piece_rows) == 3
+    host, site = tmp_path / "host", tmp_path / "site"
+    host.mkdir()
+    installed_after = []
+    for piece in piece_rows:
+        shutil.copy(here / piece.name, host / piece.name)
+        done = _script("--receive", "--wheels", str(host), site=site, lock=lock, transfer=transfer)
+        assert done.returncode == 0, done.stdout + done.stderr
+        installed_after.append(sorted(p.name for p in site.iterdir() if p.name.endswith("pkg")) if site.exists()
+                               else [])
+    assert installed_after == [["smallpkg", "tinypkg"], ["smallpkg", "tinypkg"], ["bigpkg", "smallpkg", "tinypkg"]]
+    assert (site / "bigpkg" / "__init__.py").read_text() == "V = 2\n"
+    assert "installed now: 1; waiting for pieces: none" in done.stdout
+    again = _script("--receive", "--wheels", str(host), site=site, lock=lock, transfer=transfer)
+    assert again.returncode == 0 and "installed now: 0" in again.stdout  # safe to run again
+    assert not list(host.glob("*.tar")), "the pieces are read where they are, never joined"
+
+
+def test_receive_names_a_piece_that_is_not_as_planned(packed, tmp_path):
+    here, rows, lock, transfer = packed
+    host, site = tmp_path / "host", tmp_path / "site"
+    host.mkdir()
+    first, second = [r.name for r in rows if r.kind == "piece"][:2]
+    shutil.copy(here / first, host / first)
+    (host / second).write_bytes((here / second).read_bytes()[:-10])  # truncated
+    out = tmp_path / "out"  # the call's $OUT: the log goes there too, the exit code is kept
+    done = _script("--out", str(out), "--receive", "--wheels", str(host), site=site, lock=lock, transfer=transfer)
+    assert done.returncode == 2
+    assert f"piece {second}: {MIB - 10} bytes, not {MIB} (still arriving?)" in done.stdout  # stderr joins the log
+    assert f"piece {second}: {MIB - 10} bytes" in (out / "visit.log").read_text()
+    (host / second).write_bytes(bytes(MIB))  # the right size, other bytes: from another pack
+    done = _script("--receive", "--wheels", str(host), site=site, lock=lock, transfer=transfer)
+    assert done.returncode == 2 and "sha256 differs from the transfer plan" in done.stderr
+
+
+def test_check_names_the_missing_pieces_and_what_each_completes(packed, tmp_path):
+    here, rows, lock, transfer = packed
+    host = tmp_path / "host"
+    host.mkdir()
+    first = next(r for r in rows if r.kind == "piece")
+    shutil.copy(here / first.name, host / first.name)
+    done = _script("--check", "--wheels", str(host), lock=lock, transfer=transfer)
+    assert done.returncode == 3, done.stderr
+    assert re.search(r"1 have +wheels-cuda13.tar.part-aa \(1.0 MiB\); completes tinypkg 0.1, smallpkg 0.1",
+                     done.stdout)
+    assert re.search(r"3 MISSING wheels-cuda13.tar.part-ac .*; completes bigpkg 0.1", done.stdout)
+    assert "2 of 3 pieces missing" in done.stdout
+    assert "to install smallpkg from smallpkg-0.1-py3-none-any.whl (in the pieces here" in done.stdout
+    assert "MISSING   bigpkg 0.1 (required): bigpkg-0.1-py3-none-any.whl (its piece has not arrived)" in done.stdout
+    assert sorted(p.name for p in host.iterdir()) == [first.name]  # --check wrote nothing
+
+
+def test_pack_makes_the_same_pieces_every_time(packed, tmp_path):
+    """Whoever packs the locked wheels gets the pieces whose sha256 the committed transfer plan names."""
+    here, rows, _, _ = packed
+    again = tmp_path / "again"
+    again.mkdir()
+    for wheel in here.glob("*.whl"):
+        shutil.copy(wheel, again / wheel.name)
+    assert wheelhouse.pack(again, "cuda13", piece_bytes=MIB, host=frozenset()) == rows
+
+
+def test_pack_refuses_wheels_that_are_absent_or_not_the_locked_ones(tmp_path, monkeypatch):
+    wheel = _wheel(tmp_path, "onepkg", {"onepkg/__init__.py": "\n"})
+    monkeypatch.setenv("DALILOAD_BENCH_LOCK", str(_lock_of([wheel], tmp_path / "t.lock")))
+    monkeypatch.setenv("DALILOAD_BENCH_TRANSFER", str(tmp_path / "transfer-cuda13.tsv"))
+    wheel.write_bytes(wheel.read_bytes() + b"x")
+    with pytest.raises(ValueError, match=r"sha256 differs from wheels.lock: onepkg-0.1-py3-none-any.whl"):
+        wheelhouse.pack(tmp_path, "cuda13", host=frozenset())
+    wheel.unlink()
+    with pytest.raises(ValueError, match=r"not in .*: onepkg-0.1-py3-none-any.whl \(download them first"):
+        wheelhouse.pack(tmp_path, "cuda13", host=frozenset())
+
+
+# --- the nvidia namespace ------------------------------------------------------------------------
+
+
+def test_carried_nvidia_packages_import_beside_a_machines_regular_nvidia_package(tmp_path):
+    """The machine's nvidia/__init__.py is a regular package that does not extend its path (the worst case).
+
+    Two wheels with nvidia/ subpackages installed in two calls both stay (pip --target alone would replace
+    SITE/nvidia), and with the machine's nvidia.cudnn all import together; a bare namespace folder would not.
+    """
+    wheels, site, system = tmp_path / "wheels", tmp_path / "site", tmp_path / "system"
+    wheels.mkdir()
+    (system / "nvidia" / "cudnn").mkdir(parents=True)
+    (system / "nvidia" / "__init__.py").write_text("")
+    (system / "nvidia" / "cudnn" / "__init__.py").write_text("WHERE = 'system'\n")
+    first = _wheel(wheels, "nvfake", {"nvidia/__init__.py": "\n", "nvidia/fakedali/__init__.py": "WHERE = 'site'\n"})
+    assert wheelhouse.install([first], site) == 0
+    second = _wheel(wheels, "nvother", {"nvidia/other/__init__.py": "WHERE = 'site too'\n"})
+    assert wheelhouse.install([second], site) == 0
+    assert (site / "nvidia" / "__init__.py").read_text() == wheelhouse.NAMESPACE_INIT
+    code = ("import nvidia.cudnn, nvidia.fakedali, nvidia.other; "
+            "print(nvidia.cudnn.WHERE, nvidia.fakedali.WHERE, nvidia.other.WHERE)")
+
+    def run(path: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env=dict(os.environ, PYTHONPATH=path))
+
+    assert run(f"{site}{os.pathsep}{system}").stdout.split() == ["system", "site", "site", "too"]
+    (site / "nvidia" / "__init__.py").unlink()  # what deleting a shipped __init__.py used to leave
+    bare = run(f"{site}{os.pathsep}{system}")
+    assert bare.returncode != 0 and "No module named 'nvidia.fakedali'" in bare.stderr
+    assert wheelhouse.extend_nvidia_namespace(site)  # written again
+    assert wheelhouse.extend_nvidia_namespace(site) == []  # already in place: nothing to do
+
+
+# --- the preflight on a CPU host ---------------------------------------------------------------------
+
+
+def test_nvdec_caps_structure_has_the_sdks_layout():
+    """CUVIDDECODECAPS of cuviddec.h: 88 bytes, the outputs where the driver writes them."""
+    caps = checks._DecodeCaps
+    assert ctypes.sizeof(caps) == 88
+    offsets = {name: getattr(caps, name).offset for name, _ in caps._fields_}
+    assert (offsets["supported"], offsets["nvdecs"], offsets["max_width"], offsets["min_width"],
+            offsets["reserved3"]) == (24, 25, 28, 40, 48)
+
+
+def test_preflight_on_a_cpu_host_names_what_would_fail_everything_later(tmp_path):
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this machine has an NVIDIA driver")
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, str(GPU / "checks.py"), "preflight", "--site", str(tmp_path / "site"),
+                           "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1
+    report = json.loads((out / "preflight.json").read_text())
+    states = {c["check"]: c["state"] for c in report["checks"]}
+    assert states["driver"] == states["libnvcuvid"] == states["torch"] == "FAIL"
+    assert states["nvidia namespace"] == "ok" and states["pip"] == "ok"
+    assert "every NVDEC row would fail" in done.stdout
+    caps = subprocess.run([sys.executable, str(GPU / "checks.py"), "nvdec-caps"], capture_output=True, text=True,
+                          timeout=60)
+    assert json.loads(caps.stdout)["error"].startswith("cannot load the driver's libraries")
+
+
+# --- other files in pieces (the split helper) ----------------------------------------------------------
+
+
+def _split(wheel: Path) -> list[Path]:
+    # The split helper, with 1 MB pieces so a small file makes several.
+    done = subprocess.run([sys.executable, str(GPU / "wheelhouse.py"), "split", str(wheel),
+                           "--piece-bytes", "1000000"], capture_output=True, text=True, check=True)
+    assert "3 pieces of at most 1000000 bytes" in done.stdout
+    return sorted(wheel.parent.glob(wheel.name + ".part-*"))
+
+
+def test_split_helper_and_reassembly(tmp_path):
+    wheel = _wheel(tmp_path, "fakepkg", {"fakepkg/__init__.py": "VALUE = 1\n"}, blob=2_500_000)
+    original = wheel.read_bytes()
+    parts = _split(wheel)
+    assert [p.name[-2:] for p in parts] == ["aa", "ab", "ac"]
+    assert all(p.stat().st_size <= 1_000_000 for p in parts)
+    assert (tmp_path / (wheel.name + ".sha256")).read_text().endswith(f"  {wheel.name}\n")
+    wheel.unlink()
+    done = _script("--check", "--wheels", str(tmp_path), lock=_empty_lock(tmp_path.parent))
+    assert done.returncode == 0, done.stderr
+    assert not wheel.exists()  # --check changes nothing
+    subprocess.run([sys.executable, str(GPU / "wheelhouse.py"), "assemble", "--wheels", str(tmp_path)],
+                   check=True, capture_output=True)
+    assert wheel.read_bytes() == original
+
+
+def test_split_files_that_do_not_add_up_are_refused(tmp_path):
+    wheel = _wheel(tmp_path, "fakepkg", {"fakepkg/__init__.py": "VALUE = 1\n"}, blob=2_500_000)
+    parts = _split(wheel)
+    wheel.unlink()
+    parts[1].write_bytes(parts[1].read_bytes()[:-10])  # truncated piece
+    done = _script("--install-only", "--wheels", str(tmp_path), lock=_empty_lock(tmp_path.parent))
+    assert done.returncode == 2
+    assert f"{wheel.name}: the 3 pieces add up to sha256" in done.stderr
+    assert "a piece is missing, truncated or from another file" in done.stderr
+    assert not wheel.exists()
+    parts[1].unlink()  # a gap: aa, ac
+    done = _script("--install-only", "--wheels", str(tmp_path), lock=_empty_lock(tmp_path.parent))
+    assert done.returncode == 2
+    assert f"piece {wheel.name}.part-ab is missing" in done.stderr
+
+
+def test_check_says_exactly_which_wheels_are_missing(tmp_path):
+    done = _script("--check", "--wheels", str(tmp_path), ignore="nvidia-dali-cuda130,av,psutil")
+    assert done.returncode == 3
+    err = done.stderr
+    assert "MISSING   nvidia-dali-cuda130 2.4.0 (required)" in done.stdout
+    assert "MISSING wheels-cuda13.tar.part-ad (43.2 MiB); completes nvidia_dali_cuda130 2.4.0" in done.stdout
+    dali = "nvidia_dali_cuda130-2.4.0-py3-none-manylinux_2_28_x86_64.whl"
+    assert f"  {dali}    (nvidia-dali-cuda130==2.4.0, required" in err
+    assert "  av-18.1.0-cp311-abi3-manylinux_2_28_x86_64.whl    (av==18.1.0, required" in err
+    assert "psutil==7.2.2, optional" in err
+    assert "pip download --no-deps --only-binary=:all:" in err and "nvidia-dali-cuda130==2.4.0 av==18.1.0" in err
+    assert re.search(r"\d+ required wheel\(s\) missing: nothing installed.", err)
+
+
+def test_the_script_installs_beside_the_system_packages(tmp_path):
+    wheels, site = tmp_path / "wheels", tmp_path / "site"
+    wheels.mkdir()
+    _wheel(wheels, "fakepkg", {"fakepkg/__init__.py": "VALUE = 1\n"})
+    done = _script("--install-only", "--wheels", str(wheels), site=site, lock=_empty_lock(tmp_path))
+    assert (site / "fakepkg" / "__init__.py").read_text() == "VALUE = 1\n"
+    assert sorted(p.name for p in site.iterdir()) == ["fakepkg", "fakepkg-0.1.dist-info"]
+    import torch
+
+    if not torch.cuda.is_available():  # the script stops at its import check, after installing
+        assert done.returncode == 4
+        assert "import check failed" in done.stderr
+
+
+def test_the_readme_shows_the_plan_as_the_code_makes_it(plan):
+    """benchmarks/gpu/README.md's minute-by-minute block is the plan's own text (visit.py --readme writes it)."""
+    text = (GPU / "README.md").read_text()
+    begin = text.index("<!-- visit-plan:begin")
+    block = text[text.index("-->", begin) + 3:text.index("<!-- visit-plan:end -->")].strip("\n")
+    assert block == visit.readme_section(plan, "cuda13"), "run: python3 benchmarks/gpu/visit.py --readme " \
+                                                          "benchmarks/gpu/README.md"
+
+
+def test_the_smokes_decode_checks_every_frame_against_the_plan(make_clip):
+    """The smoke's decode (NVDEC on the visit) run on DALI's CPU decoder: planned frames, or what went wrong."""
+    pytest.importorskip("nvidia.dali")
+    vp9 = make_clip(codec="vp9", num_frames=90, gop=30)
+    windows = [(0, 1), (40, 3), (70, 4)]  # the last runs past the end
+    assert checks._decode(vp9, 90, windows, size=(96, 128), device="cpu") == ""
+    wrong = checks._decode(vp9, 200, windows, size=(96, 128), device="cpu")  # the file has fewer frames
+    assert wrong.startswith("DALI failed: ") and "out-of-bounds frame index" in wrong
+
+
+def test_the_smoke_on_a_cpu_host_says_the_decoder_cannot_start(tmp_path):
+    pytest.importorskip("nvidia.dali")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    done = subprocess.run([sys.executable, str(GPU / "checks.py"), "smoke", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 1
+    checks_run = {c["check"]: c for c in json.loads((tmp_path / "smoke.json").read_text())["checks"]}
+    assert checks_run["import nvidia.dali"]["state"] == "ok"
+    assert checks_run["decode h264"]["state"] == "FAIL" and "needs a CUDA GPU" in checks_run["decode h264"]["detail"]
+    assert "daliload's table says" in checks_run["decode av1"]["detail"]
