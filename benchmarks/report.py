@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Sequence
 
 from benchmarks.metrics import Summary, summarize
-from daliload.workerpool import usable_cores
+from daliload.processes import usable_cores
 
 _PACKAGES = ("torch", "av", "numpy", "nvidia-dali-cuda130", "nvidia-dali-cuda120", "torchcodec", "decord",
              "psutil")

@@ -28,7 +28,29 @@ def task(item):
         os.kill(os.getpid(), signal.SIGKILL)
     if kind == "raise":
         raise ValueError(f"cannot handle {value}")
+    if kind == "sleep":
+        time.sleep(value)
+        return os.getpid()
+    if kind == "crash_once":  # dies the first time this marker file is met, then works
+        if not os.path.exists(value):
+            open(value, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return os.getpid()
+    if kind == "exit":
+        os._exit(3)
     raise AssertionError(kind)
+
+
+def write_to(item, fds):
+    """A task with a file descriptor: writes ``item`` into it (module-level, for the workers)."""
+    return os.write(fds[0], item.encode())
+
+
+def drain(pool: WorkerPool) -> list[TaskOutcome]:
+    outcomes = []
+    while pool.pending:
+        outcomes += pool.wait()
+    return outcomes
 
 
 def _by_item(outcomes: list[TaskOutcome]) -> dict:
@@ -169,3 +191,78 @@ def test_workers_do_not_rerun_the_main_script(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("top level ran in") == 1, proc.stdout
     assert "[1, 2, 3]" in proc.stdout
+
+
+def test_tasks_carry_file_descriptors_to_the_worker():
+    """How the fallback's workers get the shared buffer they write clips into."""
+    read_end, write_end = os.pipe()
+    try:
+        with WorkerPool(write_to, workers=1, timeout_s=30.0) as pool:
+            pool.submit("hello", fds=(write_end,))
+            [outcome] = drain(pool)
+        assert outcome.ok and outcome.value == 5
+        assert os.read(read_end, 5) == b"hello"
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+def test_a_task_whose_worker_a_signal_killed_gets_one_more_try(tmp_path):
+    """An OOM kill or an outside kill is not the task's fault: one more try on a fresh worker."""
+    with WorkerPool(task, workers=1, timeout_s=30.0, retry_crashed=True) as pool:
+        pool.submit(("crash_once", str(tmp_path / "a")))
+        pool.submit(("crash", 0))  # a task that kills every worker is reported after its second try
+        pool.submit(("exit", 0))  # an exit code is the task's own doing: reported at once
+        outcomes = {o.item[0]: o for o in drain(pool)}
+    assert outcomes["crash_once"].ok
+    assert outcomes["crash"].status == "crash" and outcomes["crash"].error == "worker died with signal SIGKILL"
+    assert outcomes["exit"].status == "crash" and outcomes["exit"].error == "worker exited with code 3"
+    with WorkerPool(task, workers=1, timeout_s=30.0) as pool:  # without retry_crashed: reported at once
+        pool.submit(("crash_once", str(tmp_path / "b")))
+        [outcome] = drain(pool)
+    assert outcome.status == "crash"
+
+
+def test_cancelled_tasks_are_dropped_and_urgent_ones_go_first():
+    with WorkerPool(task, workers=1, timeout_s=30.0, tasks_per_worker=1) as pool:
+        busy = pool.submit(("sleep", 0.5))
+        later = [pool.submit(("double", i)) for i in range(4)]
+        urgent = pool.submit(("double", 100), urgent=True)
+        pool.cancel([busy, later[0]])  # never waits: the running one's result is ignored when it comes
+        assert pool.pending == 4
+        outcomes = drain(pool)
+    assert [o.task_id for o in outcomes] == [urgent, *later[1:]]
+    assert [o.value for o in outcomes] == [200, 2, 4, 6]
+
+
+def test_idle_workers_killed_from_outside_are_replaced_with_a_warning(caplog, monkeypatch):
+    monkeypatch.setattr(workerpool, "IDLE_RESTART_PAUSE_S", (0.05, 0.2))
+    with WorkerPool(task, workers=2, timeout_s=30.0) as pool:
+        pool.submit(("pid", 0))
+        drain(pool)
+        victim = pool.pids[0]
+        os.kill(victim, signal.SIGKILL)
+        time.sleep(0.5)
+        with caplog.at_level("WARNING", logger="daliload.workerpool"):
+            ids = [pool.submit(("sleep", 0.2)) for _ in range(6)]
+            outcomes = drain(pool)
+            deadline = time.monotonic() + 10
+            while len(pool.pids) < 2 and time.monotonic() < deadline:  # the replacement starts after a pause
+                pool.submit(("pid", 0))
+                drain(pool)
+        assert sorted(o.task_id for o in outcomes) == ids and all(o.ok for o in outcomes)
+        assert victim not in pool.pids and len(pool.pids) == 2
+    assert "an idle worker process died (worker died with signal SIGKILL)" in caplog.text
+
+
+def test_idle_workers_that_keep_dying_end_the_pool_with_the_reason(monkeypatch):
+    monkeypatch.setattr(workerpool, "IDLE_RESTART_PAUSE_S", (0.01, 0.01))
+    monkeypatch.setattr(workerpool, "MAX_IDLE_DEATHS", 2)
+    with WorkerPool(task, workers=1, timeout_s=30.0) as pool:
+        with pytest.raises(RuntimeError, match=r"3 idle worker processes died within 60 s \(the last: worker "
+                                               r"died with signal SIGKILL\); something keeps killing them"):
+            for _ in range(10):
+                pool.submit(("pid", 0))
+                pid = drain(pool)[0].value
+                os.kill(pid, signal.SIGKILL)
+                time.sleep(0.2)

@@ -142,7 +142,7 @@ def _execute(tasks: list[ProbeTask], workers: int, timeout_s: float
     errors = [0]
     stage = GpuStage(timeout_s=timeout_s)
     # The forkserver started here also serves the loader's fallback workers later in this
-    # process: WorkerPool preloads what they all need (daliload.workerpool.FORKSERVER_PRELOAD).
+    # process: WorkerPool preloads what they all need (daliload.processes.FORKSERVER_PRELOAD).
     try:
         with WorkerPool(run_probe_task, workers=min(workers, max(1, len(tasks))), timeout_s=timeout_s) as pool:
             for attempt in (tasks, retry):

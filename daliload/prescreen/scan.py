@@ -51,7 +51,7 @@ from daliload.prescreen.rows import FileRecord
 from daliload.prescreen.confirm import confirm_classes, gpu_visible
 from daliload.prescreen.gpus import resolve_gpu
 from daliload.prescreen.rules import ROUTES, Device, check_device
-from daliload.workerpool import refuse_bootstrapping_main, usable_cores
+from daliload.processes import refuse_bootstrapping_main, usable_cores
 
 logger = logging.getLogger(__name__)
 
