@@ -15,9 +15,9 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "KineticsDALILoader": "daliload.loader",
-    "DecodeSpec": "daliload.loader",
+    "DecodeSpec": "daliload.options",
     "ScanSpec": "daliload.prescreen",
-    "LoaderStats": "daliload.loader",
+    "LoaderStats": "daliload.stats",
     "Failure": "daliload.failures",
     "FailedVideo": "daliload.failures",
     "DecodeFailureWarning": "daliload.failures",
@@ -41,7 +41,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports
     from daliload.evaluation import EvalResult, EvaluationCountError, evaluate
     from daliload.index import load_index
     from daliload.failures import DecodeFailureWarning, FailedVideo, Failure, TooManyFailuresError
-    from daliload.loader import DecodeSpec, KineticsDALILoader, LoaderStats
+    from daliload.loader import KineticsDALILoader
+    from daliload.options import DecodeSpec
+    from daliload.stats import LoaderStats
     from daliload.plan import AugmentSpec, ClipSpec, CropBox, OutputSpec, Sample
     from daliload.prescreen import Manifest, ScanSpec, scan
 

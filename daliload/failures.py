@@ -1,10 +1,9 @@
 """Run-time decode failures: the record, the errors, the epoch's budget and the replacement rule.
 
-One owner per epoch. Whoever runs an epoch holds one :class:`FailureBudget`:
-:class:`~daliload.KineticsDALILoader` for the whole loader, or a
-:class:`fallback.FallbackLoader` used on its own. Decoders (DALI, the PyAV
-fallback and its workers) only report :class:`Failure` records, one per
-sample; the budget groups them per video (:class:`FailedVideo`: a file met in
+One owner per epoch: the :class:`~daliload.KineticsDALILoader` holds one
+:class:`FailureBudget`, which its epoch pass resets and feeds. Decoders (DALI,
+the PyAV fallback and its workers) only report :class:`Failure` records, one
+per sample, with a typed ``kind``; the budget groups them per video (:class:`FailedVideo`: a file met in
 several slots, or with 30 views, is one failed video), raises
 :class:`TooManyFailuresError` once more videos failed than its limit allows,
 and warns once per epoch with the totals.
@@ -28,11 +27,12 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterator, Literal, Sequence
 
-#: Reason prefixes of failures detected from outside the decoding process.
-REASON_TIMEOUT = "timeout"
-REASON_WORKER_DIED = "worker died"
+#: What went wrong: the file does not decode; its decode ran past the time limit; its decode killed
+#: the worker process (twice: once on a fresh worker too); DALI could not decode it, alone ("dali": the
+#: file leaves DALI for the run) or only with its batch ("dali_batch": no single file to blame).
+FailureKind = Literal["decode", "timeout", "crash", "dali", "dali_batch"]
 
 #: Failure limit when none is given: 5 % of an epoch's videos (at least one).
 DEFAULT_MAX_FAILURE_FRACTION = 0.05
@@ -44,15 +44,17 @@ class Failure:
 
     Attributes:
         path: the file.
-        reason: why, starting with ``"timeout"`` or ``"worker died"`` for
-            failures detected from outside the decoding process.
+        reason: why, in words (``"timeout: ..."``, ``"worker died (signal
+            SIGSEGV) while decoding this sample"``, ``"cannot open: ..."``).
         position: the sample's plan position (``None`` if unknown, e.g. a file
             the pre-screen rejected before any plan).
+        kind: what went wrong (:data:`FailureKind`), for code to act on.
     """
 
     path: str
     reason: str
     position: int | None = None
+    kind: FailureKind = "decode"
 
 
 @dataclass(frozen=True)
@@ -65,11 +67,13 @@ class FailedVideo:
         positions: the plan positions of its samples that failed, in the order
             met (several for a video planned more than once: its views, or a
             padding repeat).
+        kind: the first failure's kind.
     """
 
     path: str
     reason: str
     positions: tuple[int, ...] = ()
+    kind: FailureKind = "decode"
 
     def describe(self) -> str:
         """``"path (positions 12-41): reason"``: runs of positions shortened."""
@@ -100,20 +104,13 @@ class DecodeFailureWarning(RuntimeWarning, UserWarning):
 
 
 class NoReplacementError(RuntimeError):
-    """No decodable replacement was found for a failed sample."""
+    """No sample of the plan decodes to fill a failed slot; lists the failures met."""
 
-    def __init__(self, slot_position: int | str, failures: Sequence[Failure] = ()) -> None:
-        if isinstance(slot_position, str):
-            # Raised in a DataLoader worker, torch re-raises it in the main process as
-            # exc_type(message): keep the type (callers catch it), the details are in the text.
-            self.slot_position, self.failures = None, tuple(failures)
-            super().__init__(slot_position)
-            return
+    def __init__(self, slot_position: int, failures: Sequence[Failure | FailedVideo] = ()) -> None:
         self.slot_position = slot_position
         self.failures = tuple(failures)
-        super().__init__(f"plan position {slot_position}: no decodable replacement among the next "
-                         f"{len(self.failures) - 1} samples; failures: "
-                         + "; ".join(f"{f.path}: {f.reason}" for f in self.failures[:5]))
+        super().__init__(f"plan position {slot_position}: no decodable replacement in the plan; "
+                         f"failures: " + "; ".join(f"{f.path}: {f.reason}" for f in self.failures[:5]))
 
     def __reduce__(self):
         return (type(self), (self.slot_position, self.failures))
@@ -202,12 +199,17 @@ class FailureBudget:
         known = self._failures.get(failure.path)
         if known is None:
             positions = () if failure.position is None else (failure.position,)
-            self._failures[failure.path] = FailedVideo(failure.path, failure.reason, positions)
+            self._failures[failure.path] = FailedVideo(failure.path, failure.reason, positions, failure.kind)
             self.check()
             return True
         if failure.position is not None and failure.position not in known.positions:
-            self._failures[failure.path] = FailedVideo(known.path, known.reason, (*known.positions, failure.position))
+            self._failures[failure.path] = FailedVideo(known.path, known.reason, (*known.positions, failure.position),
+                                                       known.kind)
         return False
+
+    def failure_of(self, path: str) -> FailedVideo | None:
+        """How ``path`` failed in this epoch, if it did."""
+        return self._failures.get(path)
 
     def record_replacement(self, slot_position: int, used_position: int) -> None:
         """Note that the slot at ``slot_position`` was filled with the sample at ``used_position``."""
@@ -238,9 +240,9 @@ class FailureBudget:
         """``(slot_position, used_position)`` of every replaced slot, in order."""
         return tuple(self._replacements)
 
-    def count(self, reason_prefix: str) -> int:
-        """How many failed videos' reasons start with ``reason_prefix`` (e.g. :data:`REASON_TIMEOUT`)."""
-        return sum(f.reason.startswith(reason_prefix) for f in self._failures.values())
+    def count(self, kind: FailureKind) -> int:
+        """How many failed videos failed first with ``kind``."""
+        return sum(f.kind == kind for f in self._failures.values())
 
     def warn(self, *, detail: str = "", stacklevel: int = 2) -> None:
         """Warn once per epoch, with totals and the first failure, if anything failed.
@@ -254,7 +256,7 @@ class FailureBudget:
             return
         self._warned = True
         first = next(iter(self._failures.values()))
-        kinds = (f"{self.count(REASON_TIMEOUT)} timeouts, {self.count(REASON_WORKER_DIED)} worker deaths"
+        kinds = (f"{self.count('timeout')} timeouts, {self.count('crash')} worker deaths"
                  + (f", {detail}" if detail else ""))
         if self._exceeded:
             outcome = ", more than the limit allows, and the pass stopped"

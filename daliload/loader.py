@@ -1,20 +1,18 @@
 """KineticsDALILoader: the public face of the loader, for one DDP rank.
 
-(About 600 lines: the public API in one place, the loader class with its
-two option groups and its stats, each documented for users; the epoch pass,
-failures and plan live in their own modules.)
-
 Per epoch and rank::
 
     manifest (pre-screen) --> usable videos (route dali | fallback; bad ones are reported, never planned)
         --> epoch plan (daliload.plan): this rank's ordered samples, equal count on every rank
         --> batches of batch_size (last-batch policy)
-        --> one pass (daliload.epoch.EpochPass): DALI and fallback stages, merged in plan order
-            into one (videos, labels) batch on cuda:LOCAL_RANK (or the CPU)
+        --> one pass (daliload.epoch.EpochPass): each sample to its clip source (DALI or the
+            PyAV fallback), merged in plan order into one (videos, labels) batch on
+            cuda:LOCAL_RANK (or the CPU)
 
-This module holds what users touch: the options (:class:`DecodeSpec`), the
-loader's state across epochs (epoch, resume point, routes, the DALI decoder),
-checkpointing and :class:`LoaderStats`. The work of a pass lives in
+This module holds the loader's state across epochs (epoch, resume point,
+routes, the two clip sources, whose processes and pipelines live as long as
+the loader), checkpointing and :class:`LoaderStats`. Its options and their
+checks live in :mod:`daliload.options`, the work of a pass in
 :mod:`daliload.epoch`; failures are counted by one
 :class:`~daliload.failures.FailureBudget` per epoch. Batch size and batch count
 never change whatever fails, so DDP ranks stay in step.
@@ -26,206 +24,35 @@ import logging
 import os
 import threading
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Literal, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Literal
 
 import torch
 
 from daliload import dist
-from daliload.epoch import (
-    PADDING_LABEL,
-    EpochCounters,
-    EpochPass,
-    FallbackShare,
-    FallbackWorkers,
-    PassSetup,
-    Routes,
-)
-from daliload.failures import DEFAULT_MAX_FAILURE_FRACTION, FailedVideo, Failure, FailureBudget
-from daliload.plan import (AugmentSpec, ClipSpec, LastBatch, OutputSpec, Sample, check_last_batch, check_views,
-                           make_train_plan, make_val_plan, num_batches, samples_per_rank, split_batches)
+from daliload.epoch import PADDING_LABEL, EpochCounters, EpochPass, PassSetup, Routes
+from daliload.failures import Failure, FailureBudget
+from daliload.options import (DecodeSpec, augment_and_output, check_clip_fits, check_options, checked_views,
+                              refuse_unknown_options, warn_upscaled)
+from daliload.plan import (AugmentSpec, ClipSpec, LastBatch, OutputSpec, Sample, make_train_plan, make_val_plan,
+                           num_batches, samples_per_rank, split_batches)
 from daliload.prescreen import Manifest, ManifestEntry, ScanSpec, ensure_manifest
 from daliload.prescreen.gpus import detect_gpu
-from daliload.workerpool import refuse_bootstrapping_main, usable_cores
-from fallback import DecodeOptions, StreamHint, WorkerOptions
-from fallback.dataset import faults_from_env
+from daliload.stats import LoaderStats
+from daliload.processes import refuse_bootstrapping_main
+from fallback.numbering import StreamHint
+from fallback.source import DecodeOptions, FallbackSource
+
+if TYPE_CHECKING:
+    from daliload.dali_source import DaliSource
 
 logger = logging.getLogger(__name__)
 
 DeviceChoice = Literal["auto", "gpu", "cpu"]
-DecoderChoice = Literal["auto", "fallback"]
 
 __all__ = ["PADDING_LABEL", "DecodeSpec", "KineticsDALILoader", "LoaderStats", "ScanSpec", "split_batches"]
 
 _MANIFEST_SUFFIXES = (".sqlite", ".sqlite3", ".db")
-#: Fallback transfers each worker prepares ahead. A transfer is one batch's fallback share (the
-#: first batch of a pass: one per worker), so the fallback decodes this many batches per worker ahead.
-_FALLBACK_PREFETCH = 2
-
-
-@dataclass(frozen=True)
-class DecodeSpec:
-    """How clips are decoded: threads, workers, prefetch, failure limits.
-
-    Attributes:
-        decoder: ``"auto"`` (default) decodes route ``dali`` with DALI when it
-            is installed; ``"fallback"`` sends every file through PyAV.
-        dali_threads: DALI worker threads: clips decoded at once. Default
-            ``None``: on a GPU ``min(batch_size, 16)`` (at least twice the 7
-            NVDEC engines of an H100/H200, so every engine has a session
-            decoding while another demuxes), on the CPU one per core.
-        prefetch_batches: DALI batches in flight ahead of the one consumed. Default 2
-            (at least ``dali_pipelines``).
-        dali_pipelines: DALI pipelines per rank, each with ``dali_threads``
-            threads, taking batches in turn (batches still come in plan
-            order). More keep more NVDEC sessions busy at once; 1 (default)
-            until a GPU run picks a better default.
-        fallback_workers: PyAV decoding processes. Default 2. 0 decodes in the
-            training process: a debugging mode in which a crash inside FFmpeg
-            ends the run and a hang inside it is not cut.
-        fallback_threads: FFmpeg threads per fallback decode. Default 1.
-        timeout_s: per-clip decode limit, seconds. Default 60. A fallback
-            decode past it fails (its worker is killed at ``1.25 * timeout_s +
-            0.5``); a DALI batch may take ``timeout_s * (1 + ceil(clips /
-            dali_threads))`` before the loader raises
-            :class:`~daliload.pipeline.DaliTimeoutError` naming its files.
-        max_failure_fraction: raise once more than this fraction of an epoch's
-            videos failed to decode (their samples are replaced until then; at
-            least one failed video is allowed; a video is one however many of
-            its samples failed). Default 0.05.
-    """
-
-    decoder: DecoderChoice = "auto"
-    dali_threads: int | None = None
-    prefetch_batches: int = 2
-    dali_pipelines: int = 1
-    fallback_workers: int = 2
-    fallback_threads: int = 1
-    timeout_s: float = 60.0
-    max_failure_fraction: float = DEFAULT_MAX_FAILURE_FRACTION
-
-    def __post_init__(self) -> None:
-        if self.decoder not in ("auto", "fallback"):
-            raise ValueError(f"decoder must be 'auto' or 'fallback', got {self.decoder!r}")
-        for name in ("dali_threads", "prefetch_batches", "dali_pipelines", "fallback_threads"):
-            value = getattr(self, name)
-            if name == "dali_threads" and value is None:
-                continue
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        if not isinstance(self.fallback_workers, int) or self.fallback_workers < 0:
-            raise ValueError(f"fallback_workers must be an integer >= 0, got {self.fallback_workers!r}")
-        if not self.timeout_s > 0:
-            raise ValueError(f"timeout_s must be > 0 seconds, got {self.timeout_s!r}")
-        if not 0 <= self.max_failure_fraction <= 1:
-            raise ValueError(f"max_failure_fraction must be in [0, 1], got {self.max_failure_fraction!r}")
-
-    def fallback_decode(self, hints: dict[str, StreamHint]) -> DecodeOptions:
-        """The fallback's per-sample options under this spec."""
-        return DecodeOptions(threads=self.fallback_threads, timeout_s=self.timeout_s, hints=hints)
-
-    def fallback_workers_options(self, *, pin_memory: bool) -> WorkerOptions:
-        """The fallback's worker options under this spec (each pass sets its transfers' sizes)."""
-        return WorkerOptions(batch_size=1, num_workers=self.fallback_workers, pin_memory=pin_memory,
-                             prefetch_factor=_FALLBACK_PREFETCH)
-
-    def dali_threads_for(self, device: str, batch_size: int) -> int:
-        """DALI threads: as given, else ``min(batch_size, 16)`` on a GPU and one per core on the CPU."""
-        if self.dali_threads is not None:
-            return self.dali_threads
-        return min(batch_size, 16) if device == "gpu" else usable_cores()
-
-
-@dataclass(frozen=True)
-class LoaderStats:
-    """What the loader did in the current (or last) epoch.
-
-    Attributes:
-        epoch: the epoch these counters belong to.
-        batches: batches yielded.
-        clips_dali: clips decoded by DALI.
-        clips_fallback: clips decoded by the PyAV fallback (its own route, plus
-            DALI-route clips decoded again after a failed DALI batch).
-        clips_redecoded: DALI-route clips that went through the fallback
-            because their DALI batch failed.
-        replaced: plan slots filled with another sample because theirs failed.
-        failures: the videos that failed at run time this epoch, each file
-            once with the plan positions it failed at (:class:`~daliload.failures.FailedVideo`).
-        rejected: ``(path, reason)`` of the files the pre-screen marked ``bad``
-            (never planned).
-        dali_wait_s: seconds spent waiting for DALI batches.
-        fallback_wait_s: seconds spent waiting for fallback clips.
-        device: ``"gpu"`` or ``"cpu"``: where DALI decodes and tensors live.
-        dali_enabled: whether DALI may decode in this run (False without
-            DALI installed, or with ``decoder="fallback"``).
-        rerouted: files of route ``dali`` that DALI failed on (found by
-            isolating a failed batch); they go through the fallback from the
-            next batch on, for the rest of this run.
-        replacements: ``(slot_position, used_position)`` of every replaced
-            slot: which plan sample's clip fills a failed slot.
-        clips_masked: failed samples of an evaluation split (not ``"train"``):
-            their slot holds a replacement with label -1, like padding, so no
-            video is scored twice.
-        clips_past_end: clips whose window runs past the end of their video
-            (the last frame is repeated, as ``pad_mode="edge"``).
-        isolation_s: seconds spent finding which files broke DALI batches.
-        dali_disabled: why DALI was given up for the rest of the run (several
-            failed batches in a row with no single file to blame), or ``None``.
-    """
-
-    epoch: int
-    batches: int
-    clips_dali: int
-    clips_fallback: int
-    clips_redecoded: int
-    replaced: int
-    failures: tuple[FailedVideo, ...]
-    rejected: tuple[Failure, ...]
-    dali_wait_s: float
-    fallback_wait_s: float
-    device: str
-    dali_enabled: bool
-    rerouted: tuple[str, ...] = ()
-    replacements: tuple[tuple[int, int], ...] = ()
-    clips_masked: int = 0
-    clips_past_end: int = 0
-    isolation_s: float = 0.0
-    dali_disabled: str | None = None
-
-    @property
-    def dali_share(self) -> float:
-        """Fraction of clips DALI decoded."""
-        total = self.clips_dali + self.clips_fallback
-        return self.clips_dali / total if total else 0.0
-
-    def format(self) -> str:
-        """A few readable lines for logs."""
-        lines = [
-            f"epoch {self.epoch}: {self.batches} batches, {self.clips_dali} clips by DALI ({self.device}), "
-            f"{self.clips_fallback} by the fallback ({self.dali_share:.0%} DALI)",
-            f"waiting: DALI {self.dali_wait_s:.2f} s, fallback {self.fallback_wait_s:.2f} s; "
-            f"re-decoded after a DALI failure: {self.clips_redecoded}; replaced: {self.replaced}",
-        ]
-        if self.clips_masked or self.clips_past_end:
-            lines.append(f"failed and masked (label -1): {self.clips_masked}; "
-                         f"windows past the end of their video: {self.clips_past_end}")
-        if self.dali_disabled:
-            lines.append(f"DALI given up for this run: {self.dali_disabled}")
-        if self.rerouted:
-            lines.append(f"sent to the fallback after failing in DALI ({len(self.rerouted)}): "
-                         + ", ".join(self.rerouted[:5]) + (" ..." if len(self.rerouted) > 5 else ""))
-        if self.failures:
-            lines.append(f"failed at run time ({len(self.failures)} videos):")
-            lines += [f"  {f.describe()}" for f in self.failures[:10]]
-            if len(self.failures) > 10:
-                lines.append(f"  ... and {len(self.failures) - 10} more")
-        if self.rejected:
-            lines.append(f"rejected by the pre-screen ({len(self.rejected)}):")
-            lines += [f"  {f.path}: {f.reason}" for f in self.rejected[:10]]
-            if len(self.rejected) > 10:
-                lines.append(f"  ... and {len(self.rejected) - 10} more")
-        return "\n".join(lines)
 
 
 class _Plans:
@@ -338,7 +165,7 @@ class KineticsDALILoader:
     The fallback's worker processes start with the first pass that needs them
     and serve every later epoch (each pass sends them its samples); they stop
     at :meth:`close` or garbage collection. A pass abandoned with decodes in
-    flight stops them too, and the next pass starts new ones (about 0.1-0.3 s).
+    flight drops them (those running finish on their workers; nothing waits).
 
     Raises:
         FileNotFoundError: ``source`` does not exist.
@@ -366,20 +193,20 @@ class KineticsDALILoader:
         views: tuple[int, int] | None = None,
         **unknown: object,
     ) -> None:
-        _refuse_unknown_options(unknown)
+        refuse_unknown_options(unknown, _OPTIONS)
         # A spawn/forkserver child re-running an unguarded script must not load (and train) again.
         refuse_bootstrapping_main("A KineticsDALILoader")
         source = Path(source)
         if not source.exists():
             raise FileNotFoundError(f"dataset root or manifest not found: {source}")
-        _check_options(batch_size=batch_size, last_batch=last_batch, device=device, seed=seed)
+        check_options(batch_size=batch_size, last_batch=last_batch, device=device, seed=seed)
         self.clip = ClipSpec(clip_len=clip_len, frame_stride=frame_stride, target_fps=target_fps)
-        self.augment, self.output = _augment_and_output(crop_size, augment, output)
+        self.augment, self.output = augment_and_output(crop_size, augment, output)
         self.decode = decode if decode is not None else DecodeSpec()
         self.scan = scan if scan is not None else ScanSpec()
         self.split = split
         self.batch_size = batch_size
-        self.views = _checked_views(views, split)
+        self.views = checked_views(views, split)
         #: clips per batch: ``batch_size`` videos times their views
         self.clips_per_batch = batch_size * (self.views[0] * self.views[1] if self.views else 1)
         self.seed = seed
@@ -388,30 +215,29 @@ class KineticsDALILoader:
         self._place(device)
         self.dali_enabled = self.decode.decoder == "auto" and _dali_usable()
         self._load_videos(source)
-        _check_clip_fits(self.videos, self.clip, self.split)
-        _warn_upscaled(self.videos, self.augment.output_size, self.split)
+        check_clip_fits(self.videos, self.clip, self.split)
+        warn_upscaled(self.videos, self.augment.output_size, self.split)
         self._routes = Routes([e.path for e in self.videos if e.route == "dali"] if self.dali_enabled else [])
-        hints = {e.path: hint for e in self.videos if (hint := _hint(e)) is not None}
+        self._num_frames = {e.path: e.num_frames for e in self.videos if e.num_frames}
         self._setup = PassSetup(
-            output=self.output, decode=self.decode.fallback_decode(hints),
-            workers=self.decode.fallback_workers_options(pin_memory=self.device == "gpu"),
-            isolated_workers=self.decode.fallback_workers, device=self.torch_device,
-            label_padding=self.label_padding, mask_failed=split != "train",
-            dali_timeout_s=self.decode.timeout_s,
-            dali_threads=self.decode.dali_threads_for(self.device, self.clips_per_batch),
-            views=self.clips_per_batch // batch_size if self.views else 0,
-            num_frames={e.path: e.num_frames for e in self.videos if e.num_frames}, faults=faults_from_env())
+            output=self.output, device=self.torch_device, label_padding=self.label_padding,
+            mask_failed=split != "train", prefetch=max(self.decode.prefetch_batches, self.decode.dali_pipelines),
+            num_frames=self._num_frames.get, views=self.clips_per_batch // batch_size if self.views else 0)
+        hints = {e.path: hint for e in self.videos if (hint := _hint(e)) is not None}
+        # The two clip sources live as long as the loader: the fallback's workers start at the first
+        # group it gets, the DALI pipeline at the first batch with a DALI sample.
+        self._fallback = FallbackSource(self.output, DecodeOptions(threads=self.decode.fallback_threads,
+                                                                   timeout_s=self.decode.timeout_s),
+                                        workers=self.decode.fallback_workers, hint_of=hints.get)
+        self._dali = None  # DaliSource, built on first use
         self.epoch = 0
         self._next_batch = 0  # the batch after the last one yielded (state_dict)
         self._resume: tuple[int, int] | None = None  # (epoch, batch) load_state_dict() asked the next pass for
         self._counters = EpochCounters()
         self._budget = FailureBudget(0, max_fraction=self.decode.max_failure_fraction, masked=split != "train")
         self._counters_epoch = 0
-        self._dali = None  # DaliClipDecoder, built on first use
-        self._fallback = FallbackWorkers(self._setup, self._budget)  # processes started on first use
         self._active: Iterator | None = None  # the live pass over an epoch, if any
         self._plans = _Plans(self._draw_plan)
-        self._last_pass_epoch: int | None = None  # the epoch of the previous pass, to foresee the next
 
     def _place(self, device: DeviceChoice) -> None:
         """Rank, world size and where this rank's tensors live."""
@@ -541,9 +367,11 @@ class KineticsDALILoader:
             clips_fallback=c.clips_fallback, clips_redecoded=c.clips_redecoded, replaced=len(budget.replacements),
             failures=budget.failures, rejected=self.rejected, dali_wait_s=c.dali_wait_s,
             fallback_wait_s=c.fallback_wait_s, device=self.device, dali_enabled=self.dali_enabled,
-            rerouted=tuple(sorted(self._routes.rerouted)), replacements=budget.replacements,
+            rerouted=tuple(sorted(self._routes.rerouted)), quarantined=tuple(sorted(self._routes.quarantined)),
+            replacements=budget.replacements,
             clips_masked=c.clips_masked,
-            clips_past_end=c.clips_past_end, isolation_s=c.isolation_s, dali_disabled=self._routes.dali_disabled,
+            clips_past_end=c.clips_past_end, frames_decoded_fallback=c.frames_decoded_fallback,
+            isolation_s=c.isolation_s, dali_disabled=self._routes.dali_disabled,
         )
 
     # -- iteration ------------------------------------------------------------------------
@@ -568,17 +396,9 @@ class KineticsDALILoader:
         self._budget.reset(len({s.path for s in plan}))  # the videos of this rank's epoch
         todo = batches[start:]
         uses_dali = any(self._routes.uses_dali(s) for b in todo for s in b)
-        # A pass that follows the previous epoch's (set_epoch(e + 1), as with a DistributedSampler)
-        # starts the next one ahead: its first fallback transfers decode while the caller trains
-        # on this epoch's last batch. No guess without that evidence: a caller that repeats an
-        # epoch, or jumps, would make the workers restart for the guessed epoch's decodes.
-        advancing = self._last_pass_epoch is not None and self.epoch == self._last_pass_epoch + 1
-        self._last_pass_epoch = self.epoch
         epoch_pass = EpochPass(self._setup, todo, plan, routes=self._routes, budget=self._budget,
                                counters=self._counters, fallback=self._fallback,
-                               dali=self._dali_decoder() if uses_dali else None,
-                               key=self._pass_key(self.epoch, start),
-                               on_last=self._start_next_epoch if advancing and self.split == "train" else None)
+                               dali=self._dali_source() if uses_dali else None)
         passing = iter(epoch_pass)
         try:
             for i, batch in enumerate(passing):
@@ -592,41 +412,25 @@ class KineticsDALILoader:
                     # is usually called next (another epoch is drawn when asked for, as before).
                     self._plans.draw_ahead(self.epoch + 1)
         finally:
-            passing.close()  # drains DALI's batches in flight; the fallback's workers stay for the next pass
+            passing.close()  # drops what was submitted ahead, without waiting; the sources stay for the next pass
             self._budget.warn(stacklevel=2)
 
-    def _pass_key(self, epoch: int, start: int) -> tuple:
-        """What makes two passes' fallback shares the same: the plan, the first batch and the routes."""
-        return (self._plan_key(epoch), start, self._routes.version)
-
-    def _start_next_epoch(self) -> None:
-        """Send the next epoch's first fallback transfers to the workers now (:meth:`FallbackWorkers.warm`).
-
-        Called before this epoch's last batch is yielded. If the next pass is
-        another one (another epoch, a resumed state, changed routes), it drops
-        this one: the workers restart (~0.1 s) and the decodes are lost.
-        """
-        epoch = self.epoch + 1
-        try:
-            batches = self._plans.get(self._plan_key(epoch), forget_others=False)
-            share = FallbackShare.of(batches, self._routes, self._setup.workers.num_workers)
-            self._fallback.warm(self._pass_key(epoch, 0), share.samples, share.sizes)
-        except Exception as err:  # noqa: BLE001 - a guess must not fail this epoch; that pass will meet it
-            self._fallback.discard_ahead()
-            logger.warning("could not start epoch %d ahead (%s: %s); it starts when asked for",
-                           epoch, type(err).__name__, err)
-
-    def _dali_decoder(self):
+    def _dali_source(self) -> DaliSource:
         if self._dali is None:
+            from daliload.dali_source import DaliSource
             from daliload.pipeline import DaliClipDecoder
 
-            self._dali = DaliClipDecoder(
+            decoder = DaliClipDecoder(
                 self.output, batch_size=self.clips_per_batch, device=self.device, device_id=self.device_id,
                 num_threads=self.decode.dali_threads_for(self.device, self.clips_per_batch),
-                prefetch_queue_depth=max(self.decode.prefetch_batches, self.decode.dali_pipelines),
-                pipelines=self.decode.dali_pipelines,
-            )
+                prefetch_queue_depth=self._setup.prefetch, pipelines=self.decode.dali_pipelines,
+                num_frames=self._num_frames)
+            self._dali = DaliSource(decoder, clip_timeout_s=self.decode.timeout_s)
         return self._dali
+
+    def _dali_decoder(self):
+        """The DALI decoder under the DALI source (built on first use)."""
+        return self._dali_source().decoder
 
     def close(self) -> None:
         """End the live pass, stop the fallback's worker processes and release the DALI pipeline.
@@ -649,110 +453,9 @@ class KineticsDALILoader:
                 f"dali={self.dali_enabled})")
 
 
-#: What torch's ``DataLoader`` keywords are here, for users who pass them out of habit.
-_DATALOADER_EQUIVALENTS = {
-    "num_workers": "decode=DecodeSpec(fallback_workers=N) (processes for the files DALI cannot decode; "
-                   "DALI's own threads: DecodeSpec(dali_threads=N))",
-    "pin_memory": "nothing: batches come on the GPU of this rank (device='gpu'), and the fallback's transfers are "
-                  "pinned when they go there",
-    "shuffle": "split='train' (a new shuffle every epoch, seeded: call set_epoch(epoch)); other splits are never "
-               "shuffled",
-    "drop_last": "last_batch='drop' (or 'pad', the default, or 'partial')",
-    "collate_fn": "nothing: batches are (videos, labels) tensors; transform them in the training step, or set "
-                  "augment=AugmentSpec(...) and output=OutputSpec(...)",
-    "sampler": "nothing: the loader's epoch plan shards the split over the ranks itself (seed=, set_epoch())",
-    "batch_sampler": "batch_size= and last_batch=",
-    "persistent_workers": "nothing: the fallback's workers always persist across epochs",
-    "prefetch_factor": "decode=DecodeSpec(prefetch_batches=N)",
-    "timeout": "decode=DecodeSpec(timeout_s=S) (a time limit per clip)",
-    "worker_init_fn": "nothing: the workers are daliload's own",
-    "multiprocessing_context": "nothing: the workers start with forkserver (spawn where it is missing)",
-    "generator": "seed=",
-    "dataset": "source= (a dataset root or a manifest)",
-}
-
-
-def _refuse_unknown_options(unknown: dict[str, object]) -> None:
-    """A ``TypeError`` for keywords the loader does not take, naming what to use instead."""
-    if not unknown:
-        return
-    import difflib
-    import inspect
-
-    known = [name for name in inspect.signature(KineticsDALILoader.__init__).parameters if name not in ("self",
-                                                                                                      "unknown")]
-    advice = []
-    for name in unknown:
-        if name in _DATALOADER_EQUIVALENTS:
-            advice.append(f"{name!r} is a torch DataLoader option; here use {_DATALOADER_EQUIVALENTS[name]}")
-        else:
-            close = difflib.get_close_matches(name, known, n=1)
-            advice.append(f"unexpected keyword argument {name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    raise TypeError("KineticsDALILoader() got " + "; ".join(advice))
-
-
-def _check_clip_fits(videos: Sequence[ManifestEntry], clip: ClipSpec, split: str) -> None:
-    """Refuse a clip longer than every video of the split: each clip would be mostly repeats of a last frame.
-
-    A few short videos are normal (their clips repeat the last frame, counted
-    in ``stats().clips_past_end``); a span that fits no video is a mistake
-    (``clip_len=10000``) that would otherwise show up as very slow decodes.
-    """
-    longest = max(videos, key=lambda v: v.num_frames or 0)
-    if any((v.num_frames or 0) >= clip.span(clip.stride_for(v.fps) if v.fps else clip.frame_stride) for v in videos):
-        return
-    stride = clip.stride_for(longest.fps) if longest.fps else clip.frame_stride
-    raise ValueError(
-        f"clip_len={clip.clip_len} with frame_stride={stride} spans {clip.span(stride)} frames, more than any video "
-        f"of split {split!r} has (the longest, {longest.path}, has {longest.num_frames}): lower clip_len or "
-        f"frame_stride")
-
-
-def _warn_upscaled(videos: Sequence[ManifestEntry], output_size: tuple[int, int], split: str) -> None:
-    """Warn once when some videos are smaller than the crop, so that their clips are upscaled."""
-    out_h, out_w = output_size
-    small = [v for v in videos if v.width and v.height and (v.height < out_h or v.width < out_w)]
-    if small:
-        warnings.warn(f"{len(small)} of {len(videos)} videos of split {split!r} are smaller than the crop "
-                      f"{out_h}x{out_w} (height x width; first: {small[0].path}, {small[0].width}x"
-                      f"{small[0].height}); their clips are upscaled", UserWarning, stacklevel=3)
-
-
-def _checked_views(views: object, split: str) -> tuple[int, int] | None:
-    """``views`` checked: two integers >= 1, and only on an evaluation split."""
-    if views is None:
-        return None
-    if split == "train":
-        raise ValueError(f"views={views!r} is for evaluation splits (e.g. split='val'); split='train' takes "
-                         "one random clip per video and epoch")
-    return check_views(views)
-
-
-def _check_options(*, batch_size: object, last_batch: object, device: object, seed: object) -> None:
-    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-    check_last_batch(last_batch)
-    if device not in ("auto", "gpu", "cpu"):
-        raise ValueError(f"device must be 'auto', 'gpu' or 'cpu', got {device!r}")
-    if device == "gpu":
-        dist.require_cuda()
-    if not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-
-
-def _augment_and_output(crop_size, augment: AugmentSpec | None,
-                        output: OutputSpec | None) -> tuple[AugmentSpec, OutputSpec]:
-    """The augmentation and output specs, with the crop size given in one place."""
-    if augment is None:
-        augment = AugmentSpec(crop_size=224 if crop_size is None else crop_size)
-    elif crop_size is not None and AugmentSpec(crop_size=crop_size).output_size != augment.output_size:
-        raise ValueError(f"crop_size={crop_size} disagrees with augment.crop_size={augment.crop_size}; "
-                         "give the size in one place")
-    output = output if output is not None else OutputSpec(size=augment.output_size)
-    if output.size != augment.output_size:
-        raise ValueError(f"output.size {output.size} must equal the crop size {augment.output_size}")
-    return augment, output
-
+#: The keywords the loader takes (a DataLoader habit or a typo is named against these).
+_OPTIONS = ("source", "split", "batch_size", "clip_len", "frame_stride", "crop_size", "seed", "last_batch",
+            "label_padding", "target_fps", "augment", "output", "device", "decode", "scan", "views")
 
 _warned_no_dali = False
 
@@ -760,7 +463,7 @@ _warned_no_dali = False
 def _dali_usable() -> bool:
     """Whether DALI imports; warns once (per process) with the install command when it does not."""
     global _warned_no_dali
-    from daliload.pipeline import INSTALL_HINT, is_dali_available
+    from daliload.dali_errors import INSTALL_HINT, is_dali_available
 
     if is_dali_available():
         return True

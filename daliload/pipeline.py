@@ -1,11 +1,5 @@
 """The DALI path: decode planned clips with ``fn.decoders.video``, crop, resize, flip, normalise.
 
-(About 600 lines for one concept, the DALI decoder: the pipeline, the way
-batches are fed, waited for with a time limit and handed over, and the errors
-a batch can end in. Half of it is this docstring and the argument docs, which
-record what DALI does; split apart, the waiting and the error rules would be
-read without the pipeline they guard.)
-
 One DALI pipeline per process (per rank), fed batch by batch with the plan::
 
     external_source: encoded file bytes (uint8, 1-D per sample), label,
@@ -20,140 +14,45 @@ One DALI pipeline per process (per rank), fed batch by batch with the plan::
       -> torch tensors, zero-copy through DLPack (CPU tensors for device "cpu");
          a clip DALI returned short gets its last frame repeated here, in torch
 
-Usage::
+Usage (the loader goes through :class:`daliload.dali_source.DaliSource`)::
 
     decoder = DaliClipDecoder(OutputSpec(size=(224, 224)), batch_size=32, device="gpu")
     batch = decoder.decode_batch(samples)            # DecodedBatch(samples, videos, labels)
+    decoder.submit(samples); decoder.submit(more)    # batches in flight ...
+    first, second = decoder.result(), decoder.result()  # ... collected in order
 
-    # Keep several batches in flight: submit ahead, collect in order.
-    for samples in batches:
-        if decoder.pending == decoder.prefetch_queue_depth:
-            consume(decoder.result())
-        decoder.submit(samples)
-    while decoder.pending:
-        consume(decoder.result())
+Windows past a file's end repeat the last frame, as on the fallback. Given
+the plan's frame counts (``DaliClipDecoder(num_frames=...)``) DALI is asked
+only for the frames that exist and the last is repeated in torch (left to
+DALI, each repeat costs a decode from frame 0). What ``fn.decoders.video``
+does per sample, why the plan is pushed, how batches in flight are kept and
+NVDEC kept busy: ``docs/architecture.md``, "DALI's video decoder".
 
-Windows past a file's end: a clip frame past the last frame repeats the last
-frame (:func:`daliload.plan.clamp_frame_indices`, what the fallback does). Left
-to DALI (``pad_mode="edge"``), each such frame costs a decode of the file from
-frame 0: DALI maps it to the last frame and, having no frame index, goes back
-to the start to decode it again for every repeat, so P padded frames cost about
-P x N decoded frames (``python -m benchmarks.bench_padding`` measures it on
-the CPU decoder). Given the plan's frame counts
-(``DaliClipDecoder(num_frames=...)``), the decoder asks DALI only for the
-frames that exist, each once (``frames=``), and repeats the last in torch,
-after the crop and normalise::
-
-    num_frames 90, start 70, stride 4, clip_len 8
-    planned frames       70 74 78 82 86 89 89 89      (94, 98, 102 clamped to 89)
-    DALI decodes         70 74 78 82 86 89            (one pass; without counts, about a pass per repeat)
-    DecodedBatch.videos  70 74 78 82 86 89 89 89
-
-The frames are the same either way. With counts, DALI pads nothing
-(``pad_mode="none"``): a file holding fewer frames than the plan says fails
-its batch (``Unexpected out-of-bounds frame index``, naming no sample), as a
-start past the end does without counts, instead of being padded silently.
-A batch with short clips leaves DALI as separate samples (a non-dense list),
-so it is copied once into the ``(B, ...)`` tensor, repeats included; other
-batches stay zero-copy views.
-
-Why the plan is pushed rather than pulled: ``fn.external_source(parallel=True)``
-runs a *source callback* in worker processes, pickled once when the pipeline
-starts, that pulls batch ``i`` of a fixed schedule. The loader instead decides
-batch by batch what DALI gets (it merges DALI and fallback routes, sends a
-failed batch to the fallback, resumes mid-epoch), so the samples are pushed
-with ``feed_input``. The only Python work per sample is reading the file,
-which a thread pool does with the GIL released; worker processes would add
-pickling and spawn cost for nothing.
-
-How in-flight batches are kept: with DALI's default (dynamic) executor every
-``schedule_run`` is queued and executed asynchronously, and any number can be
-queued ahead of ``outputs`` (checked with DALI 2.4). The DALI ``Pipeline``
-itself gets ``prefetch_queue_depth=1``: with a deeper queue its first run
-insists on that many batches already fed, and feeding fewer kills the
-pipeline. :class:`DaliClipDecoder` bounds the batches in flight with its own
-``prefetch_queue_depth`` instead.
-
-What ``fn.decoders.video`` does per sample (read in DALI's source near 2.4,
-``dali/operators/video/decoder/`` and ``frames_decoder_gpu.cc``; not yet
-observed on a GPU):
-
-* Every run builds a new demuxer, bitstream filter and NVDEC parser for every
-  sample, from the bytes fed in; the hardware decoder objects are taken from
-  a per-process, per-GPU cache (keyed by codec, coded size, surfaces, chroma
-  and bit depth) and given back afterwards.
-* One task per sample on the operator's own pool of ``num_threads`` threads,
-  so at most ``num_threads`` NVDEC sessions decode at once per pipeline; the
-  driver spreads them over the GPU's engines (A100: 5, H100/H200: 7). All
-  threads share the operator's one CUDA stream, and every decoded frame is
-  mapped, converted to RGB and followed by a stream synchronisation before it
-  is unmapped.
-* No frame index is built: a window at ``start_frame`` is reached by decoding
-  from frame 0 and dropping the frames before it. So DALI decodes
-  ``start_frame + span`` frames per clip where the fallback decodes from the
-  keyframe before the window; the benchmarks estimate DALI rows that way.
-  The frame count DALI checks ``start_frame`` against is the container's
-  ``nb_frames``, or the packet count.
-* A file it cannot open fails as ``Failed to create video decoder for
-  "memory file"``, which names no sample; a ``start_frame`` past the end says
-  ``sample #i``. The loader isolates the former by bisecting the batch.
-
-Keeping NVDEC busy: use ``num_threads`` of at least twice the engine count
-(one session per engine decoding while another demuxes or converts), a batch
-of at least ``num_threads`` clips, and ``prefetch_queue_depth`` 2 so the next
-batch decodes while the training step runs; ``pipelines`` > 1 runs several
-pipelines (each with its own threads and stream) in turn, for more sessions
-at once. With ``device="cpu"``, ``num_threads`` is the number of clips decoded
-in parallel on CPU cores.
-
-Output buffers: with DALI's default (dynamic) executor, an output stays valid
-as long as it is referenced; on a GPU :meth:`DaliClipDecoder.result` binds it
-to the caller's current torch stream (no host synchronisation). A consumer
-that keeps zero-copy views must hold the :class:`DecodedBatch` until its own
-stream's work on them has run (the loader holds it until a CUDA event after
-its copies completes: :class:`daliload.epoch.HeldOutputs`).
-
-Errors: a batch DALI cannot decode (corrupt or truncated file, start frame past
-what DALI counts, unsupported stream) raises :class:`DaliBatchError` from
-:meth:`DaliClipDecoder.result`, naming every file of the batch; the pipeline
-stays usable and the next batch decodes normally, so the loader can decode the
-failed samples again through the PyAV fallback.
-
-Time limit: :meth:`DaliClipDecoder.result` waits for DALI on one dedicated
-thread, so a wait can be given up after ``timeout_s``: it raises
-:class:`DaliTimeoutError`, naming the batch's files. A thread stuck inside
-DALI cannot be stopped, so the decoder is unusable afterwards (every later
-call raises); the loader lets the error end the run, loudly, rather than
-hang it (under torchrun the other ranks are then stopped too), and the
-process exits without waiting for the stuck batch (DALI's own exit hook
-would wait for it: :func:`_exit_without_waiting_for`).
-
-Abandoned batches: batches submitted ahead for a pass that ends early (an
-exception in the training step, Ctrl-C, ``break``) are dropped with
-:meth:`DaliClipDecoder.discard_pending`, which never waits: their outputs are
-taken off DALI's queue by the waiting thread, in order, before the next
-batch's.
+Outputs stay valid while referenced (the dynamic executor); on a GPU
+:meth:`DaliClipDecoder.result` binds them to the caller's torch stream (no
+host wait). A batch DALI cannot decode raises :class:`DaliBatchError` naming
+its files; the pipeline stays usable. A wait past its time limit raises
+:class:`~daliload.dali_wait.DaliTimeoutError` and the decoder is unusable
+from then on (:mod:`daliload.dali_wait`). Batches of an abandoned pass are
+dropped with :meth:`DaliClipDecoder.discard_pending`, which never waits.
 """
 
 from __future__ import annotations
 
-import atexit
 import collections
 import concurrent.futures
 import contextlib
 import functools
 import logging
-import os
-import queue
 import re
-import sys
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 import numpy as np
 
+from daliload.dali_errors import (DaliBatchError, DaliTimeoutError, dali_error_reason, import_dali)
+from daliload.dali_wait import Waiter, exit_without_waiting_for
 from daliload.dist import require_cuda
 from daliload.plan import OutputSpec, Sample, clamp_frame_indices
 
@@ -164,93 +63,8 @@ logger = logging.getLogger(__name__)
 
 Device = Literal["cpu", "gpu"]
 
-INSTALL_HINT = (
-    "pip install 'daliload[cuda13]' (NVIDIA driver >= 580) or 'daliload[cuda12]' (driver >= 525)"
-)
-
 _DALI_DTYPES = {"float16": "FLOAT16", "float32": "FLOAT", "uint8": "UINT8"}
 _DALI_LAYOUTS = {"CTHW": "CFHW", "TCHW": "FCHW"}
-
-
-def import_dali() -> tuple[Any, Any, Any]:
-    """Import DALI lazily: ``(nvidia.dali.pipeline, nvidia.dali.fn, nvidia.dali.types)``.
-
-    Raises:
-        ImportError: DALI is not installed; the message says which ``pip
-            install`` fixes it, raised from the original error.
-    """
-    try:
-        import nvidia.dali.fn as fn
-        import nvidia.dali.pipeline as pipeline
-        import nvidia.dali.types as types
-    except ImportError as err:
-        raise ImportError(f"NVIDIA DALI is not installed; {INSTALL_HINT}") from err
-    return pipeline, fn, types
-
-
-def is_dali_available() -> bool:
-    """True when ``nvidia.dali`` imports (without raising; for the loader's fallback-only mode)."""
-    try:
-        import_dali()
-    except ImportError:
-        return False
-    return True
-
-
-class DaliBatchError(RuntimeError):
-    """DALI could not produce a batch; every sample of it must be decoded another way.
-
-    Attributes:
-        samples: the samples of the failed batch, in batch order.
-        reason: DALI's (or the file reader's) explanation, shortened.
-        culprit: the sample DALI's message points at (``"sample #i"``), when it
-            names one; other samples of the batch may be fine.
-    """
-
-    def __init__(
-        self, samples: Sequence[Sample], reason: str, *, culprit: Sample | None = None
-    ) -> None:
-        self.samples = tuple(samples)
-        self.reason = reason
-        self.culprit = culprit
-        paths = list(dict.fromkeys(s.path for s in self.samples))
-        blame = f" (cause: {culprit.path})" if culprit is not None else ""
-        super().__init__(
-            f"DALI failed to decode a batch of {len(self.samples)} clip(s){blame}: {reason}; "
-            f"files: {', '.join(paths)}"
-        )
-
-    @property
-    def paths(self) -> list[str]:
-        """Paths of the batch's samples, in batch order (repeats kept)."""
-        return [s.path for s in self.samples]
-
-    def __reduce__(self):
-        # Crosses process boundaries intact (the keyword-only culprit needs a helper).
-        return (_rebuild_batch_error, (self.samples, self.reason, self.culprit))
-
-
-def _rebuild_batch_error(samples, reason, culprit) -> DaliBatchError:
-    return DaliBatchError(samples, reason, culprit=culprit)
-
-
-class DaliTimeoutError(RuntimeError):
-    """DALI did not finish a batch within the time limit; the decoder cannot be used any more.
-
-    Attributes:
-        samples: the samples of the batch DALI was decoding.
-        timeout_s: the limit that passed, in seconds.
-    """
-
-    def __init__(self, samples: Sequence[Sample], timeout_s: float) -> None:
-        self.samples = tuple(samples)
-        self.timeout_s = timeout_s
-        paths = list(dict.fromkeys(s.path for s in self.samples))
-        super().__init__(
-            f"DALI did not finish a batch of {len(self.samples)} clip(s) within {timeout_s:g} s; a thread "
-            f"is stuck inside DALI, so this run cannot go on (raise DecodeSpec.timeout_s if such "
-            f"batches are expected to be slow); files: {', '.join(paths)}"
-        )
 
 
 @dataclass(frozen=True)
@@ -299,22 +113,17 @@ class DaliClipDecoder:
         device_id: CUDA device for ``"gpu"`` (default: torch's current
             device, i.e. ``LOCAL_RANK`` once the training script set it).
             Ignored for ``"cpu"``.
-        num_threads: DALI worker threads: clips decoded at once (see the module
-            docstring on NVDEC engines). Default 4.
-        prefetch_queue_depth: most batches submitted and not yet collected.
-            Default 2.
+        num_threads: DALI worker threads: clips decoded at once. Default 4.
+        prefetch_queue_depth: most batches submitted and not yet collected. Default 2.
         read_threads: threads that read file bytes for :meth:`submit`. Default 4.
-        pipelines: DALI pipelines, each with ``num_threads`` threads, that take
-            the batches in turn (results still come in submission order).
-            Several keep more NVDEC sessions open at once, for GPUs with many
-            engines (H100/H200: 7); ``prefetch_queue_depth`` should be at
-            least this. Default 1.
-        num_frames: frames in each file (``path -> count``: the plan's counts,
-            the manifest's ``num_frames``), or ``None`` (default). With counts,
-            a window past its file's end decodes each existing frame once and
-            its last frame is repeated in torch, and every submitted sample's
-            file must have a count; without, DALI repeats it, decoding the
-            file again per repeat (module docstring). The frames are the same.
+        pipelines: DALI pipelines, each with ``num_threads`` threads, taking
+            the batches in turn (results still come in submission order), for
+            more NVDEC sessions at once; at most ``prefetch_queue_depth``. Default 1.
+        num_frames: ``path -> frames in the file`` (the manifest's), or ``None``
+            (default). With counts, a window past its file's end decodes each
+            existing frame once and its last frame is repeated in torch (every
+            submitted file must have a count); without, DALI repeats it,
+            decoding the file again per repeat. The frames are the same.
 
     Not thread-safe: submit and collect from one thread. One decoder per
     process (rank); build it once and reuse it across epochs.
@@ -370,7 +179,7 @@ class DaliClipDecoder:
         self._reader = ThreadPoolExecutor(max_workers=read_threads,
                                           thread_name_prefix="daliload-read")
         # Every wait for DALI's outputs runs on this one thread, so it can be timed out.
-        self._waiter = _Waiter()
+        self._waiter = Waiter()
         self._stuck: DaliTimeoutError | None = None
         self._pipes = [self._build(pipeline_mod, fn, types) for _ in range(pipelines)]
         self._next_pipe = 0
@@ -384,8 +193,6 @@ class DaliClipDecoder:
     def _pipe(self) -> Any:
         """The first pipeline (``None`` once closed)."""
         return self._pipes[0] if self._pipes else None
-
-    # -- pipeline -------------------------------------------------------------
 
     def _build(self, pipeline_mod: Any, fn: Any, types: Any) -> Any:
         pipe = pipeline_mod.Pipeline(
@@ -432,17 +239,10 @@ class DaliClipDecoder:
         pipe.build()
         return pipe
 
-    # -- public API -----------------------------------------------------------
-
     @property
     def pending(self) -> int:
         """Batches submitted and not yet collected with :meth:`result`."""
         return len(self._pending)
-
-    @property
-    def stuck(self) -> bool:
-        """True once a wait timed out: a thread is stuck inside DALI and nothing more will come."""
-        return self._stuck is not None
 
     def submit(self, samples: Sequence[Sample]) -> None:
         """Read the files of ``samples`` and queue them for decoding; does not wait for DALI.
@@ -513,7 +313,7 @@ class DaliClipDecoder:
             videos_tl, labels_tl = waiting.result(timeout=timeout_s)
         except concurrent.futures.TimeoutError:
             self._stuck = DaliTimeoutError(entry.samples, timeout_s)
-            _exit_without_waiting_for(self._waiter)
+            exit_without_waiting_for(self._waiter)
             raise self._stuck from None
         except RuntimeError as err:
             reason = dali_error_reason(str(err))
@@ -596,8 +396,6 @@ class DaliClipDecoder:
                 f"batch_size={self.batch_size}, num_threads={self.num_threads}, pipelines={self.pipelines}, "
                 f"prefetch_queue_depth={self.prefetch_queue_depth}, num_frames={counts}, output={self.output})")
 
-    # -- internals ------------------------------------------------------------
-
     def _check_batch(self, samples: tuple[Sample, ...]) -> None:
         if not samples:
             raise ValueError("a batch needs at least one sample")
@@ -674,98 +472,11 @@ class DaliClipDecoder:
         return tensors[0] if dense else torch.stack(tensors)
 
 
-class _Waiter:
-    """One daemon thread that runs the waits for DALI, one at a time, in order.
-
-    A daemon, unlike ``ThreadPoolExecutor``'s threads (joined at interpreter
-    exit), so a wait stuck inside DALI cannot keep the process from exiting.
-    """
-
-    def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self.busy = False  # inside a call to DALI
-        threading.Thread(target=self._run, name="daliload-dali-wait", daemon=True).start()
-
-    def _run(self) -> None:
-        while True:
-            fn, future = self._jobs.get()
-            if fn is None:
-                return
-            self.busy = True
-            try:
-                if future is None:  # a discarded batch: taken off DALI's queue, nobody waits for it
-                    try:
-                        fn()
-                    except Exception as err:  # noqa: BLE001 - the result of a dropped batch, failed or not
-                        logger.debug("a discarded DALI batch failed: %s", err)
-                elif future.set_running_or_notify_cancel():
-                    try:
-                        future.set_result(fn())
-                    except BaseException as err:  # noqa: BLE001 - handed to the waiting caller
-                        future.set_exception(err)
-            finally:
-                self.busy = False
-
-    def submit(self, fn, *, discard: bool = False) -> concurrent.futures.Future | None:
-        """Queue ``fn``; its future, or ``None`` when ``discard`` (run it, drop its result)."""
-        future: concurrent.futures.Future | None = None if discard else concurrent.futures.Future()
-        self._jobs.put((fn, future))
-        return future
-
-    def close(self) -> None:
-        self._jobs.put((None, None))
-
-
-#: Waiters whose wait for DALI timed out (see :func:`_exit_without_waiting_for`).
-_STUCK_WAITERS: list[_Waiter] = []
-
-
-def _exit_without_waiting_for(waiter: _Waiter) -> None:
-    """Make the process exit without waiting for DALI's work once ``waiter``'s wait timed out.
-
-    At exit DALI shuts every pipeline down (its own ``atexit`` hook), which
-    waits for the batches it is running: forever for one stuck inside a
-    decoder, and minutes for one that is merely slow (a 10,000-frame window
-    was seen to take that long). After a :class:`DaliTimeoutError` the run
-    cannot go on anyway, so this hook, registered after DALI's and so run
-    before it, ends the process at once while DALI is still busy: status 1 if
-    an uncaught exception is ending the script (the usual case: the
-    ``DaliTimeoutError`` itself), else 0. Output streams and logging are
-    flushed first; the worker processes die with their parent.
-    """
-    if not _STUCK_WAITERS:
-        atexit.register(_exit_if_dali_is_stuck)
-    _STUCK_WAITERS.append(waiter)
-
-
-def _exit_if_dali_is_stuck() -> None:
-    if not any(waiter.busy for waiter in _STUCK_WAITERS):
-        return  # DALI finished meanwhile: its own shutdown will not wait
-    status = 1 if getattr(sys, "last_value", None) is not None else 0
-    logger.warning("exiting without waiting for DALI: a batch past its time limit is still running")
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (AttributeError, OSError, ValueError):
-            pass  # closed or replaced: nothing to flush
-    os._exit(status)
-
-
 def _read_file(path: str) -> np.ndarray:
     data = np.fromfile(path, dtype=np.uint8)
     if data.size == 0:
         raise OSError(0, "file is empty", path)
     return data
-
-
-def dali_error_reason(message: str) -> str:
-    """DALI's error text without the pipeline-definition traceback and C++ context lines."""
-    tail = message.rsplit("encountered:", 1)[-1]
-    noise = ("C++ context", "Current pipeline object", "Critical error")
-    lines = [line.strip() for line in tail.splitlines()
-             if line.strip() and not line.strip().startswith(noise)]
-    return " ".join(lines) or message.strip().splitlines()[0]
 
 
 def _frames_to_decode(samples: tuple[Sample, ...], num_frames: Mapping[str, int]) -> list[list[int]]:

@@ -47,12 +47,9 @@ A :class:`StreamHint` (keyframe indices and the frame rate, as the pre-screen
 records them) lets a constant-frame-rate file be entered by a container seek
 instead of demuxing it from the start, which matters for long videos.
 
-The numbering and random-access rules live in :mod:`fallback.numbering`; here
-are the three strategies (hint, packet table, counting) and their shared
-decode loop and assembly step. The module runs past 500 lines because those
-belong together: the strategies differ only in how they find the entry point,
-and splitting the loop from them would spread one exactness argument over
-several files.
+The numbering and random-access rules (and :class:`StreamHint`) live in
+:mod:`fallback.numbering`; here are the three strategies (hint, packet table,
+counting) and their shared decode loop and assembly step.
 """
 
 from __future__ import annotations
@@ -73,7 +70,7 @@ import numpy as np
 from av.video.reformatter import VideoReformatter
 
 from daliload.plan import clamp_frame_indices
-from fallback.numbering import FrameTable, first_output_pts, timestamps_rank_frames
+from fallback.numbering import FrameTable, StreamHint, first_output_pts, timestamps_rank_frames
 
 logger = logging.getLogger(__name__)
 
@@ -95,16 +92,18 @@ class DecodeError(RuntimeError):
     Attributes:
         path: the file.
         reason: what went wrong, short and human readable.
+        kind: ``"timeout"`` when the time limit cut the decode, else ``"decode"``.
     """
 
-    def __init__(self, path: str | os.PathLike, reason: str) -> None:
+    def __init__(self, path: str | os.PathLike, reason: str, kind: str = "decode") -> None:
         self.path = os.fspath(path)
         self.reason = reason
+        self.kind = kind
         super().__init__(f"{self.path}: {reason}")
 
     def __reduce__(self):
-        # Crosses process boundaries (DataLoader workers) intact.
-        return (type(self), (self.path, self.reason))
+        # Crosses process boundaries (worker processes) intact.
+        return (type(self), (self.path, self.reason, self.kind))
 
 
 @dataclass(frozen=True)
@@ -139,42 +138,6 @@ class _UnsafeEntry(Exception):
     """Decoding from a keyframe after the file's start gave wrong or no frames."""
 
 
-@dataclass(frozen=True)
-class StreamHint:
-    """What the pre-screen knows about a video stream, to seek without demuxing it all.
-
-    Only for constant-frame-rate streams: frame ``N`` is expected at
-    ``first_pts + N / fps``. A hint that turns out wrong (the seek lands after
-    the window) is ignored and the file is decoded the exact way.
-
-    Attributes:
-        keyframe_indices: presentation-order frame indices of the keyframes,
-            ascending; must include 0.
-        fps: frames per second.
-        num_frames: frames in the video, if known (lets short windows past the
-            end be clamped up front).
-        unsafe_seek: decoding from a keyframe after the start gives wrong
-            frames (the pre-screen's ``--deep`` check found it): every window
-            is decoded from the start of the file.
-    """
-
-    keyframe_indices: tuple[int, ...]
-    fps: Fraction | float
-    num_frames: int | None = None
-    unsafe_seek: bool = False
-
-    def __post_init__(self) -> None:
-        keys = tuple(int(k) for k in self.keyframe_indices)
-        if not keys or keys[0] != 0 or any(b <= a for a, b in zip(keys, keys[1:])):
-            raise ValueError(
-                f"keyframe_indices must be ascending, unique and start at 0, got {self.keyframe_indices[:8]}")
-        if not float(self.fps) > 0:
-            raise ValueError(f"fps must be > 0, got {self.fps}")
-        if self.num_frames is not None and self.num_frames < 1:
-            raise ValueError(f"num_frames must be >= 1 or None, got {self.num_frames}")
-        object.__setattr__(self, "keyframe_indices", keys)
-
-
 def decode_window(
     path: str | os.PathLike,
     frame_indices: Sequence[int],
@@ -200,7 +163,7 @@ def decode_window(
             longer than this many seconds; checked between packets, and passed
             to FFmpeg's I/O so a blocking read is cut too. ``None``: no limit.
             A decode stuck inside FFmpeg cannot be cut from the same process:
-            :class:`fallback.FallbackLoader` kills such a worker instead.
+            :class:`fallback.source.FallbackSource` kills such a worker instead.
         hint: optional :class:`StreamHint` to enter a long file by seeking.
 
     Returns:
@@ -238,7 +201,7 @@ def decode_window(
         except DecodeError:
             raise
         except av.error.ExitError as err:  # FFmpeg's I/O interrupted at the time limit
-            raise DecodeError(path_str, job.timeout_reason()) from err
+            raise DecodeError(path_str, job.timeout_reason(), "timeout") from err
         except (av.error.FFmpegError, OSError, ValueError) as err:
             raise DecodeError(path_str, f"decode failed: {_describe(err, path_str)}") from err
         if result is not None:
@@ -306,7 +269,7 @@ class _Window:
         try:
             container = av.open(self.path, metadata_errors="ignore", timeout=self.timeout_s)
         except av.error.ExitError as err:
-            raise DecodeError(self.path, self.timeout_reason()) from err
+            raise DecodeError(self.path, self.timeout_reason(), "timeout") from err
         except (av.error.FFmpegError, OSError, ValueError) as err:
             raise DecodeError(self.path, f"cannot open: {_describe(err, self.path)}") from err
         if not container.streams.video:
@@ -316,7 +279,7 @@ class _Window:
         ctx = container.streams.video[0].codec_context
         ctx.thread_count = self.threads
         if self.threads > 1:
-            ctx.thread_type = "FRAME"  # slice threading never helps these streams (DESIGN.md)
+            ctx.thread_type = "FRAME"  # slice threading never helps these streams (docs/architecture.md, Facts)
         return container
 
     # -- strategy 1: timestamps ranked from the demuxed packets (exact) ------------
@@ -517,7 +480,7 @@ class _Window:
 
     def _check_deadline(self) -> None:
         if self.deadline is not None and time.monotonic() > self.deadline:
-            raise DecodeError(self.path, self.timeout_reason())
+            raise DecodeError(self.path, self.timeout_reason(), "timeout")
 
     def timeout_reason(self) -> str:
         return f"timeout: decoding took longer than {self.timeout_s:g} s"

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Callable, Iterable
 
 import av
@@ -286,3 +287,39 @@ class FrameTable:
         usable = [pos for pos in self.entries if pos > 0 and self.packets[pos].pts <= target]
         usable.sort(key=lambda pos: self.packets[pos].pts)
         return usable[::-1][:2] + [0]
+
+
+@dataclass(frozen=True)
+class StreamHint:
+    """What the pre-screen knows about a video stream, to seek without demuxing it all.
+
+    Only for constant-frame-rate streams: frame ``N`` is expected at
+    ``first_pts + N / fps``. A hint that turns out wrong (the seek lands after
+    the window) is ignored and the file is decoded the exact way.
+
+    Attributes:
+        keyframe_indices: presentation-order frame indices of the keyframes,
+            ascending; must include 0.
+        fps: frames per second.
+        num_frames: frames in the video, if known (lets short windows past the
+            end be clamped up front).
+        unsafe_seek: decoding from a keyframe after the start gives wrong
+            frames (the pre-screen's ``--deep`` check found it): every window
+            is decoded from the start of the file.
+    """
+
+    keyframe_indices: tuple[int, ...]
+    fps: Fraction | float
+    num_frames: int | None = None
+    unsafe_seek: bool = False
+
+    def __post_init__(self) -> None:
+        keys = tuple(int(k) for k in self.keyframe_indices)
+        if not keys or keys[0] != 0 or any(b <= a for a, b in zip(keys, keys[1:])):
+            raise ValueError(
+                f"keyframe_indices must be ascending, unique and start at 0, got {self.keyframe_indices[:8]}")
+        if not float(self.fps) > 0:
+            raise ValueError(f"fps must be > 0, got {self.fps}")
+        if self.num_frames is not None and self.num_frames < 1:
+            raise ValueError(f"num_frames must be >= 1 or None, got {self.num_frames}")
+        object.__setattr__(self, "keyframe_indices", keys)

@@ -9,7 +9,7 @@ in ascending order, so every frame is decoded at most once (a frame two
 windows share is decoded once and used twice, and non-reference frames no
 window uses are skipped); then each view is cut from those frames with its own
 crop by :func:`fallback.transform.apply_plan`, exactly as
-:func:`fallback.dataset.decode_sample` would cut it.
+:func:`fallback.source.decode_sample` would cut it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from fallback.decode import decode_window
 from fallback.transform import apply_plan
 
 if TYPE_CHECKING:
-    from fallback.dataset import DecodeOptions
+    from fallback.source import DecodeOptions
 
 
 def decode_views(samples: Sequence[Sample], output: OutputSpec,
@@ -37,7 +37,7 @@ def decode_views(samples: Sequence[Sample], output: OutputSpec,
 
     Returns:
         ``(clips, frames_decoded)``: one tensor per sample, in the order given,
-        equal to what :func:`~fallback.dataset.decode_sample` gives for it, and
+        equal to what :func:`~fallback.source.decode_sample` gives for it, and
         the frames the decoder produced.
 
     Raises:
@@ -51,7 +51,7 @@ def decode_views(samples: Sequence[Sample], output: OutputSpec,
     if others:
         raise ValueError(f"decode_views decodes the views of one file; got {path} and {sorted(others)[0]}")
     if decode is None:
-        from fallback.dataset import DecodeOptions  # the dataset module imports this one
+        from fallback.source import DecodeOptions  # the source module imports this one
 
         decode = DecodeOptions()
     windows = [sample.frame_indices() for sample in samples]

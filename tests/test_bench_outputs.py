@@ -22,7 +22,7 @@ from fallback.transform import apply_plan
 #: Loaders that decode with FFmpeg and convert with swscale, as the fallback does: the same pixels
 #: up to FFmpeg's version (torchcodec uses the system's, decord its own), so nearly equal clips.
 PYAV_LIKE_TOLERANCE = 0.02  # mean |difference| in normalised units (about 1 grey level in 0..255)
-#: DALI converts YUV to RGB with interpolated chroma and resizes with its own filter (DESIGN.md):
+#: DALI converts YUV to RGB with interpolated chroma and resizes with its own filter (docs/architecture.md, Facts):
 #: a mean difference of about 3 grey levels on the same frames.
 DALI_TOLERANCE = 0.12
 
@@ -104,41 +104,12 @@ def test_the_fallback_row_runs_the_fallback_as_the_loader_configures_it(vp9_data
     adapter = load_adapter("daliload-fallback")(vp9_dataset, samples, LoaderConfig(task=task, workers=2,
                                                                                     device="cpu"))
     try:
-        decode, workers, sizes = adapter.options
+        decode, workers, prefetch, hints = adapter.options
     finally:
         adapter.close()
     spec = DecodeSpec(fallback_workers=2)
-    assert workers == spec.fallback_workers_options(pin_memory=False)  # prefetch, context
-    assert sizes == [1, 1, 1]  # batches [2, 1]: the first one clip per worker, the second in one transfer
+    assert (workers, prefetch) == (spec.fallback_workers, max(spec.prefetch_batches, spec.dali_pipelines))
     assert (decode.threads, decode.timeout_s, decode.skip_nonref) == (spec.fallback_threads, spec.timeout_s, True)
-    hint = decode.hint(vp9_dataset.videos[0].path)  # the seek hints the scan gives the loader
+    hint = hints[vp9_dataset.videos[0].path]  # the seek hints the scan gives the loader
     assert hint is not None and hint.keyframe_indices == vp9_dataset.videos[0].keyframes
     assert hint.num_frames == vp9_dataset.videos[0].num_frames
-
-
-@pytest.mark.parametrize(("batches", "workers"), [([4, 4, 3], 2), ([2, 1], 2), ([5], 3), ([1, 2], 4), ([3, 3], 1)])
-def test_the_fallback_rows_transfers_are_the_loaders(batches, workers):
-    """The row's transfer sizes follow the loader's own epoch pass: checked against its code, not a copy of it."""
-    from benchmarks.peers.daliload_peer import loader_transfers
-    from daliload.epoch import EpochCounters, Routes, _FallbackStage
-    from daliload.failures import FailureBudget
-    from daliload.plan import CropBox, Sample
-
-    plan, position = [], 0
-    for size in batches:
-        plan.append([Sample(position=position + k, video_index=0, path=f"v{position + k}.mp4", label=0,
-                            start_frame=0, frame_stride=1, clip_len=1, crop=CropBox.full(), flip=False)
-                     for k in range(size)])
-        position += size
-
-    class Workers:  # stands in for daliload.epoch.FallbackWorkers: records what the pass asks of it
-        setup = type("Setup", (), {"workers": type("Options", (), {"num_workers": workers})()})()
-        asked: list[int] = []
-
-        def iterate(self, key, samples, batch_sizes):
-            self.asked = list(batch_sizes)
-            return iter(())
-
-    fake = Workers()
-    _FallbackStage(fake, plan, Routes([]), FailureBudget(0), EpochCounters())
-    assert loader_transfers(batches, workers) == fake.asked

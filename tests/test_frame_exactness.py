@@ -315,7 +315,7 @@ def _dali_frames(path, start: int, length: int) -> np.ndarray:
 
 
 #: DALI converts YUV to RGB with interpolated chroma, FFmpeg copies the nearest
-#: sample: a mean absolute difference of about 3 on the same frames (DESIGN.md).
+#: sample: a mean absolute difference of about 3 on the same frames (docs/architecture.md, Facts).
 DALI_TOLERANCE = 6.0
 
 

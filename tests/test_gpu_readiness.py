@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from daliload import cli, epoch
+from daliload import cli, dali_source, epoch
 from daliload.epoch import HeldOutputs
 from daliload.loader import DecodeSpec
 from daliload.prescreen import probe_file, route_for
@@ -70,10 +70,11 @@ def test_dali_outputs_are_held_until_their_copies_ran_without_a_host_wait():
 
 
 def test_the_merge_has_no_per_batch_host_synchronisation():
-    """Code-level check: in the epoch pass only the end of a pass and the failure path wait for the GPU."""
-    tree = ast.parse(Path(epoch.__file__).read_text())
+    """Code-level check: in the epoch pass and the DALI source only the end of a pass and the failure path
+    wait for the GPU."""
+    trees = [ast.parse(Path(module.__file__).read_text()) for module in (epoch, dali_source)]
     waiting = set()
-    for function in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+    for function in (n for tree in trees for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
         for call in (n for n in ast.walk(function) if isinstance(n, ast.Call)):
             if isinstance(call.func, ast.Attribute) and call.func.attr == "synchronize":
                 waiting.add(function.name)

@@ -71,7 +71,7 @@ def test_same_plan_dali_and_fallback_agree(request, device):
 
     Tolerance: mean absolute difference below 4 (0..255 scale). DALI interpolates
     chroma while FFmpeg's default conversion copies the nearest sample, which
-    measures about 3 on colour edges (DESIGN.md); a wrong frame, crop or flip
+    measures about 3 on colour edges (docs/architecture.md, Facts); a wrong frame, crop or flip
     differs by tens.
     """
     dataset = request.getfixturevalue("gpu_kinetics" if device == "gpu" else "dataset")
@@ -252,9 +252,9 @@ def test_file_broken_after_the_scan_is_replaced_and_reported(dataset, tmp_path):
 
 
 def test_without_dali_everything_goes_through_the_fallback(dataset, monkeypatch):
-    import daliload.pipeline
+    import daliload.dali_errors
 
-    monkeypatch.setattr(daliload.pipeline, "is_dali_available", lambda: False)
+    monkeypatch.setattr(daliload.dali_errors, "is_dali_available", lambda: False)
     monkeypatch.setattr(loader_mod, "_warned_no_dali", False)
     with pytest.warns(RuntimeWarning, match=r"DALI is not installed.*pip install 'daliload\[cuda13\]'"):
         loader = make_loader(dataset)

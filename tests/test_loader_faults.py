@@ -21,7 +21,7 @@ from daliload.framecode import read_code
 from daliload.loader import DecodeSpec, KineticsDALILoader
 from daliload.pipeline import DaliBatchError, DaliTimeoutError
 from daliload.plan import AugmentSpec, OutputSpec
-from fallback.dataset import FAULTS_ENV
+from daliload.testing import inject_faults
 
 RAW = OutputSpec(size=(48, 64), mean=(0, 0, 0), std=(1, 1, 1), dtype="float32")
 WHOLE = AugmentSpec(crop_size=(48, 64), crop_mode="center", flip_prob=0.5)
@@ -126,14 +126,13 @@ def test_a_batch_failure_that_names_no_file_is_isolated_by_halves(root):
     assert loader.stats().clips_redecoded == 0 and loader.stats().isolation_s == 0
 
 
-def test_crash_and_hang_inside_a_redecode_cost_one_sample_each(root, monkeypatch):
+def test_crash_and_hang_inside_a_redecode_cost_one_sample_each(root):
     loader = make_loader(root, timeout_s=2.0)
     paths = routes(loader)
     crash, hang = paths["dali"][0], paths["dali"][2]
     for path in (crash, hang):
         Path(path).write_bytes(b"not a video" * 100)  # fails in DALI: decoded again outside it
-    monkeypatch.setenv(FAULTS_ENV, f"{crash}=segv;{hang}=hang")
-    loader = make_loader(loader.manifest_path, timeout_s=2.0)  # reads the faults at start; no re-scan
+    inject_faults(loader, {crash: "segv", hang: "hang"})
     started = time.monotonic()
     batches = epoch(loader)
     assert time.monotonic() - started < 60

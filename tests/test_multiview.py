@@ -10,7 +10,7 @@ import torch
 from daliload.framecode import read_clip
 from daliload.plan import AugmentSpec, ClipSpec, OutputSpec, VideoInfo, make_val_plan
 from fallback import views as views_module
-from fallback.dataset import DecodeOptions, decode_sample
+from fallback.source import DecodeOptions, decode_sample
 from fallback.views import decode_views
 
 RAW = OutputSpec(size=(48, 64), mean=(0, 0, 0), std=(1, 1, 1), dtype="float32")
@@ -158,7 +158,8 @@ def test_the_loaders_fallback_decodes_each_videos_views_in_one_pass(small_kineti
 
 def test_dali_takes_the_same_three_crops_as_the_fallback(make_clip):
     """Spatial views on the DALI path: both ends and the centre of the long side, as the fallback cuts them."""
-    from daliload.pipeline import DaliClipDecoder, is_dali_available
+    from daliload.dali_errors import is_dali_available
+    from daliload.pipeline import DaliClipDecoder
 
     if not is_dali_available():
         pytest.skip("nvidia-dali is not installed")

@@ -458,16 +458,17 @@ def test_closed_decoder_refuses_work(vp9):
 
 
 def test_missing_dali_raises_an_import_error_that_says_how_to_install(monkeypatch):
+    import daliload.dali_errors as dali_errors
     import daliload.pipeline as pipeline
 
     for name in ("nvidia.dali", "nvidia.dali.fn", "nvidia.dali.pipeline", "nvidia.dali.types"):
         monkeypatch.setitem(sys.modules, name, None)  # None in sys.modules makes the import fail
     message = r"NVIDIA DALI is not installed; pip install 'daliload\[cuda13\]'"
     with pytest.raises(ImportError, match=message) as info:
-        pipeline.import_dali()
+        dali_errors.import_dali()
     assert "daliload[cuda12]" in str(info.value)
     assert isinstance(info.value.__cause__, ImportError)
-    assert pipeline.is_dali_available() is False
+    assert dali_errors.is_dali_available() is False
     with pytest.raises(ImportError, match=r"pip install 'daliload\[cuda13\]'"):
         pipeline.DaliClipDecoder(RAW, batch_size=2, device="cpu")
 
@@ -485,7 +486,7 @@ def test_real_vp9_webm_matches_pyav(realclips, raw_decoder):
 
     Tolerance: mean absolute difference < 1 in 0..255 units (measured 0.05).
     DALI interpolates chroma where FFmpeg's default RGB conversion copies the
-    nearest sample (DESIGN.md: mean about 3 on busy real footage); this clip
+    nearest sample (docs/architecture.md, Facts: mean about 3 on busy real footage); this clip
     is flat colours, so the two conversions hardly differ.
     """
     path = realclips / "moviepy" / "transparent.webm"
@@ -511,7 +512,7 @@ def test_dali_and_the_fallback_agree_on_the_same_plan(make_clip, counted):
     The 18-frame video is shorter than a clip's span (22 frames): its window
     runs past the end, padded by DALI or, with counts, repeated by the decoder.
     Tolerance: mean absolute difference < 3 in 0..255 units per clip (measured
-    1.3-1.5: chroma interpolation differs, DESIGN.md; resampling adds < 0.4).
+    1.3-1.5: chroma interpolation differs, docs/architecture.md; resampling adds < 0.4).
     """
     decode = pytest.importorskip("fallback.decode")
     transform = pytest.importorskip("fallback.transform")

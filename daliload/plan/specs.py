@@ -144,6 +144,11 @@ class Sample:
     is_padding: bool = False
     view: int = 0
 
+    @property
+    def last_frame(self) -> int:
+        """The source frame of the clip's last frame (past the video's end if the clip runs past it)."""
+        return self.start_frame + clip_span(self.clip_len, self.frame_stride) - 1
+
     def frame_indices(self, num_frames: int | None = None) -> list[int]:
         """Source frame of each clip frame; past the end, the edge rule if ``num_frames`` is given."""
         idx = [self.start_frame + i * self.frame_stride for i in range(self.clip_len)]
@@ -152,6 +157,11 @@ class Sample:
                 raise ValueError(f"{self.path}: video has no frames")
             idx = clamp_frame_indices(idx, num_frames)
         return idx
+
+
+def clip_span(clip_len: int, frame_stride: int) -> int:
+    """Source frames a clip of ``clip_len`` frames at ``frame_stride`` covers: ``(clip_len - 1) * stride + 1``."""
+    return (clip_len - 1) * frame_stride + 1
 
 
 def clamp_frame_indices(frame_indices: Sequence[int], num_frames: int) -> list[int]:
@@ -217,7 +227,7 @@ class ClipSpec:
 
     def span(self, frame_stride: int) -> int:
         """Source frames one clip covers at ``frame_stride``: ``(clip_len - 1) * stride + 1``."""
-        return (self.clip_len - 1) * frame_stride + 1
+        return clip_span(self.clip_len, frame_stride)
 
 
 @dataclass(frozen=True)

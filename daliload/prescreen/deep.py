@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from daliload.pipeline import dali_error_reason, import_dali
+from daliload.dali_errors import dali_error_reason, import_dali
 from daliload.prescreen.probe import ProbeResult
 from daliload.prescreen.rules import Device, Route
 

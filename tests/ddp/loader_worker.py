@@ -6,7 +6,7 @@ the failures, and whether every decoded clip showed exactly the frames of the
 sample filling its slot (its own, or its replacement's).
 
 FAULT_RANK=R and FAULT_SPEC="path=action;..." make those files' decodes crash or
-hang on rank R only (fallback.dataset.FAULTS_ENV).
+hang on rank R only (daliload.testing.inject_faults).
 """
 
 import json
@@ -19,19 +19,19 @@ import torch.distributed as dist
 from daliload.framecode import read_code
 from daliload.loader import DecodeSpec, KineticsDALILoader
 from daliload.plan import AugmentSpec, OutputSpec
-from fallback.dataset import FAULTS_ENV
+from daliload.testing import inject_faults
 
 
 def main(root: str, out_dir: str, epochs: int) -> None:
     dist.init_process_group("gloo")
-    if os.environ.get("FAULT_RANK") == str(dist.get_rank()):
-        os.environ[FAULTS_ENV] = os.environ["FAULT_SPEC"]
     loader = KineticsDALILoader(
         root, "train", batch_size=2, clip_len=4, frame_stride=3, seed=7,
         augment=AugmentSpec(crop_size=(48, 64), crop_mode="center"),
         output=OutputSpec(size=(48, 64), mean=(0, 0, 0), std=(1, 1, 1), dtype="float32"),
         decode=DecodeSpec(max_failure_fraction=1.0, timeout_s=5.0),
     )
+    if os.environ.get("FAULT_RANK") == str(dist.get_rank()):
+        inject_faults(loader, dict(entry.rsplit("=", 1) for entry in os.environ["FAULT_SPEC"].split(";")))
     frames = {v.path: v.num_frames for v in loader.videos}
     record = {"rank": dist.get_rank(), "world_size": dist.get_world_size(), "num_videos": len(loader.videos),
               "paths": sorted(frames), "epochs": []}

@@ -1,0 +1,154 @@
+"""DALI as a clip source: a DaliClipDecoder's batches, with a failed batch isolated by halves inside.
+
+:class:`DaliSource` implements :class:`daliload.source.ClipSource` over one
+:class:`~daliload.pipeline.DaliClipDecoder`. A batch DALI decodes comes back
+as DALI's own output (zero-copy). A batch DALI fails on comes back with every
+row settled: DALI's message often names no sample ("memory file"), so the
+batch's samples go back to DALI in halves until the files it fails on alone
+are found; the others keep DALI's clips (copies), and each culprit gets a
+:class:`~daliload.failures.Failure` of kind ``"dali"`` (DALI cannot decode
+that file: the pass moves it to the fallback for the rest of the run). When
+every sample fails alone too, nothing singles a file out (a driver or library
+problem): the rows get kind ``"dali_batch"`` and keep their route; the pass
+gives DALI up after a few such batches in a row.
+
+A batch that does not finish within its time limit raises
+:class:`~daliload.pipeline.DaliTimeoutError` from :meth:`DaliSource.collect`:
+a thread stuck inside DALI cannot be stopped, so the run ends, loudly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from collections import deque
+from typing import Sequence
+
+import torch
+
+from daliload.failures import Failure
+from daliload.pipeline import DaliBatchError, DaliClipDecoder, DecodedBatch
+from daliload.plan import Sample
+from daliload.source import Decoded
+
+logger = logging.getLogger(__name__)
+
+
+class DaliSource:
+    """A :class:`~daliload.source.ClipSource` over ``decoder`` (see the module docstring).
+
+    Args:
+        decoder: the DALI decoder (its ``prefetch_queue_depth`` bounds the batches in flight).
+        clip_timeout_s: how long one clip may take; a batch of ``n`` clips may
+            take ``clip_timeout_s * (1 + ceil(n / decoder.num_threads))``.
+    """
+
+    def __init__(self, decoder: DaliClipDecoder, *, clip_timeout_s: float) -> None:
+        self.decoder = decoder
+        self.clip_timeout_s = clip_timeout_s
+        self.isolation_s = 0.0  # spent finding the files that broke batches
+        self._tickets: deque[tuple[int, tuple[Sample, ...]]] = deque()  # in DALI's queue, oldest first
+        self._early: dict[int, DecodedBatch | DaliBatchError] = {}  # collected ahead while isolating (copies)
+        self._next_ticket = 0
+
+    @property
+    def capacity(self) -> int:
+        """Batches that may be in flight at once."""
+        return self.decoder.prefetch_queue_depth
+
+    def submit(self, samples: Sequence[Sample], *, urgent: bool = False) -> int:
+        """Queue ``samples`` as one DALI batch (``urgent`` changes nothing: DALI runs batches in order)."""
+        ticket, self._next_ticket = self._next_ticket, self._next_ticket + 1
+        samples = tuple(samples)
+        self.decoder.submit(samples)
+        self._tickets.append((ticket, samples))
+        return ticket
+
+    def collect(self, ticket: int) -> Decoded:
+        """The batch of ``ticket`` (batches are collected in the order submitted).
+
+        Raises:
+            DaliTimeoutError: DALI did not finish it in time; the run cannot go on.
+        """
+        outcome = self._early.pop(ticket, None)
+        if outcome is None:
+            outcome = self._next(ticket)
+        if isinstance(outcome, DaliBatchError):
+            return self._isolate(outcome)
+        return Decoded(outcome.videos, {}, None, outcome.outputs)
+
+    def cancel(self) -> None:
+        """Drop every batch not collected yet, without waiting for DALI."""
+        self._tickets.clear()
+        self._early.clear()
+        self.decoder.discard_pending()
+
+    def close(self) -> None:
+        self.cancel()
+        self.decoder.close()
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _timeout(self, n: int) -> float:
+        return self.clip_timeout_s * (1 + math.ceil(n / self.decoder.num_threads))
+
+    def _next(self, ticket: int) -> DecodedBatch | DaliBatchError:
+        """The result (or error) of the oldest batch in DALI's queue, which must be ``ticket``'s."""
+        oldest, samples = self._tickets.popleft()
+        if oldest != ticket:
+            raise RuntimeError(f"internal error: DALI batches are collected in order; {ticket} asked, "
+                               f"{oldest} is next")
+        try:
+            return self.decoder.result(self._timeout(len(samples)))
+        except DaliBatchError as err:
+            return err
+
+    def _isolate(self, err: DaliBatchError) -> Decoded:
+        """Find the samples DALI fails on alone; the others keep DALI's clips (copied)."""
+        started = time.perf_counter()
+        samples = list(err.samples)
+        logger.warning("DALI batch of %d clip(s) failed (%s); isolating the file(s) at fault", len(samples), err.reason)
+        while self._tickets:  # bisection needs DALI's queue to itself: what is in it is collected now
+            ticket = self._tickets[0][0]
+            outcome = self._next(ticket)
+            self._early[ticket] = outcome if isinstance(outcome, DaliBatchError) else _copied(outcome)
+        named = {err.culprit.path} if err.culprit is not None else set()
+        clips, culprits = self._bisect([k for k, s in enumerate(samples) if s.path not in named], samples)
+        culprits += [k for k, s in enumerate(samples) if s.path in named]
+        blamed = len(culprits) < len(samples) or len(samples) == 1
+        kind = "dali" if blamed else "dali_batch"
+        failures = {k: Failure(samples[k].path, f"DALI: {err.reason}", samples[k].position, kind)
+                    for k in sorted(culprits)}
+        if clips:
+            first = next(iter(clips.values()))
+            videos = torch.empty((len(samples), *first.shape), dtype=first.dtype, device=first.device)
+            for k, clip in clips.items():
+                videos[k].copy_(clip)
+        else:
+            videos = torch.empty(0)
+        self.isolation_s += time.perf_counter() - started
+        return Decoded(videos, failures)
+
+    def _bisect(self, rows: list[int], samples: list[Sample]) -> tuple[dict[int, torch.Tensor], list[int]]:
+        """Clips DALI decodes among ``rows`` (copied), and the rows it fails on alone."""
+        if not rows:
+            return {}, []
+        try:
+            decoded = _copied(self.decoder.decode_batch([samples[k] for k in rows], self._timeout(len(rows))))
+        except DaliBatchError:
+            if len(rows) == 1:
+                return {}, list(rows)
+            half = len(rows) // 2
+            (clips_a, bad_a), (clips_b, bad_b) = self._bisect(rows[:half], samples), self._bisect(rows[half:], samples)
+            return {**clips_a, **clips_b}, bad_a + bad_b
+        return {k: decoded.videos[j] for j, k in enumerate(rows)}, []
+
+
+def _copied(decoded: DecodedBatch) -> DecodedBatch:
+    """``decoded`` with its clips copied out of DALI's buffer (DALI may reuse it for the batches to come)."""
+    videos = decoded.videos.clone()
+    if videos.is_cuda:
+        torch.cuda.current_stream(videos.device).synchronize()
+    return dataclasses.replace(decoded, videos=videos, outputs=None)  # DALI's buffers may go

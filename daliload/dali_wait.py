@@ -1,0 +1,102 @@
+"""Waiting for DALI with a time limit, and exiting when DALI is stuck.
+
+DALI's ``Pipeline.outputs()`` blocks until a batch is done, with no time
+limit. :class:`Waiter` runs those calls on one daemon thread, in order, so
+that the caller can give a wait up (:class:`~daliload.dali_errors.DaliTimeoutError`); a thread
+stuck inside DALI cannot be stopped, so the decoder is unusable afterwards
+and the run ends, loudly. At exit DALI shuts every pipeline down and waits
+for the batches it is running, forever for a stuck one:
+:func:`exit_without_waiting_for` makes such a process exit without that wait.
+Batches of an abandoned pass are handed to the waiter to be taken off DALI's
+queue (``discard=True``), in order, so that nothing waits for them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import logging
+import os
+import queue
+import sys
+import threading
+
+logger = logging.getLogger(__name__)
+
+
+class Waiter:
+    """One daemon thread that runs the waits for DALI, one at a time, in order.
+
+    A daemon, unlike ``ThreadPoolExecutor``'s threads (joined at interpreter
+    exit), so a wait stuck inside DALI cannot keep the process from exiting.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.busy = False  # inside a call to DALI
+        threading.Thread(target=self._run, name="daliload-dali-wait", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            fn, future = self._jobs.get()
+            if fn is None:
+                return
+            self.busy = True
+            try:
+                if future is None:  # a discarded batch: taken off DALI's queue, nobody waits for it
+                    try:
+                        fn()
+                    except Exception as err:  # noqa: BLE001 - the result of a dropped batch, failed or not
+                        logger.debug("a discarded DALI batch failed: %s", err)
+                elif future.set_running_or_notify_cancel():
+                    try:
+                        future.set_result(fn())
+                    except BaseException as err:  # noqa: BLE001 - handed to the waiting caller
+                        future.set_exception(err)
+            finally:
+                self.busy = False
+
+    def submit(self, fn, *, discard: bool = False) -> concurrent.futures.Future | None:
+        """Queue ``fn``; its future, or ``None`` when ``discard`` (run it, drop its result)."""
+        future: concurrent.futures.Future | None = None if discard else concurrent.futures.Future()
+        self._jobs.put((fn, future))
+        return future
+
+    def close(self) -> None:
+        self._jobs.put((None, None))
+
+
+#: Waiters whose wait for DALI timed out (see :func:`exit_without_waiting_for`).
+_STUCK_WAITERS: list[Waiter] = []
+
+
+def exit_without_waiting_for(waiter: Waiter) -> None:
+    """Make the process exit without waiting for DALI's work once ``waiter``'s wait timed out.
+
+    At exit DALI shuts every pipeline down (its own ``atexit`` hook), which
+    waits for the batches it is running: forever for one stuck inside a
+    decoder, and minutes for one that is merely slow (a 10,000-frame window
+    was seen to take that long). After a :class:`DaliTimeoutError` the run
+    cannot go on anyway, so this hook, registered after DALI's and so run
+    before it, ends the process at once while DALI is still busy: status 1 if
+    an uncaught exception is ending the script (the usual case: the
+    ``DaliTimeoutError`` itself), else 0. Output streams and logging are
+    flushed first; the worker processes die with their parent.
+    """
+    if not _STUCK_WAITERS:
+        atexit.register(_exit_if_dali_is_stuck)
+    _STUCK_WAITERS.append(waiter)
+
+
+def _exit_if_dali_is_stuck() -> None:
+    if not any(waiter.busy for waiter in _STUCK_WAITERS):
+        return  # DALI finished meanwhile: its own shutdown will not wait
+    status = 1 if getattr(sys, "last_value", None) is not None else 0
+    logger.warning("exiting without waiting for DALI: a batch past its time limit is still running")
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass  # closed or replaced: nothing to flush
+    os._exit(status)

@@ -1,0 +1,186 @@
+"""The loader's options: the decode group (:class:`DecodeSpec`) and every check of what a user passes.
+
+Each option lives in one place: :class:`DecodeSpec` here, the clip and
+augmentation specs in :mod:`daliload.plan`, the scan's in
+:mod:`daliload.prescreen`; :class:`~daliload.KineticsDALILoader` takes them
+and calls the checks below before it touches a file, so a bad value fails at
+construction with one line that names it and the fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import warnings
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+from daliload import dist
+from daliload.failures import DEFAULT_MAX_FAILURE_FRACTION
+from daliload.plan import AugmentSpec, ClipSpec, OutputSpec, check_last_batch, check_views
+from daliload.processes import usable_cores
+
+DecoderChoice = Literal["auto", "fallback"]
+
+
+@dataclass(frozen=True)
+class DecodeSpec:
+    """How clips are decoded: threads, workers, prefetch, failure limits.
+
+    Attributes:
+        decoder: ``"auto"`` (default) decodes route ``dali`` with DALI when it
+            is installed; ``"fallback"`` sends every file through PyAV.
+        dali_threads: DALI worker threads: clips decoded at once. Default
+            ``None``: on a GPU ``min(batch_size, 16)`` (at least twice the 7
+            NVDEC engines of an H100/H200, so every engine has a session
+            decoding while another demuxes), on the CPU one per core.
+        prefetch_batches: DALI batches in flight ahead of the one consumed. Default 2
+            (at least ``dali_pipelines``).
+        dali_pipelines: DALI pipelines per rank, each with ``dali_threads``
+            threads, taking batches in turn (batches still come in plan
+            order). More keep more NVDEC sessions busy at once; 1 (default)
+            until a GPU run picks a better default.
+        fallback_workers: PyAV decoding processes. Default 2. 0 decodes in the
+            training process: a debugging mode in which a crash inside FFmpeg
+            ends the run and a hang inside it is not cut.
+        fallback_threads: FFmpeg threads per fallback decode. Default 1.
+        timeout_s: per-clip decode limit, seconds. Default 60. A fallback
+            decode past it fails (its worker is killed at ``1.25 * timeout_s +
+            0.5``); a DALI batch may take ``timeout_s * (1 + ceil(clips /
+            dali_threads))`` before the loader raises
+            :class:`~daliload.pipeline.DaliTimeoutError` naming its files.
+        max_failure_fraction: raise once more than this fraction of an epoch's
+            videos failed to decode (their samples are replaced until then; at
+            least one failed video is allowed; a video is one however many of
+            its samples failed). Default 0.05.
+    """
+
+    decoder: DecoderChoice = "auto"
+    dali_threads: int | None = None
+    prefetch_batches: int = 2
+    dali_pipelines: int = 1
+    fallback_workers: int = 2
+    fallback_threads: int = 1
+    timeout_s: float = 60.0
+    max_failure_fraction: float = DEFAULT_MAX_FAILURE_FRACTION
+
+    def __post_init__(self) -> None:
+        if self.decoder not in ("auto", "fallback"):
+            raise ValueError(f"decoder must be 'auto' or 'fallback', got {self.decoder!r}")
+        for name in ("dali_threads", "prefetch_batches", "dali_pipelines", "fallback_threads"):
+            value = getattr(self, name)
+            if name == "dali_threads" and value is None:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if not isinstance(self.fallback_workers, int) or self.fallback_workers < 0:
+            raise ValueError(f"fallback_workers must be an integer >= 0, got {self.fallback_workers!r}")
+        if not self.timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0 seconds, got {self.timeout_s!r}")
+        if not 0 <= self.max_failure_fraction <= 1:
+            raise ValueError(f"max_failure_fraction must be in [0, 1], got {self.max_failure_fraction!r}")
+
+    def dali_threads_for(self, device: str, batch_size: int) -> int:
+        """DALI threads: as given, else ``min(batch_size, 16)`` on a GPU and one per core on the CPU."""
+        if self.dali_threads is not None:
+            return self.dali_threads
+        return min(batch_size, 16) if device == "gpu" else usable_cores()
+
+
+#: What torch's ``DataLoader`` keywords are here, for users who pass them out of habit.
+_DATALOADER_EQUIVALENTS = {
+    "num_workers": "decode=DecodeSpec(fallback_workers=N) (processes for the files DALI cannot decode; "
+                   "DALI's own threads: DecodeSpec(dali_threads=N))",
+    "pin_memory": "nothing: batches come on the GPU of this rank (device='gpu'), and the fallback's transfers are "
+                  "pinned when they go there",
+    "shuffle": "split='train' (a new shuffle every epoch, seeded: call set_epoch(epoch)); other splits are never "
+               "shuffled",
+    "drop_last": "last_batch='drop' (or 'pad', the default, or 'partial')",
+    "collate_fn": "nothing: batches are (videos, labels) tensors; transform them in the training step, or set "
+                  "augment=AugmentSpec(...) and output=OutputSpec(...)",
+    "sampler": "nothing: the loader's epoch plan shards the split over the ranks itself (seed=, set_epoch())",
+    "batch_sampler": "batch_size= and last_batch=",
+    "persistent_workers": "nothing: the fallback's workers always persist across epochs",
+    "prefetch_factor": "decode=DecodeSpec(prefetch_batches=N)",
+    "timeout": "decode=DecodeSpec(timeout_s=S) (a time limit per clip)",
+    "worker_init_fn": "nothing: the workers are daliload's own",
+    "multiprocessing_context": "nothing: the workers start with forkserver (spawn where it is missing)",
+    "generator": "seed=",
+    "dataset": "source= (a dataset root or a manifest)",
+}
+
+
+def refuse_unknown_options(unknown: dict[str, object], known: Sequence[str]) -> None:
+    """A ``TypeError`` for keywords the loader does not take (``known`` are those it does), naming what to use."""
+    if not unknown:
+        return
+    advice = []
+    for name in unknown:
+        if name in _DATALOADER_EQUIVALENTS:
+            advice.append(f"{name!r} is a torch DataLoader option; here use {_DATALOADER_EQUIVALENTS[name]}")
+        else:
+            close = difflib.get_close_matches(name, known, n=1)
+            advice.append(f"unexpected keyword argument {name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    raise TypeError("KineticsDALILoader() got " + "; ".join(advice))
+
+
+def check_clip_fits(videos: Sequence, clip: ClipSpec, split: str) -> None:
+    """Refuse a clip longer than every video of the split: each clip would be mostly repeats of a last frame.
+
+    A few short videos are normal (their clips repeat the last frame, counted
+    in ``stats().clips_past_end``); a span that fits no video is a mistake
+    (``clip_len=10000``) that would otherwise show up as very slow decodes.
+    """
+    longest = max(videos, key=lambda v: v.num_frames or 0)
+    if any((v.num_frames or 0) >= clip.span(clip.stride_for(v.fps) if v.fps else clip.frame_stride) for v in videos):
+        return
+    stride = clip.stride_for(longest.fps) if longest.fps else clip.frame_stride
+    raise ValueError(
+        f"clip_len={clip.clip_len} with frame_stride={stride} spans {clip.span(stride)} frames, more than any video "
+        f"of split {split!r} has (the longest, {longest.path}, has {longest.num_frames}): lower clip_len or "
+        f"frame_stride")
+
+
+def warn_upscaled(videos: Sequence, output_size: tuple[int, int], split: str) -> None:
+    """Warn once when some videos are smaller than the crop, so that their clips are upscaled."""
+    out_h, out_w = output_size
+    small = [v for v in videos if v.width and v.height and (v.height < out_h or v.width < out_w)]
+    if small:
+        warnings.warn(f"{len(small)} of {len(videos)} videos of split {split!r} are smaller than the crop "
+                      f"{out_h}x{out_w} (height x width; first: {small[0].path}, {small[0].width}x"
+                      f"{small[0].height}); their clips are upscaled", UserWarning, stacklevel=3)
+
+
+def checked_views(views: object, split: str) -> tuple[int, int] | None:
+    """``views`` checked: two integers >= 1, and only on an evaluation split."""
+    if views is None:
+        return None
+    if split == "train":
+        raise ValueError(f"views={views!r} is for evaluation splits (e.g. split='val'); split='train' takes "
+                         "one random clip per video and epoch")
+    return check_views(views)
+
+
+def check_options(*, batch_size: object, last_batch: object, device: object, seed: object) -> None:
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    check_last_batch(last_batch)
+    if device not in ("auto", "gpu", "cpu"):
+        raise ValueError(f"device must be 'auto', 'gpu' or 'cpu', got {device!r}")
+    if device == "gpu":
+        dist.require_cuda()
+    if not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+
+
+def augment_and_output(crop_size, augment: AugmentSpec | None,
+                        output: OutputSpec | None) -> tuple[AugmentSpec, OutputSpec]:
+    """The augmentation and output specs, with the crop size given in one place."""
+    if augment is None:
+        augment = AugmentSpec(crop_size=224 if crop_size is None else crop_size)
+    elif crop_size is not None and AugmentSpec(crop_size=crop_size).output_size != augment.output_size:
+        raise ValueError(f"crop_size={crop_size} disagrees with augment.crop_size={augment.crop_size}; "
+                         "give the size in one place")
+    output = output if output is not None else OutputSpec(size=augment.output_size)
+    if output.size != augment.output_size:
+        raise ValueError(f"output.size {output.size} must equal the crop size {augment.output_size}")
+    return augment, output

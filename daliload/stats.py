@@ -1,0 +1,108 @@
+"""What the loader did in an epoch: :class:`LoaderStats`, as ``loader.stats()`` returns it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from daliload.failures import FailedVideo, Failure
+
+
+@dataclass(frozen=True)
+class LoaderStats:
+    """What the loader did in the current (or last) epoch.
+
+    Attributes:
+        epoch: the epoch these counters belong to.
+        batches: batches yielded.
+        clips_dali: clips decoded by DALI.
+        clips_fallback: clips decoded by the PyAV fallback (its own route, plus
+            DALI-route clips decoded again after a failed DALI batch).
+        clips_redecoded: DALI-route clips that went through the fallback
+            because their DALI batch failed.
+        replaced: plan slots filled with another sample because theirs failed.
+        failures: the videos that failed at run time this epoch, each file
+            once with the plan positions it failed at (:class:`~daliload.failures.FailedVideo`).
+        rejected: ``(path, reason)`` of the files the pre-screen marked ``bad``
+            (never planned).
+        dali_wait_s: seconds spent waiting for DALI batches.
+        fallback_wait_s: seconds spent waiting for fallback clips.
+        device: ``"gpu"`` or ``"cpu"``: where DALI decodes and tensors live.
+        dali_enabled: whether DALI may decode in this run (False without
+            DALI installed, or with ``decoder="fallback"``).
+        rerouted: files of route ``dali`` that DALI failed on (found by
+            isolating a failed batch); they go through the fallback from the
+            next batch on, for the rest of this run.
+        quarantined: files whose decode killed a worker (twice: once more on
+            a fresh one) or ran past the time limit; they are not decoded again
+            in this run (their samples fail at once, and are replaced).
+        replacements: ``(slot_position, used_position)`` of every replaced
+            slot: which plan sample's clip fills a failed slot.
+        clips_masked: failed samples of an evaluation split (not ``"train"``):
+            their slot holds a replacement with label -1, like padding, so no
+            video is scored twice.
+        clips_past_end: clips whose window runs past the end of their video
+            (the last frame is repeated, as ``pad_mode="edge"``).
+        frames_decoded_fallback: frames the fallback's decoders produced
+            (window frames plus GOP waste; DALI cannot tell its own).
+        isolation_s: seconds spent finding which files broke DALI batches.
+        dali_disabled: why DALI was given up for the rest of the run (several
+            failed batches in a row with no single file to blame), or ``None``.
+    """
+
+    epoch: int
+    batches: int
+    clips_dali: int
+    clips_fallback: int
+    clips_redecoded: int
+    replaced: int
+    failures: tuple[FailedVideo, ...]
+    rejected: tuple[Failure, ...]
+    dali_wait_s: float
+    fallback_wait_s: float
+    device: str
+    dali_enabled: bool
+    rerouted: tuple[str, ...] = ()
+    quarantined: tuple[str, ...] = ()
+    replacements: tuple[tuple[int, int], ...] = ()
+    clips_masked: int = 0
+    clips_past_end: int = 0
+    frames_decoded_fallback: int = 0
+    isolation_s: float = 0.0
+    dali_disabled: str | None = None
+
+    @property
+    def dali_share(self) -> float:
+        """Fraction of clips DALI decoded."""
+        total = self.clips_dali + self.clips_fallback
+        return self.clips_dali / total if total else 0.0
+
+    def format(self) -> str:
+        """A few readable lines for logs."""
+        lines = [
+            f"epoch {self.epoch}: {self.batches} batches, {self.clips_dali} clips by DALI ({self.device}), "
+            f"{self.clips_fallback} by the fallback ({self.dali_share:.0%} DALI)",
+            f"waiting: DALI {self.dali_wait_s:.2f} s, fallback {self.fallback_wait_s:.2f} s; "
+            f"re-decoded after a DALI failure: {self.clips_redecoded}; replaced: {self.replaced}",
+        ]
+        if self.clips_masked or self.clips_past_end:
+            lines.append(f"failed and masked (label -1): {self.clips_masked}; "
+                         f"windows past the end of their video: {self.clips_past_end}")
+        if self.dali_disabled:
+            lines.append(f"DALI given up for this run: {self.dali_disabled}")
+        if self.rerouted:
+            lines.append(f"sent to the fallback after failing in DALI ({len(self.rerouted)}): "
+                         + ", ".join(self.rerouted[:5]) + (" ..." if len(self.rerouted) > 5 else ""))
+        if self.quarantined:
+            lines.append(f"not decoded again this run, after killing or hanging a worker ({len(self.quarantined)}): "
+                         + ", ".join(self.quarantined[:5]) + (" ..." if len(self.quarantined) > 5 else ""))
+        if self.failures:
+            lines.append(f"failed at run time ({len(self.failures)} videos):")
+            lines += [f"  {f.describe()}" for f in self.failures[:10]]
+            if len(self.failures) > 10:
+                lines.append(f"  ... and {len(self.failures) - 10} more")
+        if self.rejected:
+            lines.append(f"rejected by the pre-screen ({len(self.rejected)}):")
+            lines += [f"  {f.path}: {f.reason}" for f in self.rejected[:10]]
+            if len(self.rejected) > 10:
+                lines.append(f"  ... and {len(self.rejected) - 10} more")
+        return "\n".join(lines)

@@ -1,0 +1,330 @@
+"""The PyAV fallback as a clip source: supervised worker processes that write clips into shared memory.
+
+:class:`FallbackSource` implements :class:`daliload.source.ClipSource` for
+every file DALI cannot decode (and for whatever an epoch pass sends it:
+replacements, DALI's culprits). A submitted group of samples gets one buffer
+of shared memory (an anonymous ``memfd``), shaped as the group's clips; each
+video of the group is one task of a :class:`daliload.workerpool.WorkerPool`
+(its samples decode in one pass over the file: the views of a multi-view
+sample, the clips of repeated sampling), and the worker writes its clips
+straight into their rows of that buffer. Only the buffer's file descriptor
+and a few numbers cross the pipe; the buffer is the batch the training loop
+gets (no copy when the group is the whole batch). The workers live as long
+as the source, so a new epoch starts no process::
+
+    source = FallbackSource(output, DecodeOptions(timeout_s=60), workers=2, hint_of=hints.get)
+    ticket = source.submit(samples)
+    decoded = source.collect(ticket)       # Decoded(videos, failures, frames_decoded)
+
+What a broken file costs, whichever way it breaks:
+
+- a file that does not decode (``DecodeError``): its rows fail, with the reason;
+- a decode past ``timeout_s``: the decoder's own deadline (checked between
+  packets) fails it; one stuck inside FFmpeg gets its worker killed at
+  :func:`hard_limit` and fails as ``"timeout"``;
+- a worker killed by a signal while decoding (a segfault in FFmpeg, the OOM
+  killer): the video is tried once more on a fresh worker, and fails as
+  ``"crash"`` only when it kills that one too; a worker killed while idle is
+  replaced (:class:`~daliload.workerpool.WorkerPool`).
+
+``workers=0`` decodes in the calling process when a group is collected: the
+debugging mode, in which a crash inside FFmpeg ends the process and a hang
+inside it is not cut.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import mmap
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from daliload.failures import Failure, FailureKind
+from daliload.plan import OutputSpec, Sample
+from daliload.source import Decoded
+from daliload.workerpool import TaskOutcome, WorkerPool
+from fallback.decode import DecodeError, decode_window
+from fallback.numbering import StreamHint
+from fallback.transform import apply_plan, clip_shape, output_dtype
+from fallback.views import decode_views
+
+logger = logging.getLogger(__name__)
+
+#: Decodes of one file per task: a group's samples of the same video (its views, its clips).
+_Task = tuple  # (rows, samples, hint, shape, dtype name)
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """How the fallback decodes one sample (see :func:`fallback.decode.decode_window`).
+
+    Attributes:
+        threads: FFmpeg threads per decode; 1 is right with several workers.
+        skip_nonref: skip non-reference frames the clip does not use.
+        timeout_s: per-video decode time limit in seconds (``None``: none).
+        hints: optional ``path -> StreamHint`` from the pre-screen (for
+            :func:`decode_sample`; a :class:`FallbackSource` takes ``hint_of``).
+    """
+
+    threads: int = 1
+    skip_nonref: bool = True
+    timeout_s: float | None = None
+    hints: dict[str, StreamHint] | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.threads < 1:
+            raise ValueError(f"threads must be >= 1, got {self.threads}")
+        if self.timeout_s is not None and not self.timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0 or None, got {self.timeout_s}")
+
+    def hint(self, path: str) -> StreamHint | None:
+        """The pre-screen's seek hint for ``path``, if any."""
+        return self.hints.get(path) if self.hints else None
+
+
+def hard_limit(timeout_s: float) -> float:
+    """When a worker still decoding is killed: after the decoder's own deadline had its chance."""
+    return timeout_s * 1.25 + 0.5
+
+
+def decode_sample(sample: Sample, output: OutputSpec, decode: DecodeOptions = DecodeOptions(), *,
+                  out: torch.Tensor | None = None) -> torch.Tensor:
+    """Decode one plan sample and apply its plan: ``decode_window`` + ``apply_plan`` (into ``out`` if given).
+
+    Raises:
+        DecodeError: the sample's file cannot be decoded.
+    """
+    return _decode_one(sample, output, decode, decode.hint(sample.path), out)[0]
+
+
+def _decode_one(sample: Sample, output: OutputSpec, decode: DecodeOptions, hint: StreamHint | None,
+                out: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
+    clip = decode_window(sample.path, sample.frame_indices(), threads=decode.threads,
+                         skip_nonref=decode.skip_nonref, timeout_s=decode.timeout_s, hint=hint)
+    return apply_plan(clip.frames, sample, output, out=out), clip.num_frames_decoded
+
+
+def decode_rows(task: _Task, fds: Sequence[int] = (), *, output: OutputSpec, decode: DecodeOptions,
+                videos: torch.Tensor | None = None) -> list[tuple[int, tuple[str, FailureKind] | None]]:
+    """Decode one video's samples of a group into their rows; a worker runs this (or the source, ``workers=0``).
+
+    Args:
+        task: ``(rows, samples, hint, shape, dtype)``: the rows of the group's
+            buffer the samples fill, the samples (one video's), its seek hint,
+            and the buffer's shape and dtype.
+        fds: the group buffer's file descriptor (in a worker).
+        output, decode: what every clip is turned into; how it is decoded.
+        videos: the group buffer itself (in the calling process).
+
+    Returns:
+        Per sample, ``(frames_decoded, None)`` or ``(0, (reason, kind))``.
+    """
+    rows, samples, hint, shape, dtype = task
+    if torch.get_num_threads() != 1:
+        torch.set_num_threads(1)  # one decode per worker process; the workers are the parallelism
+    if videos is None:
+        videos = map_buffer(fds[0], shape, getattr(torch, dtype))
+    try:
+        if len(samples) == 1:
+            _, frames = _decode_one(samples[0], output, decode, hint, videos[rows[0]])
+            return [(frames, None)]
+        clips, frames = decode_views(samples, output, decode if hint is None else _with_hint(decode, samples, hint))
+        for row, clip in zip(rows, clips):
+            videos[row].copy_(clip)
+        return [(frames, None)] + [(0, None)] * (len(samples) - 1)
+    except DecodeError as err:
+        logger.info("%s", err)
+        return [(0, (err.reason, err.kind))] * len(samples)
+
+
+def _with_hint(decode: DecodeOptions, samples: Sequence[Sample], hint: StreamHint) -> DecodeOptions:
+    return DecodeOptions(decode.threads, decode.skip_nonref, decode.timeout_s, {samples[0].path: hint})
+
+
+def map_buffer(fd: int, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A tensor over the shared buffer ``fd`` (it keeps the mapping alive; the fd may be closed after)."""
+    return torch.frombuffer(mmap.mmap(fd, math.prod(shape) * dtype.itemsize), dtype=dtype).view(shape)
+
+
+def shared_buffer(shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, int]:
+    """A new tensor in shared memory, and the file descriptor that shares it with a worker.
+
+    An anonymous ``memfd`` (Linux): nothing is left behind in ``/dev/shm``
+    whoever dies, and the memory goes with the last tensor and descriptor.
+    """
+    size = math.prod(shape) * dtype.itemsize
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("daliload-clips", os.MFD_CLOEXEC)
+    else:  # not Linux: an unlinked temporary file serves the same way
+        with tempfile.TemporaryFile() as anonymous:
+            fd = os.dup(anonymous.fileno())
+    os.ftruncate(fd, size)
+    return map_buffer(fd, shape, dtype), fd
+
+
+def _video_tasks(samples: Sequence[Sample]) -> list[tuple[list[int], list[Sample]]]:
+    """The group's samples by video: runs of samples of one file and one video group (``position - view``)."""
+    tasks: list[tuple[list[int], list[Sample]]] = []
+    for row, sample in enumerate(samples):
+        last = tasks[-1][1][-1] if tasks else None
+        if last is not None and last.path == sample.path and \
+                last.position - last.view == sample.position - sample.view:
+            tasks[-1][0].append(row)
+            tasks[-1][1].append(sample)
+        else:
+            tasks.append(([row], [sample]))
+    return tasks
+
+
+@dataclass
+class _Group:
+    """A submitted group: its buffer, its samples, the tasks still out and the rows settled."""
+
+    videos: torch.Tensor
+    fd: int | None  # the buffer's descriptor, kept open for a task sent again to a fresh worker
+    samples: list[Sample]
+    waiting: dict[int, list[int]] = field(default_factory=dict)  # task id -> its rows
+    local: list[_Task] = field(default_factory=list)  # workers=0: decoded at collect
+    results: dict[int, tuple[int, tuple[str, FailureKind] | None]] = field(default_factory=dict)  # by row
+
+
+class FallbackSource:
+    """The PyAV fallback as a :class:`~daliload.source.ClipSource` (see the module docstring).
+
+    Args:
+        output: what every clip is turned into.
+        decode: FFmpeg threads, non-reference skipping and the time limit.
+        workers: decoding processes (started at the first group, kept until
+            :meth:`close`); 0 decodes in this process (debugging only).
+        hint_of: ``path -> StreamHint | None``, the pre-screen's seek hints.
+        task_fn: what a worker runs for a task (default :func:`decode_rows`);
+            a test double can fail on command (:mod:`daliload.testing`).
+    """
+
+    def __init__(self, output: OutputSpec, decode: DecodeOptions = DecodeOptions(), *, workers: int = 2,
+                 hint_of: Callable[[str], StreamHint | None] | None = None,
+                 task_fn: Callable[..., list] = decode_rows) -> None:
+        if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
+            raise ValueError(f"workers must be an integer >= 0, got {workers!r}")
+        self.output = output
+        self.decode = DecodeOptions(decode.threads, decode.skip_nonref, decode.timeout_s)  # hints: hint_of
+        self.workers = workers
+        self._hint_of = hint_of or decode.hint
+        self._limit = None if decode.timeout_s is None else hard_limit(decode.timeout_s)
+        self._task_fn = functools.partial(task_fn, output=output, decode=self.decode)
+        self._pool: WorkerPool | None = None
+        self._groups: dict[int, _Group] = {}
+        self._group_of: dict[int, int] = {}  # task id -> ticket
+        self._next_ticket = 0
+        self.frames_decoded = 0  # by every collected group
+
+    def use_task_fn(self, task_fn: Callable[..., list]) -> None:
+        """Run ``task_fn`` in the workers from now on (a test double); restarts them."""
+        self.close()
+        self._task_fn = functools.partial(task_fn, output=self.output, decode=self.decode)
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """Pids of the running workers (empty before the first group and after :meth:`close`)."""
+        return self._pool.pids if self._pool is not None else []
+
+    def submit(self, samples: Sequence[Sample], *, urgent: bool = False) -> int:
+        """Queue ``samples`` (same ``clip_len``); returns the ticket for :meth:`collect`. Never waits."""
+        samples = list(samples)
+        if not samples:
+            raise ValueError("a group needs at least one sample")
+        shape = (len(samples), *clip_shape(samples[0].clip_len, self.output))
+        dtype = output_dtype(self.output)
+        ticket, self._next_ticket = self._next_ticket, self._next_ticket + 1
+        if self.workers == 0:
+            group = _Group(torch.empty(shape, dtype=dtype), None, samples)
+        else:
+            group = _Group(*shared_buffer(shape, dtype), samples)
+        for rows, video in _video_tasks(samples):
+            task = (rows, video, self._hint_of(video[0].path), shape, str(dtype).removeprefix("torch."))
+            if self.workers == 0:
+                group.local.append(task)
+                continue
+            task_id = self._workers().submit(task, fds=(group.fd,), urgent=urgent)
+            group.waiting[task_id] = rows
+            self._group_of[task_id] = ticket
+        self._groups[ticket] = group
+        return ticket
+
+    def collect(self, ticket: int) -> Decoded:
+        """Wait for the group of ``ticket``; its clips, and a failure for each row that has none."""
+        group = self._groups[ticket]
+        for task in group.local:  # workers=0
+            group.results.update(zip(task[0], self._task_fn(task, videos=group.videos)))
+        while group.waiting:
+            for outcome in self._pool.wait():
+                self._settle(outcome)
+        del self._groups[ticket]
+        if group.fd is not None:
+            os.close(group.fd)
+        failures = {}
+        for row, (_, failed) in group.results.items():
+            if failed is not None:
+                sample = group.samples[row]
+                failures[row] = Failure(sample.path, failed[0], sample.position, failed[1])
+        frames = sum(frames for frames, _ in group.results.values())
+        self.frames_decoded += frames
+        return Decoded(group.videos, failures, frames)
+
+    def cancel(self) -> None:
+        """Drop every group not collected yet (running decodes finish; their results are ignored)."""
+        if self._pool is not None:
+            self._pool.cancel(self._group_of)
+        for group in self._groups.values():
+            if group.fd is not None:
+                os.close(group.fd)
+        self._groups.clear()
+        self._group_of.clear()
+
+    def close(self) -> None:
+        """Drop what is pending and stop the workers (the next group starts new ones)."""
+        self.cancel()
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def __del__(self) -> None:
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.close()
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _workers(self) -> WorkerPool:
+        if self._pool is None:
+            self._pool = WorkerPool(self._task_fn, workers=self.workers, timeout_s=self._limit, retry_crashed=True)
+        return self._pool
+
+    def _settle(self, outcome: TaskOutcome) -> None:
+        """Store a task's outcome with its group's rows: frames decoded, or why each failed."""
+        ticket = self._group_of.pop(outcome.task_id, None)
+        group = self._groups.get(ticket) if ticket is not None else None
+        if group is None:
+            return  # a cancelled group's task
+        rows = group.waiting.pop(outcome.task_id)
+        if outcome.ok:
+            group.results.update(zip(rows, outcome.value))
+            return
+        if outcome.status == "timeout":
+            failed = (f"timeout: decode still running after {self._limit:g} s; worker killed", "timeout")
+        elif outcome.status == "crash":
+            how = outcome.error.removeprefix("worker died with ").replace("worker exited with code", "exit code")
+            failed = (f"worker died ({how}) while decoding this sample", "crash")
+        else:
+            failed = (f"decode raised {outcome.error}", "decode")
+        group.results.update((row, (0, failed)) for row in rows)
+
+    def __repr__(self) -> str:
+        return (f"FallbackSource(workers={self.workers}, timeout_s={self.decode.timeout_s}, "
+                f"pending_groups={len(self._groups)})")
