@@ -12,8 +12,9 @@ drawn once and every method loads the same windows. Measured, in one run:
   decodes the frames the clip had to get through (from the start, or the
   keyframe before the window, to the window's last frame), no conversion.
 * ``loaders``: the blog's approach (``__getitem__`` decodes the whole file to
-  a list of RGB frames, then indexes it) and :func:`fallback.make_fallback_loader`,
-  both DataLoaders with the same workers and batch size; one warm-up pass
+  a list of RGB frames, then indexes it), a DataLoader, and the fallback as
+  the loader runs it (:class:`fallback.FallbackSource` under the loader's
+  epoch pass), with the same workers and batch size; one warm-up pass
   (workers start), then timed passes.
 * ``memory``: peak RSS of a fresh process after 500 and after N decodes.
 
@@ -46,7 +47,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from daliload.plan import CropBox, OutputSpec, Sample
 from daliload.synth import default_spec, render_clip, write_video
-from fallback import apply_plan, decode_sample, decode_window, make_fallback_loader, probe_hint
+from fallback import apply_plan, decode_sample, decode_window, probe_hint
 
 WIDTH, HEIGHT, NUM_FRAMES, FPS = 340, 256, 300, 30
 CLIP_LEN, STRIDE, CROP = 16, 4, 224
@@ -202,6 +203,32 @@ def measure_per_clip(samples: list[Sample], output: OutputSpec, ceiling_fps: flo
     return result
 
 
+class FallbackPasses:
+    """Passes over ``samples`` through the fallback as the loader runs it: a FallbackSource under an epoch pass."""
+
+    def __init__(self, samples, output, *, batch_size: int, workers: int, skip_nonref: bool) -> None:
+        from daliload.epoch import PassSetup
+        from fallback.source import DecodeOptions, FallbackSource
+
+        self.samples = list(samples)
+        self.batches = [self.samples[i:i + batch_size] for i in range(0, len(self.samples), batch_size)]
+        self.source = FallbackSource(output, DecodeOptions(skip_nonref=skip_nonref, timeout_s=60.0), workers=workers)
+        self.setup = PassSetup(output=output, device=torch.device("cpu"), label_padding=False, mask_failed=False,
+                               prefetch=2, num_frames=lambda path: None)
+
+    def __iter__(self):
+        from daliload.epoch import EpochCounters, EpochPass, Routes
+        from daliload.failures import FailureBudget
+
+        self.budget = FailureBudget(len({s.path for s in self.samples}), max_fraction=1.0)
+        self.counters = EpochCounters()
+        return iter(EpochPass(self.setup, self.batches, self.samples, routes=Routes([]), budget=self.budget,
+                              counters=self.counters, fallback=self.source))
+
+    def close(self) -> None:
+        self.source.close()
+
+
 def time_passes(loader, frames_of_pass, passes: int) -> dict:
     """One warm-up pass (workers start), then ``passes`` timed passes."""
     for _ in loader:
@@ -229,13 +256,11 @@ def measure_loaders(samples, output, workers: int, batch_size: int, passes: int)
     out["blog"] = time_passes(blog, lambda batch: int(batch[2].sum()), passes)
     del blog
     for name, skip in (("fallback", True), ("fallback_no_skip", False)):
-        loader = make_fallback_loader(samples, output, batch_size=batch_size, num_workers=workers,
-                                      multiprocessing_context="forkserver", skip_nonref=skip,
-                                      persistent_workers=True, prefetch_factor=2)
-        # frames come from the loader's stats, which cover the pass just finished
+        loader = FallbackPasses(samples, output, batch_size=batch_size, workers=workers, skip_nonref=skip)
+        # frames come from the pass's counters, which cover the pass just finished
         out[name] = time_passes(loader, lambda batch, loader=loader: 0 if batch is not None
-                                else loader.stats().frames_decoded, passes)
-        out[name]["failures"] = loader.stats().num_failures
+                                else loader.counters.frames_decoded_fallback, passes)
+        out[name]["failures"] = len(loader.budget.failures)
         loader.close()
     out["ratio_fallback_over_blog"] = out["fallback"]["clips_per_s"] / out["blog"]["clips_per_s"]
     return out

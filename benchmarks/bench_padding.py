@@ -146,7 +146,7 @@ def markdown(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from daliload.pipeline import is_dali_available
+    from daliload.dali_errors import is_dali_available
 
     if not is_dali_available():
         print("nvidia-dali is not installed: nothing to measure (pip install 'daliload[cuda13]')")

@@ -9,7 +9,7 @@ Then, on the same views:
 
 - fallback, together: :func:`fallback.views.decode_views`, one open and one
   ascending pass per video, each frame decoded at most once;
-- fallback, one by one: :func:`fallback.dataset.decode_sample` per view, as a
+- fallback, one by one: :func:`fallback.source.decode_sample` per view, as a
   loop over single-view loaders would;
 - DALI, together: one batch of the video's ``T * S`` views, its file read once;
 - DALI, one by one: a batch of one view at a time.
@@ -34,7 +34,7 @@ from benchmarks.report import (add_output_options, append_markdown, load_average
 from daliload.plan import AugmentSpec, ClipSpec, OutputSpec, VideoInfo, make_val_plan
 from daliload.prescreen import probe_file
 from daliload.synth.dataset import SynthSpec, generate_dataset
-from fallback.dataset import DecodeOptions, decode_sample
+from fallback.source import DecodeOptions, decode_sample
 from fallback.views import decode_views
 
 CHAPTER = "## Multi-view evaluation: `python -m benchmarks.bench_views`"
@@ -100,7 +100,8 @@ def fallback_rows(groups: list[list], runs: int) -> dict:
 
 
 def dali_rows(groups: list[list], runs: int, threads: int) -> dict:
-    from daliload.pipeline import DaliClipDecoder, is_dali_available
+    from daliload.dali_errors import is_dali_available
+    from daliload.pipeline import DaliClipDecoder
 
     if not is_dali_available():
         return {"skipped": "nvidia-dali is not installed"}

@@ -12,12 +12,13 @@ one clip after another on one core, as one fallback worker decodes them
     RGB conversion YUV to RGB of the clip's frames, and their copy into the clip array
     crop/resize    the plan's crop, the uint8 antialiased resize, flip
     normalise      (pixel - mean) / std, the cast to the output dtype and the layout,
-                   written straight into the clip's row of the worker's shared-memory
-                   transfer (as :meth:`fallback.dataset.SlotDecoder.__getitems__` does;
-                   the first touch of that memory is paid here)
-    transfer       the clip's share of allocating that transfer (one per ``batch_size``
-                   clips); the training process copies nothing when a batch is one
-                   transfer, as it is after an epoch's first batch
+                   written straight into the clip's row of the group's shared buffer
+                   (as :func:`fallback.source.decode_rows` does in a worker; the first
+                   touch of that memory is paid here)
+    transfer       the clip's share of allocating that buffer (one per ``batch_size``
+                   clips, in the training process) and the worker's mapping of it; the
+                   training process copies nothing when a batch is one group, as it is
+                   when every file of the batch is the fallback's
 
 Opening, demux/index and RGB conversion are timed by wrapping the fallback's
 own functions (:mod:`fallback.decode`) while the profile runs; decode is the
@@ -134,23 +135,37 @@ def _exact_span(path: str, first_key: int, last: int, fps: float) -> tuple[float
 
 
 class _Transfers:
-    """The worker's shared-memory transfers: one per ``batch_size`` clips, each clip written into its row."""
+    """The fallback's shared buffers: one per ``batch_size`` clips (a group), mapped by the worker per clip.
+
+    As :class:`fallback.source.FallbackSource` does: the training process
+    allocates a group's buffer (an anonymous memfd), and the worker decoding a
+    clip maps it and writes the clip into its row.
+    """
 
     def __init__(self, output, batch_size: int) -> None:
         self.output, self.batch_size = output, batch_size
-        self.rows: list = []
+        self.group: tuple | None = None  # (fd, shape, dtype, rows left)
         self.seconds = 0.0
 
     def next_row(self, clip_len: int):
-        from fallback import _torch_internals as internals
+        import os
+
+        from fallback.source import map_buffer, shared_buffer
         from fallback.transform import clip_shape, output_dtype
 
-        if not self.rows:
-            start = time.perf_counter()
-            shape = clip_shape(clip_len, self.output)
-            self.rows = list(internals.shared_empty((self.batch_size, *shape), output_dtype(self.output)))
-            self.seconds += time.perf_counter() - start
-        return self.rows.pop(0)
+        start = time.perf_counter()
+        if self.group is None or self.group[3] == 0:
+            if self.group is not None:
+                os.close(self.group[0])
+            shape = (self.batch_size, *clip_shape(clip_len, self.output))
+            dtype = output_dtype(self.output)
+            _, fd = shared_buffer(shape, dtype)
+            self.group = (fd, shape, dtype, self.batch_size)
+        fd, shape, dtype, left = self.group
+        self.group = (fd, shape, dtype, left - 1)
+        row = map_buffer(fd, shape, dtype)[self.batch_size - left]  # what the worker writes into
+        self.seconds += time.perf_counter() - start
+        return row
 
 
 def profile_clips(samples: Sequence, videos: Sequence, output, *, hints: dict | None = None,
@@ -171,7 +186,7 @@ def profile_clips(samples: Sequence, videos: Sequence, output, *, hints: dict | 
     from fallback import decode_window
     from fallback.transform import apply_plan, crop_resize, normalize
 
-    torch.set_num_threads(1)  # as in a DataLoader worker
+    torch.set_num_threads(1)  # as in a fallback worker
     hints = hints or {}
     for sample in samples[:warmup]:
         apply_plan(decode_window(sample.path, _indices(sample, videos)).frames, sample, output)

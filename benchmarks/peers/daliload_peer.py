@@ -15,11 +15,12 @@
   ``fn.crop_mirror_normalize``), two batches in flight; the knob is DALI's
   thread count. The CPU one decodes VP8, VP9 and MJPEG only (DALI's CPU
   decoder has the rest compiled out).
-- ``daliload-fallback``: the fallback alone on the plan, configured exactly as
-  the whole loader configures its fallback (:class:`daliload.loader.DecodeSpec`:
-  window-only PyAV decode, one FFmpeg thread, non-reference frames the clip
-  does not use skipped, the scan's seek hints, one clip per transfer, the
-  loader's prefetch, forkserver workers); it counts the frames it decodes.
+- ``daliload-fallback``: the fallback alone on the plan, as the whole loader
+  runs it (:class:`fallback.FallbackSource` with the options of
+  :class:`daliload.loader.DecodeSpec`: window-only PyAV decode, one FFmpeg
+  thread, non-reference frames the clip does not use skipped, the scan's seek
+  hints, forkserver workers writing into shared memory; the loader's epoch
+  pass and prefetch); it counts the frames it decodes.
 
 DALI does not say how many frames it decoded, so the DALI rows and the whole
 loader are credited with a seek to the keyframe before each window (``~`` in
@@ -39,7 +40,7 @@ _DALI_CPU_CODECS = ("vp8", "vp9", "mjpeg")
 
 def _probe_dali() -> str | None:
     try:
-        from daliload.pipeline import INSTALL_HINT, is_dali_available
+        from daliload.dali_errors import INSTALL_HINT, is_dali_available
     except ImportError as err:  # daliload itself (torch, numpy) missing
         return f"daliload does not import ({err}); pip install -e . from the repository root"
     if not is_dali_available():
@@ -73,38 +74,21 @@ def loader_hints(dataset) -> dict:
             for v in dataset.videos}
 
 
-def loader_transfers(batch_sizes: Sequence[int], workers: int) -> list[int]:
-    """The clips of each fallback transfer when every clip of these batches is the fallback's.
-
-    The loader's own rule (:func:`daliload.epoch.fallback_transfers`), flattened:
-    the first batch is split over the workers, so all of them decode for it,
-    and so are as many last batches as leave every worker the same number of
-    whole ones; every other batch is one transfer. Worked example: batches
-    ``[4, 4, 3]`` with 2 workers give transfers ``[2, 2, 4, 3]``.
-    ``tests/test_bench_outputs.py`` checks this against the loader's pass.
-    """
-    from daliload.epoch import fallback_transfers
-
-    return [size for parts in fallback_transfers(batch_sizes, workers) for size in parts]
-
-
 class DaliloadFallback(LoaderAdapter):
-    """The fallback exactly as :class:`daliload.KineticsDALILoader` configures it.
+    """The fallback exactly as :class:`daliload.KineticsDALILoader` runs it, with every file on its route.
 
-    Its options come from the loader's own :class:`daliload.loader.DecodeSpec`
-    (``fallback_decode``: FFmpeg threads, time limit, seek hints;
-    ``fallback_workers_options``: prefetch, forkserver workers), and its
-    transfers are the loader's (:func:`loader_transfers`). Transfers that make up
-    a batch are joined in the training process (one that is the whole batch
-    is handed out as it is), as the loader's merge does. So the row is what
-    users get from the loader's fallback path, without the routing and the
-    merge with DALI's rows.
+    Its :class:`fallback.FallbackSource` gets the loader's options (from
+    :class:`daliload.loader.DecodeSpec`: FFmpeg threads, time limit, workers,
+    and the scan's seek hints), and the loader's own epoch pass
+    (:class:`daliload.epoch.EpochPass`, with no DALI source and the loader's
+    prefetch) runs it. So the row is what users get from the loader's fallback
+    path, without the manifest, the plan and the routing of the whole loader.
     """
 
     name = "daliload-fallback"
-    summary = ("daliload's PyAV fallback alone, configured by the loader's DecodeSpec (window-only decode, "
-               "1 FFmpeg thread, unused non-reference frames skipped, seek hints, the loader's transfers and "
-               "prefetch, forkserver workers), transfers joined into batches in the main process")
+    summary = ("daliload's PyAV fallback alone, as the loader runs it: its FallbackSource (window-only decode, "
+               "1 FFmpeg thread, unused non-reference frames skipped, seek hints, forkserver workers writing "
+               "clips into shared memory) under the loader's epoch pass with its prefetch, every file on this route")
     counts_frames = True
 
     @classmethod
@@ -112,50 +96,41 @@ class DaliloadFallback(LoaderAdapter):
         return _probe_fallback()
 
     def __init__(self, dataset, samples: Sequence, config) -> None:
-        from daliload.loader import DecodeSpec
-        from fallback import ClipDataset, FallbackLoader
-
-        spec = DecodeSpec(fallback_workers=config.workers)
-        decode = spec.fallback_decode(loader_hints(dataset))
-        workers = spec.fallback_workers_options(pin_memory=config.device == "cuda")
-        self._batch_size = config.task.batch_size
-        self._loader = FallbackLoader(ClipDataset(list(samples), config.task.output, decode=decode), workers,
-                                      max_failure_fraction=spec.max_failure_fraction)
-        sizes = loader_transfers([len(b) for b in _batches(samples, self._batch_size)], workers.num_workers)
-        self._loader.set_plan(list(samples), batch_sizes=sizes)
-        self.options = (decode, workers, sizes)  # for tests: what the loader's fallback runs with
-
-    def epoch(self) -> Iterator[LoadedBatch]:
-        size, counted = self._batch_size, 0
-        parts: list = []
-        labels: list[int] = []
-        for videos, batch_labels, _positions in self._loader:
-            parts.append(videos)
-            labels += batch_labels.tolist()
-            if len(labels) >= size:
-                batch, counted = self._batch(parts, labels[:size], counted)
-                parts, labels = [], labels[size:]
-                yield batch
-        if labels:
-            yield self._batch(parts, labels, counted)[0]
-        failures = self._loader.failures
-        if failures:
-            raise ValueError(f"{self.name}: {len(failures)} sample(s) failed to decode, first "
-                             f"{failures[0].path}: {failures[0].reason}")
-
-    def _batch(self, parts: list, labels: list[int], counted: int) -> tuple[LoadedBatch, int]:
-        """The transfers as one batch, with the frames decoded since ``counted``; and the new count."""
         import torch
 
-        videos = parts[0] if len(parts) == 1 else torch.cat(parts)
-        if videos.shape[0] != len(labels):
-            raise RuntimeError(f"{self.name}: transfers of {[len(p) for p in parts]} clips do not make a batch of "
-                               f"{len(labels)}: the loader's transfers no longer split batches")
-        total = self._loader.stats().frames_decoded  # cumulative over the pass
-        return LoadedBatch(videos, torch.tensor(labels), len(labels), total - counted), total
+        from daliload.epoch import PassSetup
+        from daliload.loader import DecodeSpec
+        from fallback.source import DecodeOptions, FallbackSource
+
+        spec = DecodeSpec(fallback_workers=config.workers)
+        hints = loader_hints(dataset)
+        decode = DecodeOptions(threads=spec.fallback_threads, timeout_s=spec.timeout_s)
+        self._source = FallbackSource(config.task.output, decode, workers=spec.fallback_workers, hint_of=hints.get)
+        self._plan = list(samples)
+        self._batches = _batches(samples, config.task.batch_size)
+        self._max_failure_fraction = spec.max_failure_fraction
+        device = torch.device("cuda" if config.device == "cuda" else "cpu")
+        self._setup = PassSetup(output=config.task.output, device=device, label_padding=False, mask_failed=False,
+                                prefetch=max(spec.prefetch_batches, spec.dali_pipelines), num_frames=lambda path: None)
+        self.options = (decode, spec.fallback_workers, self._setup.prefetch, hints)  # for tests
+
+    def epoch(self) -> Iterator[LoadedBatch]:
+        from daliload.epoch import EpochCounters, EpochPass, Routes
+        from daliload.failures import FailureBudget
+
+        budget = FailureBudget(len({s.path for s in self._plan}), max_fraction=self._max_failure_fraction)
+        counters, counted = EpochCounters(), 0
+        for videos, labels in EpochPass(self._setup, self._batches, self._plan, routes=Routes([]), budget=budget,
+                                        counters=counters, fallback=self._source):
+            frames = counters.frames_decoded_fallback
+            yield LoadedBatch(videos, labels, int(labels.shape[0]), frames - counted)
+            counted = frames
+        if budget.failures:
+            raise ValueError(f"{self.name}: {len(budget.failures)} video(s) failed to decode, first "
+                             f"{budget.failures[0].describe()}")
 
     def close(self) -> None:
-        self._loader.close()
+        self._source.close()
 
 
 class DaliloadDali(LoaderAdapter):
