@@ -2,7 +2,7 @@
 
 The benchmarks live in ``benchmarks/`` beside the package in the source
 repository. They import the package; the installed package never imports
-them (DESIGN.md, "Layers"), and they are not part of the wheel. So this
+them (docs/architecture.md, "Layers"), and they are not part of the wheel. So this
 command runs nothing: it names the folder and the two ways to run it from the
 repository root, and exits with status 2.
 """

@@ -3,7 +3,7 @@
 Each *kind* is written into the class folders like a normal clip, with a video
 extension, so the pre-screen and the loaders meet it where they would meet a
 real one. Some kinds are unreadable, some are readable but outside what NVDEC
-decodes (see ``DESIGN.md``):
+decodes (see ``docs/architecture.md``, "Facts" and the NVDEC table in :mod:`daliload.prescreen.rules`):
 
 ===============  ==========================================================
 kind             what the file is

@@ -135,7 +135,7 @@ def write_video(
                 stream = container.add_stream(encoder, rate=spec.fps, options=_encoder_options(spec))
                 stream.width, stream.height, stream.pix_fmt = width, height, spec.pix_fmt
                 if spec.codec in ("h264", "hevc", "vp9", "vp8"):
-                    # One slice per frame, as real downloads have (see DESIGN.md).
+                    # One slice per frame, as real downloads have (docs/architecture.md, Facts).
                     stream.thread_type = "FRAME"
                 if spec.codec in ("mpeg4", "mjpeg"):
                     stream.codec_context.gop_size = spec.gop

@@ -178,7 +178,7 @@ def _transcode(src: str, tmp: Path, facts: ProbeResult, options: TranscodeOption
     counts = _Counts()
     with av.open(src, metadata_errors="ignore") as inp:
         vin = _video_stream(inp)
-        vin.codec_context.thread_count = 1  # one worker per core beats decoder threads (DESIGN.md)
+        vin.codec_context.thread_count = 1  # one worker per core beats decoder threads (docs/architecture.md)
         ain = inp.streams.audio[0] if options.keep_audio and inp.streams.audio else None
         with av.open(str(tmp), mode="w", format="mp4") as out:
             video = _VideoOut(out, vin, facts, options, counts)
