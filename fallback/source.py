@@ -134,9 +134,8 @@ def decode_rows(task: _Task, fds: Sequence[int] = (), *, output: OutputSpec, dec
         if len(samples) == 1:
             _, frames = _decode_one(samples[0], output, decode, hint, videos[rows[0]])
             return [(frames, None)]
-        clips, frames = decode_views(samples, output, decode if hint is None else _with_hint(decode, samples, hint))
-        for row, clip in zip(rows, clips):
-            videos[row].copy_(clip)
+        _, frames = decode_views(samples, output, decode if hint is None else _with_hint(decode, samples, hint),
+                                 out=[videos[row] for row in rows])
         return [(frames, None)] + [(0, None)] * (len(samples) - 1)
     except DecodeError as err:
         logger.info("%s", err)

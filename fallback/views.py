@@ -26,14 +26,15 @@ if TYPE_CHECKING:
     from fallback.source import DecodeOptions
 
 
-def decode_views(samples: Sequence[Sample], output: OutputSpec,
-                 decode: DecodeOptions | None = None) -> tuple[list[torch.Tensor], int]:
+def decode_views(samples: Sequence[Sample], output: OutputSpec, decode: DecodeOptions | None = None, *,
+                 out: Sequence[torch.Tensor] | None = None) -> tuple[list[torch.Tensor], int]:
     """Decode the views ``samples`` of one video in one pass over the file.
 
     Args:
         samples: views of the same file (any order, any windows and crops).
         output: what each clip is turned into.
         decode: threads, non-reference skipping, time limit and seek hints (default ``DecodeOptions()``).
+        out: where to write each sample's clip (a worker's rows of shared memory), in the order given.
 
     Returns:
         ``(clips, frames_decoded)``: one tensor per sample, in the order given,
@@ -60,6 +61,7 @@ def decode_views(samples: Sequence[Sample], output: OutputSpec,
                          timeout_s=decode.timeout_s, hint=decode.hint(path))
     row = {index: k for k, index in enumerate(wanted)}
     frames = clip.frames
-    clips = [apply_plan(frames[[row[index] for index in window]], sample, output)
-             for window, sample in zip(windows, samples)]
+    targets = out if out is not None else [None] * len(samples)
+    clips = [apply_plan(frames[[row[index] for index in window]], sample, output, out=target)
+             for window, sample, target in zip(windows, samples, targets)]
     return clips, clip.num_frames_decoded
