@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import sys
@@ -174,9 +175,14 @@ def run(args: argparse.Namespace) -> int:
             timeout_s=args.timeout,
             gpu_model=args.gpu_model if device == "gpu" else None,
         )
-    except ValueError as err:  # options scan() refuses, e.g. a GPU deep scan without a GPU
+    except ValueError as err:  # options scan() refuses, e.g. a GPU deep scan without a GPU; a damaged manifest
         print(f"daliload scan: {err}", file=sys.stderr)
         return 2
+    except OSError as err:
+        if err.errno != errno.ENOSPC:
+            raise
+        print(f"daliload scan: {err.strerror}", file=sys.stderr)  # the manifest's disk is full: what to do
+        return 1
     except KeyboardInterrupt:
         print(
             f"\ninterrupted: everything probed so far is saved in {manifest_path}; "
