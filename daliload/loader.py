@@ -26,9 +26,11 @@ import logging
 import os
 import threading
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Callable, Iterator, Literal
+from typing import Callable, Iterator, Literal, Mapping
 
 import torch
 
@@ -45,8 +47,9 @@ from daliload.epoch import (
 from daliload.failures import DEFAULT_MAX_FAILURE_FRACTION, Failure, FailureBudget
 from daliload.plan import (AugmentSpec, ClipSpec, LastBatch, OutputSpec, Sample, check_last_batch, check_views,
                            make_train_plan, make_val_plan, num_batches, samples_per_rank, split_batches)
-from daliload.prescreen import Manifest, ManifestEntry, ScanSpec, ensure_manifest
+from daliload.prescreen import Manifest, ScanSpec, ensure_manifest
 from daliload.prescreen.gpus import detect_gpu
+from daliload.videoindex import VideoIndex, VideoRow
 from daliload.workerpool import refuse_bootstrapping_main, usable_cores
 from fallback import DecodeOptions, StreamHint, WorkerOptions
 from fallback.dataset import faults_from_env
@@ -226,21 +229,27 @@ class LoaderStats:
 
 
 class _Plans:
-    """This rank's plans by epoch: the one in use, and the next one drawn ahead in a daemon thread.
+    """This rank's plans by epoch: at most two, the one in use and the next one, drawn ahead in a daemon thread.
 
-    Drawing a plan is Python work per video (about 0.15 ms: 2.8 s per rank for
-    240,000 videos on 8 ranks, 37 s on one, measured on 2 cores); unless drawn
-    while the previous epoch runs, it delays the epoch's first batch by that.
-    A plan is a pure function of the epoch (the videos, seed, rank and specs
-    are the loader's, fixed), so a plan drawn ahead is the plan.
+    A rank of 64 draws its share of a 650k-video epoch in about 0.1 s; one
+    rank alone makes ~600k :class:`Sample` objects (a few seconds, some
+    hundred MB), and that is worth doing while the previous epoch runs. A
+    plan is a pure function of the epoch (the videos, seed, rank and specs
+    are the loader's, fixed), so a plan drawn ahead is the plan. Plans are
+    not kept beyond that: a pass moving on to an epoch drops the others, and
+    looking at other epochs' plans (:meth:`KineticsDALILoader.plan`) keeps
+    only the latest two.
 
     Args:
         draw: ``epoch -> batches``.
     """
 
+    #: Plans kept at most: the pass's and the one drawn ahead (or looked at) next.
+    KEEP = 2
+
     def __init__(self, draw: Callable[[int], list[list[Sample]]]) -> None:
         self._draw = draw
-        self._done: dict[int, list[list[Sample]] | BaseException] = {}
+        self._done: OrderedDict[int, list[list[Sample]] | BaseException] = OrderedDict()
         self._ahead: dict[int, threading.Thread] = {}
         self._lock = threading.Lock()
 
@@ -248,7 +257,7 @@ class _Plans:
         """The plan of ``epoch`` (waits for it if it is being drawn ahead), kept for later calls.
 
         A pass moving on to ``epoch`` forgets the others (``forget_others``); a
-        look at a plan (:meth:`KineticsDALILoader.plan`) keeps them.
+        look at a plan (:meth:`KineticsDALILoader.plan`) keeps the latest two.
         """
         thread = self._ahead.pop(epoch, None)
         if thread is not None:
@@ -256,12 +265,16 @@ class _Plans:
         with self._lock:
             plan = self._done.get(epoch)
             if forget_others:
-                self._done = {}  # the caller moves on to this epoch: older plans are not needed again
+                self._done.clear()  # the caller moves on to this epoch: older plans are not needed again
         if plan is None or isinstance(plan, BaseException):
             plan = self._draw(epoch)  # a failure ahead is raised here, in the caller's thread
-        with self._lock:
-            self._done[epoch] = plan
+        self._keep(epoch, plan)
         return plan
+
+    def kept(self) -> list[int]:
+        """The epochs whose plans are kept, oldest first."""
+        with self._lock:
+            return list(self._done)
 
     def draw_ahead(self, epoch: int) -> None:
         """Start drawing ``epoch``'s plan in a daemon thread, unless it is drawn or being drawn."""
@@ -272,13 +285,55 @@ class _Plans:
             self._ahead[epoch] = thread
         thread.start()
 
+    def _keep(self, epoch: int, plan: list[list[Sample]] | BaseException) -> None:
+        with self._lock:
+            self._done[epoch] = plan
+            self._done.move_to_end(epoch)
+            while len(self._done) > self.KEEP:
+                self._done.popitem(last=False)
+
     def _store(self, epoch: int) -> None:
         try:
             plan: list[list[Sample]] | BaseException = self._draw(epoch)
         except BaseException as err:  # noqa: BLE001 - kept for get(), which draws again and raises there
             plan = err
-        with self._lock:
-            self._done[epoch] = plan
+        self._keep(epoch, plan)
+
+
+class _ByPath(Mapping):
+    """``path -> value`` over a :class:`VideoIndex`, looked up by binary search instead of a 650k-entry dict.
+
+    What the epoch pass reads by path (seek hints, frame counts); ``value_of(row)``
+    gives a video's value, ``None`` for none (then the path is absent).
+    """
+
+    def __init__(self, index: VideoIndex, value_of: Callable[[int], object]) -> None:
+        self._index = index
+        self._value_of = value_of
+        self._cache: dict[int, object] = {}
+
+    def __getitem__(self, path: str) -> object:
+        i = self._index.find(path)
+        value = None
+        if i >= 0:
+            if i not in self._cache:
+                if len(self._cache) > 4096:  # a pass's worth of videos; no memory per video of the split
+                    self._cache.clear()
+                self._cache[i] = self._value_of(i)
+            value = self._cache[i]
+        if value is None:
+            raise KeyError(path)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return (path for i, path in enumerate(self._index.paths) if self._value_of(i) is not None)
+
+    def __len__(self) -> int:
+        return len(self._index)  # an upper bound: truthy whenever there are videos
+
+    def __reduce__(self):
+        raise TypeError("a loader's per-path view of its video index stays in the training process; "
+                        "send a worker its samples' values instead")
 
 
 class KineticsDALILoader:
@@ -381,8 +436,9 @@ class KineticsDALILoader:
         self._place(device)
         self.dali_enabled = self.decode.decoder == "auto" and _dali_usable()
         self._load_videos(source)
-        self._routes = Routes([e.path for e in self.videos if e.route == "dali"] if self.dali_enabled else [])
-        hints = {e.path: hint for e in self.videos if (hint := _hint(e)) is not None}
+        index = self.index
+        self._routes = Routes([index.paths[i] for i in index.where("dali").tolist()] if self.dali_enabled else [])
+        hints = _ByPath(index, lambda i: _hint(index[i]))
         self._setup = PassSetup(
             output=self.output, decode=self.decode.fallback_decode(hints),
             workers=self.decode.fallback_workers_options(pin_memory=self.device == "gpu"),
@@ -391,7 +447,7 @@ class KineticsDALILoader:
             dali_timeout_s=self.decode.timeout_s,
             dali_threads=self.decode.dali_threads_for(self.device, self.clips_per_batch),
             views=self.clips_per_batch // batch_size if self.views else 0,
-            num_frames={e.path: e.num_frames for e in self.videos if e.num_frames}, faults=faults_from_env())
+            num_frames=_ByPath(index, lambda i: int(index.num_frames[i]) or None), faults=faults_from_env())
         self.epoch = 0
         self._start_batch = 0
         self._counters = EpochCounters()
@@ -417,7 +473,7 @@ class KineticsDALILoader:
         self.route_target = self.gpu.route_target if self.gpu is not None else "cpu"
 
     def _load_videos(self, source: Path) -> None:
-        """Scan ``source`` if it is a root, then read this split's videos from the manifest."""
+        """Scan ``source`` if it is a root, then read this split's videos from the manifest, as columns."""
         if source.is_file() and source.suffix in _MANIFEST_SUFFIXES:
             manifest_path = source
         else:
@@ -429,15 +485,22 @@ class KineticsDALILoader:
             if self.split not in known_splits:
                 raise ValueError(f"split {self.split!r} is not in the manifest {self.manifest_path}; "
                                  f"it has: {', '.join(known_splits) or 'no split'}")
-            entries = manifest.entries(self.split, device=self.route_target)
+            index = manifest.video_index(self.split, device=self.route_target)
             self.classes: tuple[str, ...] = manifest.classes()
-        self.rejected = tuple(Failure(e.path, e.reason) for e in entries if e.route == "bad")
-        self.videos: tuple[ManifestEntry, ...] = tuple(e for e in entries if e.route != "bad")
-        if not self.videos:
+        self.rejected = tuple(Failure(path, reason) for path, reason in index.rejected())
+        #: This split's decodable videos (every route but ``bad``), as columns; row ``i`` is ``video_index`` i.
+        self.index: VideoIndex = index.decodable()
+        if not len(self.index):
             raise ValueError(f"split {self.split!r} of {self.manifest_path} has no decodable video "
                              f"({len(self.rejected)} rejected by the pre-screen)")
         if self.rejected and self.rank == 0:
             logger.info("%d file(s) of split %r rejected by the pre-screen", len(self.rejected), self.split)
+
+    @property
+    def videos(self) -> VideoIndex:
+        """This split's decodable videos: ``len(videos)``, ``videos[i]`` (a :class:`~daliload.videoindex.VideoRow`
+        with ``path``, ``label``, ``route``, ``num_frames``, ...), in ``video_index`` order."""
+        return self.index
 
     # -- plan ---------------------------------------------------------------------
 
@@ -455,16 +518,17 @@ class KineticsDALILoader:
         return epoch if self.split == "train" else 0
 
     def _draw_plan(self, epoch: int) -> list[list[Sample]]:
+        columns = self.index.columns
         if self.split == "train":
-            samples = make_train_plan(self.videos, seed=self.seed, epoch=epoch, rank=self.rank,
+            samples = make_train_plan(columns, seed=self.seed, epoch=epoch, rank=self.rank,
                                       world_size=self.world_size, clip=self.clip, augment=self.augment)
         else:
-            samples = make_val_plan(self.videos, rank=self.rank, world_size=self.world_size,
+            samples = make_val_plan(columns, rank=self.rank, world_size=self.world_size,
                                     clip=self.clip, augment=self.augment, views=self.views)
         return split_batches(samples, self.clips_per_batch, self.last_batch)  # whole videos: views in a row
 
     def __len__(self) -> int:
-        return num_batches(samples_per_rank(len(self.videos), self.world_size), self.batch_size, self.last_batch)
+        return num_batches(samples_per_rank(len(self.index), self.world_size), self.batch_size, self.last_batch)
 
     def set_epoch(self, epoch: int) -> None:
         """Use the plan of ``epoch`` from the next iteration on (and start it at its first batch)."""
@@ -481,28 +545,57 @@ class KineticsDALILoader:
 
         ``next_batch == len(self)`` means the epoch is finished; a later pass
         over the same epoch starts it again, and :meth:`set_epoch` with the next
-        epoch starts that one.
+        epoch starts that one. ``videos`` is the fingerprint of the split's
+        video list the plans are drawn from (:meth:`VideoIndex.fingerprint`).
         """
         return {"epoch": self.epoch, "next_batch": self._start_batch, "seed": self.seed,
-                "world_size": self.world_size, "num_videos": len(self.videos), "batch_size": self.batch_size,
-                "views": list(self.views) if self.views else None}
+                "world_size": self.world_size, "num_videos": len(self.index), "batch_size": self.batch_size,
+                "views": list(self.views) if self.views else None, "videos": dict(self._fingerprint),
+                "manifest": str(self.manifest_path)}
+
+    @cached_property
+    def _fingerprint(self) -> dict:
+        return self.index.fingerprint()
 
     def load_state_dict(self, state: dict) -> None:
         """Resume at the batch :meth:`state_dict` recorded; the next iteration yields it first.
 
         Raises:
             ValueError: the state was saved with another seed, world size,
-                batch size, views or video count, so the plan would differ.
+                batch size or views, or from another list of videos (files
+                added, removed or renamed, labels or frame counts changed), so
+                the plan would differ; the message says what differs.
         """
+        mine = self.state_dict()
+        if isinstance(state.get("videos"), dict):
+            self._check_videos(state["videos"], state.get("manifest"))
         for key in ("seed", "world_size", "num_videos", "batch_size", "views"):
-            if key in state and state[key] != self.state_dict()[key]:
+            if key in state and state[key] != mine[key]:
                 raise ValueError(f"cannot resume: the state was saved with {key}={state[key]}, this loader "
-                                 f"has {key}={self.state_dict()[key]} (the plan would differ)")
+                                 f"has {key}={mine[key]} (the plan would differ)")
         epoch, next_batch = int(state["epoch"]), int(state["next_batch"])
         if not 0 <= next_batch <= len(self):
             raise ValueError(f"next_batch {next_batch} is outside 0..{len(self)}")
         self.epoch = epoch
         self._start_batch = next_batch
+
+    def _check_videos(self, saved: dict, saved_manifest: object) -> None:
+        """Raise ``ValueError`` naming what differs between the saved video list's fingerprint and this one's."""
+        now = self._fingerprint
+        differ = [key for key in ("videos", "paths", "labels", "facts") if saved.get(key) != now[key]]
+        if not differ:
+            return
+        what = {"videos": f"{saved.get('videos')} videos then, {now['videos']} now",
+                "paths": "not the same files (added, removed or renamed)",
+                "labels": "other labels", "facts": "other frame counts, frame rates or frame sizes"}
+        where = (f"the state's manifest was {saved_manifest}, this loader reads {self.manifest_path}"
+                 if saved_manifest and str(saved_manifest) != str(self.manifest_path)
+                 else f"manifest {self.manifest_path}")
+        raise ValueError(
+            f"cannot resume: split {self.split!r} has changed since the state was saved: "
+            + "; ".join(what[key] for key in differ) + f" ({where}). The plan would differ. Resume from the "
+            "manifest and files the run started with, or start the epoch afresh (or drop 'videos' and "
+            "'num_videos' from the state to resume on the new list knowingly)")
 
     # -- statistics ---------------------------------------------------------------------
 
@@ -614,7 +707,7 @@ class KineticsDALILoader:
             self._dali = None
 
     def __repr__(self) -> str:
-        return (f"KineticsDALILoader(split={self.split!r}, videos={len(self.videos)}, "
+        return (f"KineticsDALILoader(split={self.split!r}, videos={len(self.index)}, "
                 f"rejected={len(self.rejected)}, batch_size={self.batch_size}, batches={len(self)}, "
                 f"rank={self.rank}/{self.world_size}, device={self.device!r}, routes={self.route_target!r}, "
                 f"dali={self.dali_enabled})")
@@ -673,7 +766,7 @@ def _dali_usable() -> bool:
     return False
 
 
-def _hint(entry: ManifestEntry) -> StreamHint | None:
+def _hint(entry: VideoRow) -> StreamHint | None:
     """A seek hint for the fallback from the manifest: constant-frame-rate files with keyframes,
     and every file the deep check found unsafe to seek (decoded from its start)."""
     if entry.unsafe_seek:
