@@ -10,6 +10,7 @@ import pytest
 
 from daliload.loader import KineticsDALILoader
 from daliload.plan import AugmentSpec, OutputSpec, make_train_plan
+from daliload.prescreen.ensure import forget_checks
 
 OPTIONS = dict(batch_size=2, clip_len=4, frame_stride=2, device="cpu", augment=AugmentSpec(crop_size=32),
                output=OutputSpec(size=(32, 32)))
@@ -70,6 +71,7 @@ def test_resume_fails_naming_what_changed_in_the_split(copy):
     same.load_state_dict(state)  # unchanged data: resumes
     assert same.state_dict()["next_batch"] == 1
     _replace_one_file(Path(loader.videos[0].path))
+    forget_checks()  # a new job: it checks the dataset again
     changed = KineticsDALILoader(copy, "train", **OPTIONS)
     assert len(changed.videos) == len(loader.videos)  # num_videos alone would resume on another plan
     with pytest.raises(ValueError, match=r"cannot resume: split 'train' has changed since the state was saved: "

@@ -14,8 +14,9 @@ from daliload.cli import main
 from daliload.prescreen import Manifest, scan
 from daliload.prescreen import sqlite_file
 from daliload.prescreen.sqlite_file import ManifestDamagedError
-from daliload.prescreen.rows import FileRecord, Probed, ProbeRows
 from daliload.prescreen.probe import ProbeResult
+from daliload.prescreen.rows import FileRecord, Probed, ProbeRows
+from helpers.readonly import read_only
 
 
 @pytest.fixture
@@ -35,7 +36,7 @@ def _journal_mode(path: Path) -> str:
 
 def test_a_scan_stores_the_columns_and_a_scan_that_changes_nothing_keeps_them(small_kinetics, scanned, monkeypatch):
     with Manifest(scanned) as manifest:
-        stored = manifest._stored_index_meta()
+        stored = manifest.current_meta("video_index")
         assert stored is not None and stored["targets"] == ["cpu", "gpu"]
         index = manifest.video_index("train", device="cpu")
     stores = []
@@ -104,7 +105,7 @@ def test_a_version_2_manifest_is_read_as_it_is_and_upgraded_in_place_without_pro
     conn.close()
     with Manifest(scanned) as manifest:
         rows = list(manifest.video_index("train", device="cpu"))
-        assert manifest._stored_index_meta() is None and rows
+        assert manifest.current_meta("video_index") is None and rows
     again = scan(small_kinetics, manifest_path=scanned, device="cpu", workers=0, progress=False)
     assert again.probed == 0
     with Manifest(scanned) as manifest:
@@ -188,33 +189,3 @@ def test_a_reader_writes_nothing_beside_a_manifest_on_read_only_storage(scanned,
             assert len(manifest.video_index("train", device="cpu")) > 0
             assert json.loads(manifest._meta("last_scan"))["device"] == "cpu"
         assert sorted(p.name for p in folder.iterdir()) == ["m.sqlite"]
-
-
-class read_only:
-    """``folder`` read-only for this process: a read-only bind mount (root), else its mode (others)."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-
-    def __enter__(self):
-        import os
-        import subprocess
-
-        self.mounted = False
-        if os.geteuid() == 0:
-            done = subprocess.run(["mount", "--bind", "-o", "ro", str(self.folder), str(self.folder)],
-                                  capture_output=True)
-            if done.returncode != 0:
-                pytest.skip(f"cannot make a read-only bind mount here: {done.stderr.decode().strip()}")
-            self.mounted = True
-        else:
-            self.folder.chmod(0o555)
-        return self
-
-    def __exit__(self, *exc):
-        import subprocess
-
-        if self.mounted:
-            subprocess.run(["umount", str(self.folder)], check=True)
-        else:
-            self.folder.chmod(0o755)

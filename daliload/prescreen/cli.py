@@ -97,6 +97,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"also write a JSON array, one object per file: {', '.join(JSON_FIELDS)}, routed_for; "
         "files of the split folders that were not scanned have route 'skipped' and the reason",
     )
+    parser.add_argument(
+        "--retry-bad",
+        action="store_true",
+        help="probe again every file marked bad (a probe that timed out or crashed keeps its verdict otherwise, "
+        "so that jobs on unchanged files see the same videos)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -174,8 +180,9 @@ def run(args: argparse.Namespace) -> int:
             progress=not args.quiet,
             timeout_s=args.timeout,
             gpu_model=args.gpu_model if device == "gpu" else None,
+            retry_bad=args.retry_bad,
         )
-    except ValueError as err:  # options scan() refuses, e.g. a GPU deep scan without a GPU; a damaged manifest
+    except (ValueError, FileNotFoundError) as err:  # refused options, a damaged manifest, a root that is a file
         print(f"daliload scan: {err}", file=sys.stderr)
         return 2
     except OSError as err:

@@ -601,9 +601,10 @@ class Manifest:
     def transient_failures(self) -> set[str]:
         """Paths marked ``bad`` only because their probe hung, crashed or raised.
 
-        Those verdicts say more about the machine at the time (overload, a
-        flaky mount) than about the file, so a re-scan probes them again even
-        when size and mtime are unchanged.
+        Those verdicts may say more about the machine at the time (overload, a
+        flaky mount) than about the file; they are kept until an explicit
+        ``daliload scan --retry-bad``, so that two jobs on unchanged files see
+        the same list of videos.
         """
         rows = self._conn.execute(
             "SELECT DISTINCT path FROM routes WHERE route = 'bad' AND "
@@ -611,16 +612,18 @@ class Manifest:
         return {path for (path,) in rows}
 
     @reads
-    def known_files(self) -> dict[str, KnownFile]:
-        """Every stored file, keyed by path: size, mtime, index metadata, deep-checked devices."""
-        deep: dict[str, set[str]] = {}
-        for path, device in self._conn.execute("SELECT path, device FROM routes WHERE deep = 1"):
-            deep.setdefault(path, set()).add(device)
+    def known_files(self, *, deep: bool = False) -> dict[str, tuple]:
+        """Every stored file, keyed by path: ``(size_bytes, mtime_ns, index metadata)``, plus, with
+        ``deep``, the devices it was deep-checked on (a :class:`KnownFile` each)."""
         columns = ", ".join(("path", "size_bytes", "mtime_ns") + META_COLUMNS)
-        return {
-            row[0]: KnownFile(row[1], row[2], tuple(row[3:]), frozenset(deep.get(row[0], ())))
-            for row in self._conn.execute(f"SELECT {columns} FROM files")
-        }
+        rows = self._conn.execute(f"SELECT {columns} FROM files")
+        if not deep:
+            return {row[0]: (row[1], row[2], row[3:]) for row in rows}
+        checked: dict[str, set[str]] = {}
+        for path, device in self._conn.execute("SELECT path, device FROM routes WHERE deep = 1"):
+            checked.setdefault(path, set()).add(device)
+        return {row[0]: KnownFile(row[1], row[2], tuple(row[3:]), frozenset(checked.get(row[0], ())))
+                for row in rows}
 
     def write_probed(self, probed: Sequence[Probed]) -> None:
         """Store probed files (facts, routes per device) in one transaction."""
@@ -676,20 +679,84 @@ class Manifest:
             conn.execute("DELETE FROM classes")
             conn.executemany("INSERT INTO classes VALUES (?, ?)", enumerate(classes))
 
-    def finish_scan(self, summary: dict) -> None:
-        """Record the completed scan, and store the files as columns again if anything changed."""
-        self._require_writable()
-        current = self._stored_index_meta()
-        with self._transaction() as conn:
-            conn.execute(
-                "INSERT OR REPLACE INTO meta VALUES ('last_scan', ?)", (json.dumps(summary),)
-            )
-            if current is not None:  # the summary changes no file: the stored columns stay current
-                conn.stamp_video_index = {key: current[key] for key in ("targets", "named")}
-        if current is None:
-            self.store_video_index()
+    def finish_scan(self, summary: dict, *, listing: dict | None = None) -> None:
+        """Record the completed scan; store the files as columns again if anything changed.
 
-    # -- the files as columns (what loaders read) ---------------------------------------------------
+        Args:
+            summary: what the scan did (meta ``last_scan``).
+            listing: what the scan listed (a digest; see :func:`.scan.scan`), kept
+                as meta ``listing`` while nothing else is written.
+        """
+        self._require_writable()
+        if self.current_meta("video_index") is None:
+            self.store_video_index()
+        stored = self.current_meta("video_index")
+        with self._transaction() as conn:
+            # The summary changes no file: the columns stored a moment ago stay current.
+            conn.stamps = {"last_scan": summary, "video_index": {k: stored[k] for k in ("targets", "named")}}
+            if listing is not None:
+                conn.stamps["listing"] = listing
+
+    @reads
+    def current_meta(self, key: str) -> dict | None:
+        """Meta ``key`` (a JSON record stamped with a generation) if nothing was written since, else ``None``."""
+        text = self._meta(key)
+        if not text:
+            return None
+        value = json.loads(text)
+        return value if int(value.get("generation", -1)) == self.generation() else None
+
+    def set_part(self, shard: str, root: str) -> None:
+        """Mark this manifest as share ``shard`` (``"I/N"``) of the scan of ``root`` (``"0/1"``: all of it)."""
+        self._require_writable()
+        with self._transaction() as conn:
+            conn.execute("INSERT OR REPLACE INTO meta VALUES ('part', ?)",
+                         (json.dumps({"shard": shard, "root": root}),))
+
+    @property
+    def part(self) -> dict | None:
+        """``{"shard": "I/N", "root": ROOT}`` of a manifest written by a scan of a root, else ``None``."""
+        text = self._meta("part")
+        return json.loads(text) if text else None
+
+    @reads
+    def paths_and_splits(self) -> list[tuple[str, str]]:
+        """``(path, split)`` of every stored file."""
+        return self._conn.execute("SELECT path, split FROM files").fetchall()
+
+    @reads
+    def bad_files(self) -> set[str]:
+        """Paths the probe marked ``bad`` (what ``daliload scan --retry-bad`` probes again)."""
+        return {path for (path,) in self._conn.execute("SELECT DISTINCT path FROM routes WHERE route = 'bad'")}
+
+    @reads
+    def sample(self, count: int) -> list[tuple[str, int, int]]:
+        """``(path, size_bytes, mtime_ns)`` of about ``count`` files spread evenly over the table."""
+        low, high = self._conn.execute("SELECT MIN(rowid), MAX(rowid) FROM files").fetchone()
+        if low is None:
+            return []
+        rowids = sorted({low + (high - low) * k // max(1, count - 1) for k in range(count)})
+        marks = ", ".join("?" * len(rowids))
+        return self._conn.execute(f"SELECT path, size_bytes, mtime_ns FROM files WHERE rowid IN ({marks})",
+                                  rowids).fetchall()
+
+    def route_every_file_for(self, device: Device) -> int:
+        """Store the rules' route on ``device`` for every file that has none there; count them.
+
+        A scan does this for the GPU generation it routes for, so loaders on
+        that GPU read stored routes instead of routing every file at start.
+        """
+        self._require_writable()
+        if device in DEVICES or self._route_sql(device).complete:
+            return 0
+        rows = self._conn.execute(
+            f"SELECT f.path, {', '.join('f.' + c for c in FACT_COLUMNS)} FROM files f "
+            "LEFT JOIN routes r ON r.path = f.path AND r.device = ? WHERE r.path IS NULL", (device,)).fetchall()
+        with self._transaction() as conn:
+            conn.executemany("INSERT INTO routes VALUES (?, ?, ?, ?, 0)",
+                             ((row[0], device, *route_for(facts_from_row(row[0], row[1:]), device))
+                              for row in rows))
+        return len(rows)
 
     def store_video_index(self) -> None:
         """Store every file's facts, and routes for each target with a route for every file, as columns.
@@ -714,17 +781,7 @@ class Manifest:
             conn.execute("DELETE FROM video_index")
             conn.executemany("INSERT INTO video_index VALUES (?, ?, ?)",
                              [(target, name, zlib.compress(data, 1)) for target, name, data in blobs])
-            conn.stamp_video_index = {"targets": targets, "named": sorted(devices)}
-
-    @reads
-    def _stored_index_meta(self) -> dict | None:
-        """What the stored columns hold (``targets``; ``named``: targets with rows of their own), if they are
-        current (stored at this generation), else ``None``."""
-        text = self._meta("video_index")
-        if not text:
-            return None
-        stored = json.loads(text)
-        return stored if int(stored.get("generation", -1)) == self.generation() else None
+            conn.stamps["video_index"] = {"targets": targets, "named": sorted(devices)}
 
     def _stored_target(self, device: Device, stored: dict) -> str | None:
         """The stored routes that are ``device``'s: its own, or ``gpu``'s for the default generation."""
@@ -736,7 +793,7 @@ class Manifest:
 
     def _read_stored_index(self, split: str | None, device: Device) -> VideoIndex | None:
         """The stored columns of ``split`` routed for ``device``, or ``None`` if they do not hold them."""
-        stored = self._stored_index_meta()
+        stored = self.current_meta("video_index")
         target = self._stored_target(device, stored) if stored is not None else None
         if target is None or self.failed_classes(device):
             return None

@@ -178,14 +178,15 @@ def reads(method: Callable[..., T]) -> Callable[..., T]:
 class Transaction:
     """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on error) on an autocommit connection.
 
-    Every commit bumps meta ``generation``; a transaction given
-    ``stamp_video_index`` (what the stored columns hold) records in meta
-    ``video_index`` that they are those of the generation it commits.
+    Every commit bumps meta ``generation``. ``stamps`` (meta key -> a dict)
+    are written as JSON with the generation this transaction commits: such a
+    record describes the file only as long as nothing else was written since
+    (see ``Manifest.current_meta``).
     """
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
-        self.stamp_video_index: dict | None = None
+        self.stamps: dict[str, dict] = {}
 
     def __enter__(self) -> Transaction:
         self._conn.execute("BEGIN IMMEDIATE")
@@ -198,10 +199,11 @@ class Transaction:
         try:
             self._conn.execute("INSERT INTO meta VALUES ('generation', '1') ON CONFLICT (key) "
                                "DO UPDATE SET value = CAST(value AS INTEGER) + 1")
-            if self.stamp_video_index is not None:
+            if self.stamps:
                 (generation,) = self._conn.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
-                stamp_ = json.dumps({**self.stamp_video_index, "generation": int(generation)})
-                self._conn.execute("INSERT OR REPLACE INTO meta VALUES ('video_index', ?)", (stamp_,))
+                self._conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                                       [(key, json.dumps({**value, "generation": int(generation)}))
+                                        for key, value in self.stamps.items()])
             self._conn.execute("COMMIT")
         except BaseException:
             self._rollback()  # e.g. the disk filled up: nothing of this transaction is kept, all before it is
