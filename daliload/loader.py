@@ -47,7 +47,7 @@ from daliload.epoch import (
 from daliload.failures import DEFAULT_MAX_FAILURE_FRACTION, Failure, FailureBudget
 from daliload.plan import (AugmentSpec, ClipSpec, LastBatch, OutputSpec, Sample, check_last_batch, check_views,
                            make_train_plan, make_val_plan, num_batches, samples_per_rank, split_batches)
-from daliload.prescreen import Manifest, ScanSpec, ensure_manifest
+from daliload.prescreen import Manifest, ScanSpec, check_manifest, ensure_manifest
 from daliload.prescreen.gpus import detect_gpu
 from daliload.videoindex import VideoIndex, VideoRow
 from daliload.workerpool import refuse_bootstrapping_main, usable_cores
@@ -475,7 +475,7 @@ class KineticsDALILoader:
     def _load_videos(self, source: Path) -> None:
         """Scan ``source`` if it is a root, then read this split's videos from the manifest, as columns."""
         if source.is_file() and source.suffix in _MANIFEST_SUFFIXES:
-            manifest_path = source
+            manifest_path = check_manifest(source, scan=self.scan)
         else:
             manifest_path = ensure_manifest(source, device=self.route_target, scan=self.scan,
                                             splits=tuple(dict.fromkeys(("train", "val", self.split))))
