@@ -12,7 +12,9 @@ from typing import Sequence
 
 from daliload.prescreen.gpus import resolve_gpu
 from daliload.prescreen.manifest import Manifest
+from daliload.prescreen.merge import merge_manifests
 from daliload.prescreen.scan import default_manifest_path, scan
+from daliload.shard import parse_shard
 
 HELP = "probe every video, route it to DALI, the PyAV fallback or out (bad); cache it in a manifest"
 
@@ -46,7 +48,22 @@ def _add_gpu_model(parser: argparse.ArgumentParser) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "root", type=Path, help="dataset root (ROOT/<split>/<class>/<file>, or CSV/list layouts)"
+        "root", type=Path, nargs="?", help="dataset root (ROOT/<split>/<class>/<file>, or CSV/list layouts)"
+    )
+    parser.add_argument(
+        "--shard",
+        default="0/1",
+        metavar="I/N",
+        help="probe only share I of N of the files (by path hash; 0 <= I < N) into a manifest of their own "
+        "(--manifest PART), e.g. one share per machine of an array job; then join them with --merge",
+    )
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        metavar="PART",
+        help="instead of scanning, join the manifests of every shard (PART... written by --shard I/N) into "
+        "--manifest OUT",
     )
     parser.add_argument(
         "--split",
@@ -157,6 +174,20 @@ def write_json(
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if args.merge is not None:
+        return _merge(args)
+    if args.root is None:
+        print("daliload scan: give a dataset ROOT to scan, or --merge PART... --manifest OUT", file=sys.stderr)
+        return 2
+    try:
+        shard = parse_shard(args.shard)
+    except ValueError as err:
+        print(f"daliload scan: {err}", file=sys.stderr)
+        return 2
+    if shard.count > 1 and args.manifest is None:
+        print(f"daliload scan: --shard {shard} needs --manifest PART, a file of this shard's own (the shards are "
+              "joined with --merge)", file=sys.stderr)
+        return 2
     device = _device(args.device)
     if args.gpu_model is not None and device != "gpu":
         print(f"daliload scan: --gpu-model {args.gpu_model} needs --device gpu (the device is {device}); "
@@ -181,6 +212,7 @@ def run(args: argparse.Namespace) -> int:
             timeout_s=args.timeout,
             gpu_model=args.gpu_model if device == "gpu" else None,
             retry_bad=args.retry_bad,
+            shard=shard,
         )
     except (ValueError, FileNotFoundError) as err:  # refused options, a damaged manifest, a root that is a file
         print(f"daliload scan: {err}", file=sys.stderr)
@@ -202,4 +234,19 @@ def run(args: argparse.Namespace) -> int:
         count = write_json(summary.manifest_path, args.json, device=summary.device, splits=summary.splits,
                            skipped=summary.skipped, routed_for=summary.gpu)
         print(f"\nwrote {count} files to {args.json}")
+    return 0
+
+
+def _merge(args: argparse.Namespace) -> int:
+    """``daliload scan --merge PART... --manifest OUT``."""
+    if args.root is not None or args.manifest is None:
+        print("daliload scan: --merge takes the parts and --manifest OUT, and no ROOT "
+              "(daliload scan --merge PART... --manifest OUT)", file=sys.stderr)
+        return 2
+    try:
+        summary = merge_manifests(args.merge, args.manifest)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"daliload scan: {err}", file=sys.stderr)
+        return 2
+    print(summary.format())
     return 0
