@@ -510,3 +510,28 @@ def test_concurrent_ensure_manifest_calls_take_turns(small_kinetics, tmp_path):
         assert len(entries) == len({e.path for e in entries}) > 0
         assert m.last_scan["probed"] == 0  # the last one to get the lock found everything done
     assert (tmp_path / "m.sqlite.lock").exists()
+
+
+def test_probes_in_batches_give_each_file_its_own_verdict(tmp_path, make_clip, monkeypatch, caplog):
+    """Cheap probes travel 10 to a task here; a batch that hangs, crashes or raises costs only its culprit."""
+    import logging
+
+    root = tmp_path / "many"
+    folder = root / "train" / "juggling"
+    folder.mkdir(parents=True)
+    for i in range(40):
+        shutil.copyfile(_clip(make_clip, "h264"), folder / f"clip{i:02d}.mp4")
+    for name in ("stuck", "boom", "oops"):
+        shutil.copyfile(_clip(make_clip, "h264"), folder / f"{name}.mp4")
+    monkeypatch.setenv(FAULT_ENV, "hang:stuck*;crash:boom*;raise:oops*")
+    with caplog.at_level(logging.INFO, logger="daliload.prescreen.probe_pool"):
+        summary = scan(root, manifest_path=tmp_path / "m.sqlite", device="cpu", workers=1, splits=("train",),
+                       progress=False, timeout_s=3.0)
+    routes = _routes(tmp_path / "m.sqlite", "cpu")
+    assert routes["stuck.mp4"] == ("bad", "timeout") and routes["boom.mp4"] == ("bad", "crash")
+    assert routes["oops.mp4"] == ("bad", "probe error: RuntimeError: test fault on oops.mp4")
+    assert all(route == ("fallback", "DALI on cpu has no h264 decoder")
+               for name, route in routes.items() if name.startswith("clip"))
+    assert summary.probed == 43 and summary.transient == 3
+    # The hang and the crash each failed their batch, whose files were then probed one by one.
+    assert sum("probes: timeout" in r.message or "probes: crash" in r.message for r in caplog.records) == 2
