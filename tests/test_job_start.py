@@ -190,3 +190,13 @@ def test_a_fifo_named_like_a_video_is_skipped_with_a_reason_not_probed(copy):
     loader = KineticsDALILoader(copy, "train", **OPTIONS)
     assert str(fifo) not in {v.path for v in loader.videos} | {f.path for f in loader.rejected}
     loader.close()
+
+
+def test_scan_spec_check_false_trusts_an_existing_manifest_of_a_root(copy, monkeypatch):
+    scan(copy, device="cpu", workers=0, progress=False)
+    calls = _count_scans(monkeypatch)
+    KineticsDALILoader(copy, "train", scan=ScanSpec(check=False), **OPTIONS).close()
+    assert calls == []
+    forget_checks()
+    KineticsDALILoader(copy, "train", **OPTIONS).close()
+    assert len(calls) == 1

@@ -146,3 +146,14 @@ def test_rows_stored_for_the_default_generation_by_name_win(scanned, tmp_path):
         entries = manifest.entries(device="gpu:hopper")
         assert (entries[0].route, entries[0].deep_checked) == ("fallback", True)
         assert list(index) == [tuple(getattr(e, n) for n in index[0]._fields) for e in entries]
+
+
+def test_a_scan_for_a_gpu_generation_stores_its_routes_for_the_loaders_there(small_kinetics, tmp_path):
+    path = tmp_path / "m.sqlite"
+    scan(small_kinetics, manifest_path=path, device="gpu", gpu_model="L40S", workers=0, progress=False)
+    with Manifest(path) as manifest:
+        assert "gpu:ada" in manifest.current_meta("video_index")["targets"]
+        stored = manifest._read_stored_index("train", "gpu:ada")
+        assert stored is not None
+        assert list(stored) == [tuple(getattr(e, n) for n in stored[0]._fields)
+                                for e in manifest.entries("train", device="gpu:ada")]
