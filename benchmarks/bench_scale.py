@@ -68,7 +68,7 @@ import time
 from pathlib import Path
 
 from benchmarks.report import (add_output_options, append_markdown, load_average, machine_info, machine_line,
-                               publish, versions_line)
+                               publish, versions_line, write_marked)
 
 CHAPTER = "## Kinetics-700 at full size: `python -m benchmarks.bench_scale`"
 NUM_CLASSES = 700
@@ -108,6 +108,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--data-dir", default="bench_out/datasets", help="cache of the generated source clips")
     parser.add_argument("--baseline", type=Path, default=None,
                         help="an earlier run's JSON, of the same --videos, shown beside this run's figures")
+    parser.add_argument("--readme", default=None,
+                        help="a README whose 'scale' markers this run's figures replace (the 650k run's go in the "
+                             "repository's README.md)")
     parser.add_argument("--check", action="store_true",
                         help="exit 1 when a target (scaled to --videos) is missed, naming it (what CI runs)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -381,6 +384,10 @@ def child_fresh_scan(a: dict) -> dict:
 
     kwargs = {}
     if a["shard"] != "0/1":
+        import inspect
+
+        if "shard" not in inspect.signature(scan).parameters:  # a daliload from before shards (a --baseline run)
+            return {"unsupported": "this daliload's scan has no shards"}
         from daliload.shard import parse_shard
 
         kwargs["shard"] = parse_shard(a["shard"])
@@ -481,7 +488,7 @@ def figures(m: dict, videos: int) -> dict:
         "manifest_mb": m["manifest_bytes"] / 2**20,
         "fresh_files_per_s": FRESH_FILES / m["fresh_scan"]["whole"]["wall_s"],
         "fresh_parent_ms": m["fresh_scan"]["whole"]["parent_ms_per_file"],
-        "fresh_shard_s": m["fresh_scan"]["shard"]["wall_s"], "fresh_whole_s": m["fresh_scan"]["whole"]["wall_s"],
+        "fresh_shard_s": m["fresh_scan"]["shard"].get("wall_s"), "fresh_whole_s": m["fresh_scan"]["whole"]["wall_s"],
     }
 
 
@@ -512,7 +519,8 @@ _ROWS = [
     (f"first scan of {FRESH_FILES:,} files, 2 workers: files/s (the scanning process's CPU per file, ms)",
      lambda f: f"{f['fresh_files_per_s']:.0f} ({f['fresh_parent_ms']:.3f})", None),
     (f"first scan of those files: whole, s / one shard of {FRESH_SHARDS}, s",
-     lambda f: f"{f['fresh_whole_s']:.1f} / {f['fresh_shard_s']:.1f}", None),
+     lambda f: f"{f['fresh_whole_s']:.1f} / " + ("n/a" if f["fresh_shard_s"] is None else f"{f['fresh_shard_s']:.1f}"),
+     None),
 ]
 
 
@@ -550,6 +558,26 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def readme_figures(result: dict) -> str:
+    """README's figures of a run (and of its baseline), between its ``scale`` markers."""
+    videos, f, base = result["videos"], result["figures"], result.get("baseline")
+    m = result["measurements"]
+    head = (f"Written by `python -m benchmarks.bench_scale --videos {videos}` from its run's JSON "
+            f"([`benchmarks/results/scale-{videos}.json`](benchmarks/results/scale-{videos}.json); "
+            f"{result['machine']['date_utc']}, {machine_line(result['machine']).split(';')[0]}, package "
+            f"`{m['package']['commit']}`" + (f", before: `{base['measurements']['package']['commit']}`" if base else "")
+            + f"): {videos:,} videos, {m['construct']['1']['videos']:,} of them in train.")
+    lines = [head, "", "| step | " + ("before | " if base else "") + "now | target |",
+             "|---|" + ("---|" if base else "") + "---|---|"]
+    for label, cell, key in _ROWS:
+        goal = ""
+        if key is not None:
+            goal = f"<= {target(key, videos):.3g} {TARGETS[key][2]}: " + (
+                "met" if f[key] <= target(key, videos) else "**missed**")
+        lines.append(f"| {label} | " + (f"{_cell(cell, base['figures'])} | " if base else "") + f"{cell(f)} | {goal} |")
+    return "\n".join(lines) + "\n"
+
+
 def _cell(cell, figures: dict) -> str:
     try:
         return cell(figures)
@@ -581,6 +609,8 @@ def main(argv: list[str] | None = None) -> int:
         result["baseline"] = {k: baseline[k] for k in ("machine", "measurements", "figures")}
     publish(result, args.json, markdown(result), None if args.no_md else args.results_md,
             write_md=lambda path, text: append_markdown(path, text, chapter=CHAPTER))
+    if args.readme is not None and not write_marked(args.readme, "scale", readme_figures(result)):
+        print(f"bench_scale: {args.readme} has no scale markers; not written", file=sys.stderr)
     missed = missed_targets(result["figures"], args.videos)
     if args.check and missed:
         print("bench_scale: missed " + "; ".join(missed), file=sys.stderr)
