@@ -4,7 +4,8 @@ A job's loaders each ask for the manifest of the same root
 (``examples/train_ddp.py`` builds three); :func:`ensure_manifest` checks the
 dataset for changes once and answers the others from that:
 
-- in one process, the later calls find the check done (per root and manifest);
+- in one process, the later calls find the check done (per root and manifest,
+  as long as neither was made again or written since);
 - under ``torch.distributed``, global rank 0 checks while the others wait
   (up to :data:`SCAN_WAIT_S`, on a gloo group of their own) and get its answer;
 - without a process group (ranks started by ``torchrun`` before
@@ -48,6 +49,7 @@ from daliload import dist
 from daliload.prescreen.manifest import Manifest
 from daliload.prescreen.rules import Device, check_device
 from daliload.prescreen.scan import ScanSpec, cache_manifest_path, check_changes, check_root, scan
+from daliload.prescreen.sqlite_file import stamp
 from daliload.workerpool import refuse_bootstrapping_main
 
 logger = logging.getLogger(__name__)
@@ -64,11 +66,27 @@ DEFAULT_SPEC = ScanSpec()
 
 @dataclass(frozen=True)
 class _Checked:
-    """A check this process did: which splits, how deep, and the manifest it answered."""
+    """A check this process did: which splits, how deep, the manifest it answered, and what the root and
+    that manifest were then (a root made again, or a manifest written or deleted since, is checked again)."""
 
     splits: frozenset[str]
     deep: bool
     path: Path
+    seen: tuple
+
+    def holds(self, splits: Sequence[str], deep: bool, root: Path | None) -> bool:
+        return (set(splits) <= self.splits and (self.deep or not deep)
+                and _identity(root, self.path) == self.seen)
+
+
+def _identity(root: Path | None, manifest: Path) -> tuple:
+    """The root folder's device and inode, and the manifest's :func:`~.sqlite_file.stamp` (``None``: gone)."""
+    try:
+        folder = os.stat(root) if root is not None else None
+        file = stamp(manifest)
+    except OSError:
+        return (None,)
+    return (folder.st_dev, folder.st_ino) if folder is not None else None, file
 
 
 _checked: dict[tuple[str, str], _Checked] = {}
@@ -155,7 +173,7 @@ def _ensure_here(root: str | os.PathLike, device: Device, spec: ScanSpec, splits
     key = (str(root), str(path))
     with _checked_lock:
         done = _checked.get(key)
-    if done is not None and set(splits) <= done.splits and (done.deep or not spec.deep) and not spec.retry_bad:
+    if done is not None and done.holds(splits, spec.deep, root) and not spec.retry_bad:
         return done.path
     if not spec.check and path.is_file() and not spec.retry_bad:
         result = path  # trusted as it is: ScanSpec(check=False)
@@ -165,7 +183,7 @@ def _ensure_here(root: str | os.PathLike, device: Device, spec: ScanSpec, splits
     else:
         result = _read_only(root, path, device, spec, splits, progress)
     with _checked_lock:
-        _checked[key] = _Checked(frozenset(splits), spec.deep, result)
+        _checked[key] = _Checked(frozenset(splits), spec.deep, result, _identity(root, result))
     return result
 
 
@@ -268,8 +286,9 @@ def check_manifest(path: str | os.PathLike, *, scan: ScanSpec = DEFAULT_SPEC, sa
     path = Path(os.path.abspath(path))
     key = ("", str(path))
     with _checked_lock:
-        if key in _checked:
-            return path
+        done = _checked.get(key)
+    if done is not None and done.holds((), False, None):
+        return path
     with Manifest(path) as manifest:
         part = manifest.part
         if part is not None and part["shard"] != "0/1":
@@ -283,7 +302,7 @@ def check_manifest(path: str | os.PathLike, *, scan: ScanSpec = DEFAULT_SPEC, sa
                       f"`daliload scan ROOT --manifest {path}` (ScanSpec(check=False) skips this check)",
                       RuntimeWarning, stacklevel=3)
     with _checked_lock:
-        _checked[key] = _Checked(frozenset(), False, path)
+        _checked[key] = _Checked(frozenset(), False, path, _identity(None, path))
     return path
 
 
