@@ -200,3 +200,16 @@ def test_scan_spec_check_false_trusts_an_existing_manifest_of_a_root(copy, monke
     forget_checks()
     KineticsDALILoader(copy, "train", **OPTIONS).close()
     assert len(calls) == 1
+
+
+def test_daliload_scan_of_a_read_only_root_updates_a_copy_of_its_manifest_not_a_new_one(copy, tmp_path, monkeypatch,
+                                                                                     capsys):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    scan(copy, device="cpu", workers=0, progress=False)
+    with read_only(copy):
+        assert main(["scan", str(copy), "--device", "cpu", "--workers", "0", "--quiet"]) == 0
+    out = capsys.readouterr()
+    cache = cache_manifest_path(copy)
+    assert f"manifest: {cache}" in out.out and "is on read-only storage: scanning a copy of it" in out.err
+    with Manifest(cache) as manifest:
+        assert manifest.last_scan["probed"] == 0  # nothing probed again

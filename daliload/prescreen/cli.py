@@ -13,7 +13,8 @@ from typing import Sequence
 from daliload.prescreen.gpus import resolve_gpu
 from daliload.prescreen.manifest import Manifest
 from daliload.prescreen.merge import merge_manifests
-from daliload.prescreen.scan import default_manifest_path, scan
+from daliload.prescreen.ensure import copy_to_cache, writable
+from daliload.prescreen.scan import cache_manifest_path, default_manifest_path, scan
 from daliload.shard import parse_shard
 
 HELP = "probe every video, route it to DALI, the PyAV fallback or out (bad); cache it in a manifest"
@@ -199,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as err:
             print(f"daliload scan: {err}", file=sys.stderr)
             return 2
-    manifest_path = args.manifest or default_manifest_path(args.root)
+    manifest_path = args.manifest or _default_manifest(args.root)
     try:
         summary = scan(
             args.root,
@@ -235,6 +236,19 @@ def run(args: argparse.Namespace) -> int:
                            skipped=summary.skipped, routed_for=summary.gpu)
         print(f"\nwrote {count} files to {args.json}")
     return 0
+
+
+def _default_manifest(root: Path) -> Path:
+    """The root's manifest; when it is on read-only storage, the per-user cache copy, first made from it
+    (so that only changed files are probed, not the whole dataset again)."""
+    local = Path(root).absolute() / ".daliload" / "manifest.sqlite"
+    if not local.is_file() or writable(local):
+        return default_manifest_path(root)
+    cache = cache_manifest_path(root)
+    if not cache.is_file():
+        copy_to_cache(local, cache)
+        print(f"{local} is on read-only storage: scanning a copy of it, {cache}", file=sys.stderr)
+    return cache
 
 
 def _merge(args: argparse.Namespace) -> int:

@@ -177,7 +177,7 @@ def _ensure_here(root: str | os.PathLike, device: Device, spec: ScanSpec, splits
         return done.path
     if not spec.check and path.is_file() and not spec.retry_bad:
         result = path  # trusted as it is: ScanSpec(check=False)
-    elif _writable(path):
+    elif writable(path):
         _scan_one_at_a_time(root, path, device, spec, splits, progress)
         result = path
     else:
@@ -196,7 +196,7 @@ def find_manifest(root: str | os.PathLike) -> Path:
     return local if local.is_file() else default_manifest_path(root)
 
 
-def _writable(path: Path) -> bool:
+def writable(path: Path) -> bool:
     """Whether a scan can write ``path`` (and its journal beside it), or create it."""
     if path.exists():
         return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
@@ -220,14 +220,20 @@ def _read_only(root: Path, path: Path, device: Device, spec: ScanSpec, splits: S
         return path
     logger.warning("%d file(s) of %s changed since its manifest %s was written, which is on read-only storage: "
                    "updating a copy in %s (only those files are probed)", changed, root, path, cache)
+    copy_to_cache(path, cache)
+    _scan_one_at_a_time(root, cache, device, spec, splits, progress)
+    return cache
+
+
+def copy_to_cache(path: Path, cache: Path) -> None:
+    """Copy a read-only manifest to ``cache``, recording which file (size, mtime) it was copied from."""
+    origin = {"path": str(path), "size": path.stat().st_size, "mtime_ns": path.stat().st_mtime_ns}
     cache.parent.mkdir(parents=True, exist_ok=True)
     partial = cache.with_name(cache.name + ".copy")
     shutil.copyfile(path, partial)
     with Manifest(partial, writable=True) as copy, copy._transaction() as conn:
         conn.execute("INSERT OR REPLACE INTO meta VALUES ('copied_from', ?)", (json.dumps(origin),))
     os.replace(partial, cache)
-    _scan_one_at_a_time(root, cache, device, spec, splits, progress)
-    return cache
 
 
 def _copied_from(path: Path) -> dict | None:
