@@ -143,7 +143,8 @@ def test_a_timed_out_probe_keeps_its_verdict_between_jobs_until_retry_bad(copy, 
     for listing in copy.glob("*list.txt"):
         listing.unlink()
     monkeypatch.setenv(FAULT_ENV, "hang:stuck*")
-    first = KineticsDALILoader(copy, "train", scan=ScanSpec(workers=1), **OPTIONS)
+    scan(copy, device="cpu", workers=1, progress=False, timeout_s=2.0)  # the first job's scan (a short time limit)
+    first = KineticsDALILoader(copy, "train", **OPTIONS)
     assert ("timeout" in {f.reason for f in first.rejected if f.path == str(stuck)})
     state = first.state_dict()
     first.close()

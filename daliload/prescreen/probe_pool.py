@@ -21,7 +21,8 @@ files a task), so that the scanning process spends a few microseconds per
 file on sending tasks and receiving results instead of a fraction of a
 millisecond, which capped a scan near 2,600 files/s whatever the cores. A
 batch that hangs, crashes or raises as a whole is tried again a file at a
-time, so a file's verdict (``timeout``, ``crash``) is only ever its own.
+time, so a file's verdict (``timeout``, ``crash``) is only ever its own; a
+file that hangs thus costs two time limits (its batch's, then its own).
 
 A deep check whose worker hangs or dies is first tried once more with
 ``allow_dali=False``: DALI is the likely culprit, and the file may still
