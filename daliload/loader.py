@@ -24,6 +24,8 @@ import logging
 import os
 import threading
 import warnings
+from collections import OrderedDict
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Literal
 
@@ -36,10 +38,11 @@ from daliload.options import (DecodeSpec, augment_and_output, check_clip_fits, c
                               refuse_unknown_options, warn_upscaled)
 from daliload.plan import (AugmentSpec, ClipSpec, LastBatch, OutputSpec, Sample, make_train_plan, make_val_plan,
                            num_batches, samples_per_rank, split_batches)
-from daliload.prescreen import Manifest, ManifestEntry, ScanSpec, ensure_manifest
+from daliload.prescreen import Manifest, ScanSpec, check_manifest, ensure_manifest
 from daliload.prescreen.gpus import detect_gpu
 from daliload.stats import LoaderStats
 from daliload.processes import refuse_bootstrapping_main
+from daliload.videoindex import VideoIndex, VideoRow
 from fallback.numbering import StreamHint
 from fallback.source import DecodeOptions, FallbackSource
 
@@ -56,21 +59,27 @@ _MANIFEST_SUFFIXES = (".sqlite", ".sqlite3", ".db")
 
 
 class _Plans:
-    """This rank's plans by epoch: the one in use, and the next one drawn ahead in a daemon thread.
+    """This rank's plans by epoch: at most two, the one in use and the next one, drawn ahead in a daemon thread.
 
-    Drawing a plan is Python work per video (about 0.15 ms: 2.8 s per rank for
-    240,000 videos on 8 ranks, 37 s on one, measured on 2 cores); unless drawn
-    while the previous epoch runs, it delays the epoch's first batch by that.
-    A plan is a pure function of the epoch (the videos, seed, rank and specs
-    are the loader's, fixed), so a plan drawn ahead is the plan.
+    A rank of 64 draws its share of a 650k-video epoch in about 0.1 s; one
+    rank alone makes ~600k :class:`Sample` objects (a few seconds, some
+    hundred MB), and that is worth doing while the previous epoch runs. A
+    plan is a pure function of the epoch (the videos, seed, rank and specs
+    are the loader's, fixed), so a plan drawn ahead is the plan. Plans are
+    not kept beyond that: a pass moving on to an epoch drops the others, and
+    looking at other epochs' plans (:meth:`KineticsDALILoader.plan`) keeps
+    only the latest two.
 
     Args:
         draw: ``epoch -> batches``.
     """
 
+    #: Plans kept at most: the pass's and the one drawn ahead (or looked at) next.
+    KEEP = 2
+
     def __init__(self, draw: Callable[[int], list[list[Sample]]]) -> None:
         self._draw = draw
-        self._done: dict[int, list[list[Sample]] | BaseException] = {}
+        self._done: OrderedDict[int, list[list[Sample]] | BaseException] = OrderedDict()
         self._ahead: dict[int, threading.Thread] = {}
         self._lock = threading.Lock()
 
@@ -78,7 +87,7 @@ class _Plans:
         """The plan of ``epoch`` (waits for it if it is being drawn ahead), kept for later calls.
 
         A pass moving on to ``epoch`` forgets the others (``forget_others``); a
-        look at a plan (:meth:`KineticsDALILoader.plan`) keeps them.
+        look at a plan (:meth:`KineticsDALILoader.plan`) keeps the latest two.
         """
         thread = self._ahead.pop(epoch, None)
         if thread is not None:
@@ -86,12 +95,16 @@ class _Plans:
         with self._lock:
             plan = self._done.get(epoch)
             if forget_others:
-                self._done = {}  # the caller moves on to this epoch: older plans are not needed again
+                self._done.clear()  # the caller moves on to this epoch: older plans are not needed again
         if plan is None or isinstance(plan, BaseException):
             plan = self._draw(epoch)  # a failure ahead is raised here, in the caller's thread
-        with self._lock:
-            self._done[epoch] = plan
+        self._keep(epoch, plan)
         return plan
+
+    def kept(self) -> list[int]:
+        """The epochs whose plans are kept, oldest first."""
+        with self._lock:
+            return list(self._done)
 
     def draw_ahead(self, epoch: int) -> None:
         """Start drawing ``epoch``'s plan in a daemon thread, unless it is drawn or being drawn."""
@@ -102,13 +115,19 @@ class _Plans:
             self._ahead[epoch] = thread
         thread.start()
 
+    def _keep(self, epoch: int, plan: list[list[Sample]] | BaseException) -> None:
+        with self._lock:
+            self._done[epoch] = plan
+            self._done.move_to_end(epoch)
+            while len(self._done) > self.KEEP:
+                self._done.popitem(last=False)
+
     def _store(self, epoch: int) -> None:
         try:
             plan: list[list[Sample]] | BaseException = self._draw(epoch)
         except BaseException as err:  # noqa: BLE001 - kept for get(), which draws again and raises there
             plan = err
-        with self._lock:
-            self._done[epoch] = plan
+        self._keep(epoch, plan)
 
 
 class KineticsDALILoader:
@@ -215,20 +234,20 @@ class KineticsDALILoader:
         self._place(device)
         self.dali_enabled = self.decode.decoder == "auto" and _dali_usable()
         self._load_videos(source)
-        check_clip_fits(self.videos, self.clip, self.split)
-        warn_upscaled(self.videos, self.augment.output_size, self.split)
-        self._routes = Routes([e.path for e in self.videos if e.route == "dali"] if self.dali_enabled else [])
-        self._num_frames = {e.path: e.num_frames for e in self.videos if e.num_frames}
+        index = self.index
+        check_clip_fits(index, self.clip, self.split)
+        warn_upscaled(index, self.augment.output_size, self.split)
+        self._routes = Routes([index.paths[i] for i in index.where("dali").tolist()] if self.dali_enabled else [])
+        self._frames_of = _frames_lookup(index)
         self._setup = PassSetup(
             output=self.output, device=self.torch_device, label_padding=self.label_padding,
             mask_failed=split != "train", prefetch=max(self.decode.prefetch_batches, self.decode.dali_pipelines),
-            num_frames=self._num_frames.get, views=self.clips_per_batch // batch_size if self.views else 0)
-        hints = {e.path: hint for e in self.videos if (hint := _hint(e)) is not None}
+            num_frames=self._frames_of, views=self.clips_per_batch // batch_size if self.views else 0)
         # The two clip sources live as long as the loader: the fallback's workers start at the first
         # group it gets, the DALI pipeline at the first batch with a DALI sample.
         self._fallback = FallbackSource(self.output, DecodeOptions(threads=self.decode.fallback_threads,
                                                                    timeout_s=self.decode.timeout_s),
-                                        workers=self.decode.fallback_workers, hint_of=hints.get)
+                                        workers=self.decode.fallback_workers, hint_of=_hint_lookup(index))
         self._dali = None  # DaliSource, built on first use
         self.epoch = 0
         self._next_batch = 0  # the batch after the last one yielded (state_dict)
@@ -253,9 +272,9 @@ class KineticsDALILoader:
         self.route_target = self.gpu.route_target if self.gpu is not None else "cpu"
 
     def _load_videos(self, source: Path) -> None:
-        """Scan ``source`` if it is a root, then read this split's videos from the manifest."""
+        """Scan ``source`` if it is a root, then read this split's videos from the manifest, as columns."""
         if source.is_file() and source.suffix in _MANIFEST_SUFFIXES:
-            manifest_path = source
+            manifest_path = check_manifest(source, scan=self.scan)
         else:
             manifest_path = ensure_manifest(source, device=self.route_target, scan=self.scan,
                                             splits=tuple(dict.fromkeys(("train", "val", self.split))))
@@ -265,15 +284,22 @@ class KineticsDALILoader:
             if self.split not in known_splits:
                 raise ValueError(f"split {self.split!r} is not in the manifest {self.manifest_path}; "
                                  f"it has: {', '.join(known_splits) or 'no split'}")
-            entries = manifest.entries(self.split, device=self.route_target)
+            index = manifest.video_index(self.split, device=self.route_target)
             self.classes: tuple[str, ...] = manifest.classes()
-        self.rejected = tuple(Failure(e.path, e.reason) for e in entries if e.route == "bad")
-        self.videos: tuple[ManifestEntry, ...] = tuple(e for e in entries if e.route != "bad")
-        if not self.videos:
+        self.rejected = tuple(Failure(path, reason) for path, reason in index.rejected())
+        #: This split's decodable videos (every route but ``bad``), as columns; row ``i`` is ``video_index`` i.
+        self.index: VideoIndex = index.decodable()
+        if not len(self.index):
             raise ValueError(f"split {self.split!r} of {self.manifest_path} has no decodable video "
                              f"({len(self.rejected)} rejected by the pre-screen)")
         if self.rejected and self.rank == 0:
             logger.info("%d file(s) of split %r rejected by the pre-screen", len(self.rejected), self.split)
+
+    @property
+    def videos(self) -> VideoIndex:
+        """This split's decodable videos: ``len(videos)``, ``videos[i]`` (a :class:`~daliload.videoindex.VideoRow`
+        with ``path``, ``label``, ``route``, ``num_frames``, ...), in ``video_index`` order."""
+        return self.index
 
     # -- plan ---------------------------------------------------------------------
 
@@ -291,16 +317,17 @@ class KineticsDALILoader:
         return epoch if self.split == "train" else 0
 
     def _draw_plan(self, epoch: int) -> list[list[Sample]]:
+        columns = self.index.columns
         if self.split == "train":
-            samples = make_train_plan(self.videos, seed=self.seed, epoch=epoch, rank=self.rank,
+            samples = make_train_plan(columns, seed=self.seed, epoch=epoch, rank=self.rank,
                                       world_size=self.world_size, clip=self.clip, augment=self.augment)
         else:
-            samples = make_val_plan(self.videos, rank=self.rank, world_size=self.world_size,
+            samples = make_val_plan(columns, rank=self.rank, world_size=self.world_size,
                                     clip=self.clip, augment=self.augment, views=self.views)
         return split_batches(samples, self.clips_per_batch, self.last_batch)  # whole videos: views in a row
 
     def __len__(self) -> int:
-        return num_batches(samples_per_rank(len(self.videos), self.world_size), self.batch_size, self.last_batch)
+        return num_batches(samples_per_rank(len(self.index), self.world_size), self.batch_size, self.last_batch)
 
     def set_epoch(self, epoch: int) -> None:
         """Use the plan of ``epoch`` from the next iteration on, from its first batch.
@@ -334,28 +361,58 @@ class KineticsDALILoader:
         is finished (a state loaded then makes the next pass start it again, and
         :meth:`set_epoch` with the next epoch starts that one). Between
         :meth:`load_state_dict` and the next pass it is the loaded state.
+        ``videos`` is the fingerprint of the split's video list the plans are
+        drawn from (:meth:`VideoIndex.fingerprint`).
         """
         next_batch = self._resume[1] if self._resume is not None else self._next_batch
         return {"epoch": self.epoch, "next_batch": next_batch, "seed": self.seed,
-                "world_size": self.world_size, "num_videos": len(self.videos), "batch_size": self.batch_size,
-                "views": list(self.views) if self.views else None}
+                "world_size": self.world_size, "num_videos": len(self.index), "batch_size": self.batch_size,
+                "views": list(self.views) if self.views else None, "videos": dict(self._fingerprint),
+                "manifest": str(self.manifest_path)}
+
+    @cached_property
+    def _fingerprint(self) -> dict:
+        return self.index.fingerprint()
 
     def load_state_dict(self, state: dict) -> None:
         """Resume at the batch :meth:`state_dict` recorded: the next pass over that epoch yields it first.
 
         Raises:
             ValueError: the state was saved with another seed, world size,
-                batch size, views or video count, so the plan would differ.
+                batch size or views, or from another list of videos (files
+                added, removed or renamed, labels or frame counts changed), so
+                the plan would differ; the message says what differs.
         """
+        mine = self.state_dict()
+        if isinstance(state.get("videos"), dict):
+            self._check_videos(state["videos"], state.get("manifest"))
         for key in ("seed", "world_size", "num_videos", "batch_size", "views"):
-            if key in state and state[key] != self.state_dict()[key]:
+            if key in state and state[key] != mine[key]:
                 raise ValueError(f"cannot resume: the state was saved with {key}={state[key]}, this loader "
-                                 f"has {key}={self.state_dict()[key]} (the plan would differ)")
+                                 f"has {key}={mine[key]} (the plan would differ)")
         epoch, next_batch = int(state["epoch"]), int(state["next_batch"])
         if not 0 <= next_batch <= len(self):
             raise ValueError(f"next_batch {next_batch} is outside 0..{len(self)}")
         self.epoch = epoch
         self._resume = (epoch, next_batch)
+
+    def _check_videos(self, saved: dict, saved_manifest: object) -> None:
+        """Raise ``ValueError`` naming what differs between the saved video list's fingerprint and this one's."""
+        now = self._fingerprint
+        differ = [key for key in ("videos", "paths", "labels", "facts") if saved.get(key) != now[key]]
+        if not differ:
+            return
+        what = {"videos": f"{saved.get('videos')} videos then, {now['videos']} now",
+                "paths": "not the same files (added, removed or renamed)",
+                "labels": "other labels", "facts": "other frame counts, frame rates or frame sizes"}
+        where = (f"the state's manifest was {saved_manifest}, this loader reads {self.manifest_path}"
+                 if saved_manifest and str(saved_manifest) != str(self.manifest_path)
+                 else f"manifest {self.manifest_path}")
+        raise ValueError(
+            f"cannot resume: split {self.split!r} has changed since the state was saved: "
+            + "; ".join(what[key] for key in differ) + f" ({where}). The plan would differ. Resume from the "
+            "manifest and files the run started with, or start the epoch afresh (or drop 'videos' and "
+            "'num_videos' from the state to resume on the new list knowingly)")
 
     # -- statistics ---------------------------------------------------------------------
 
@@ -424,7 +481,7 @@ class KineticsDALILoader:
                 self.output, batch_size=self.clips_per_batch, device=self.device, device_id=self.device_id,
                 num_threads=self.decode.dali_threads_for(self.device, self.clips_per_batch),
                 prefetch_queue_depth=self._setup.prefetch, pipelines=self.decode.dali_pipelines,
-                num_frames=self._num_frames)
+                num_frames=self._frames_of)
             self._dali = DaliSource(decoder, clip_timeout_s=self.decode.timeout_s)
         return self._dali
 
@@ -447,7 +504,7 @@ class KineticsDALILoader:
             self._dali = None
 
     def __repr__(self) -> str:
-        return (f"KineticsDALILoader(split={self.split!r}, videos={len(self.videos)}, "
+        return (f"KineticsDALILoader(split={self.split!r}, videos={len(self.index)}, "
                 f"rejected={len(self.rejected)}, batch_size={self.batch_size}, batches={len(self)}, "
                 f"rank={self.rank}/{self.world_size}, device={self.device!r}, routes={self.route_target!r}, "
                 f"dali={self.dali_enabled})")
@@ -474,7 +531,23 @@ def _dali_usable() -> bool:
     return False
 
 
-def _hint(entry: ManifestEntry) -> StreamHint | None:
+def _frames_lookup(index: VideoIndex) -> Callable[[str], int | None]:
+    """``path -> frames in the file`` over ``index`` (a binary search; no per-video dict on a rank)."""
+    def frames_of(path: str) -> int | None:
+        i = index.find(path)
+        return (int(index.num_frames[i]) or None) if i >= 0 else None
+    return frames_of
+
+
+def _hint_lookup(index: VideoIndex) -> Callable[[str], StreamHint | None]:
+    """``path -> the fallback's seek hint`` over ``index``, made when a video is sent to a worker."""
+    def hint_of(path: str) -> StreamHint | None:
+        i = index.find(path)
+        return _hint(index[i]) if i >= 0 else None
+    return hint_of
+
+
+def _hint(entry: VideoRow) -> StreamHint | None:
     """A seek hint for the fallback from the manifest: constant-frame-rate files with keyframes,
     and every file the deep check found unsafe to seek (decoded from its start)."""
     if entry.unsafe_seek:

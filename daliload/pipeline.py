@@ -47,7 +47,7 @@ import logging
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -119,7 +119,8 @@ class DaliClipDecoder:
         pipelines: DALI pipelines, each with ``num_threads`` threads, taking
             the batches in turn (results still come in submission order), for
             more NVDEC sessions at once; at most ``prefetch_queue_depth``. Default 1.
-        num_frames: ``path -> frames in the file`` (the manifest's), or ``None``
+        num_frames: ``path -> frames in the file`` (the manifest's; a mapping,
+            or a function giving ``None`` for an unknown path), or ``None``
             (default). With counts, a window past its file's end decodes each
             existing frame once and its last frame is repeated in torch (every
             submitted file must have a count); without, DALI repeats it,
@@ -144,13 +145,13 @@ class DaliClipDecoder:
         prefetch_queue_depth: int = 2,
         read_threads: int = 4,
         pipelines: int = 1,
-        num_frames: Mapping[str, int] | None = None,
+        num_frames: Mapping[str, int] | Callable[[str], int | None] | None = None,
     ) -> None:
         if not isinstance(output, OutputSpec):
             raise TypeError(f"output must be an OutputSpec, got {type(output).__name__}")
-        if num_frames is not None and not isinstance(num_frames, Mapping):
-            raise TypeError(f"num_frames must be a mapping of path -> frame count or None, "
-                            f"got {type(num_frames).__name__}")
+        if num_frames is not None and not isinstance(num_frames, Mapping) and not callable(num_frames):
+            raise TypeError(f"num_frames must be a mapping of path -> frame count (or a function of the path) "
+                            f"or None, got {type(num_frames).__name__}")
         if device not in ("cpu", "gpu"):
             raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
         counts = {"batch_size": batch_size, "num_threads": num_threads,
@@ -175,6 +176,7 @@ class DaliClipDecoder:
         self.num_threads = num_threads
         self.prefetch_queue_depth = prefetch_queue_depth
         self.num_frames = num_frames
+        self._frames_of = num_frames.get if isinstance(num_frames, Mapping) else num_frames
         self._pending: collections.deque[_Pending] = collections.deque()
         self._reader = ThreadPoolExecutor(max_workers=read_threads,
                                           thread_name_prefix="daliload-read")
@@ -262,7 +264,7 @@ class DaliClipDecoder:
         """
         samples = tuple(samples)
         self._check_batch(samples)
-        frame_ids = None if self.num_frames is None else _frames_to_decode(samples, self.num_frames)
+        frame_ids = None if self._frames_of is None else _frames_to_decode(samples, self._frames_of)
         if self._pipe is None:
             raise RuntimeError("this DaliClipDecoder is closed")
         if self._stuck is not None:
@@ -391,7 +393,8 @@ class DaliClipDecoder:
         self.close()
 
     def __repr__(self) -> str:
-        counts = "None" if self.num_frames is None else f"<{len(self.num_frames)} files>"
+        counts = "None" if self.num_frames is None else (
+            f"<{len(self.num_frames)} files>" if isinstance(self.num_frames, Mapping) else "<by path>")
         return (f"DaliClipDecoder(device={self.device!r}, device_id={self.device_id}, "
                 f"batch_size={self.batch_size}, num_threads={self.num_threads}, pipelines={self.pipelines}, "
                 f"prefetch_queue_depth={self.prefetch_queue_depth}, num_frames={counts}, output={self.output})")
@@ -479,7 +482,7 @@ def _read_file(path: str) -> np.ndarray:
     return data
 
 
-def _frames_to_decode(samples: tuple[Sample, ...], num_frames: Mapping[str, int]) -> list[list[int]]:
+def _frames_to_decode(samples: tuple[Sample, ...], frames_of: Callable[[str], int | None]) -> list[list[int]]:
     """The frames to ask DALI for, per sample: the clip's, clamped to the file, the last one once.
 
     Example: 90 frames, start 70, stride 4, clip_len 8 -> ``[70, 74, 78, 82, 86, 89]``
@@ -487,7 +490,7 @@ def _frames_to_decode(samples: tuple[Sample, ...], num_frames: Mapping[str, int]
     """
     out = []
     for s in samples:
-        count = num_frames.get(s.path)
+        count = frames_of(s.path)
         if count is None:
             raise ValueError(f"no frame count for {s.path} in this decoder's num_frames: give every "
                              f"file's count (the manifest's num_frames), or build it with num_frames=None")

@@ -11,6 +11,15 @@ import pytest
 from daliload.synth import SynthSpec, default_spec, generate_dataset, render_clip, write_video
 
 
+@pytest.fixture(autouse=True)
+def _fresh_manifest_checks():
+    """Each test is a job of its own: a loader checks its dataset again (daliload checks once per process)."""
+    from daliload.prescreen.ensure import forget_checks
+
+    forget_checks()
+    yield
+
+
 def _has_cuda() -> bool:
     try:
         import torch

@@ -84,8 +84,8 @@ def test_the_plan_check_names_what_breaks_the_limits(plan):
     assert any(re.match(r"with every call at its timeout the visit takes \d+ s", p) for p in problems), problems
     longer = dataclasses.replace(plan, steps=plan.steps + (("a slower start", 61.0),))
     assert any("more than the 900 s of device time" in p for p in visit.check_plan(longer))
-    big = [dataclasses.replace(piece, size=63 * MIB)]  # with the 2 MiB checkout: over a call
-    assert any("carries 65.0 MiB, more than 64 MiB" in p for p in visit.check_plan(visit.make_plan(big)))
+    big = [dataclasses.replace(piece, size=63 * MIB)]  # with the 4 MiB checkout: over a call
+    assert any("carries 67.0 MiB, more than 64 MiB" in p for p in visit.check_plan(visit.make_plan(big)))
     slow = dataclasses.replace(plan, assumed=dataclasses.replace(plan.assumed, gap_s=31))
     assert any("loses the machine" in p for p in visit.check_plan(slow))
     with pytest.raises(ValueError, match="the transfer plan has no pieces"):
@@ -384,7 +384,7 @@ def test_check_says_exactly_which_wheels_are_missing(tmp_path):
     assert done.returncode == 3
     err = done.stderr
     assert "MISSING   nvidia-dali-cuda130 2.4.0 (required)" in done.stdout
-    assert "MISSING wheels-cuda13.tar.part-ad (43.2 MiB); completes nvidia_dali_cuda130 2.4.0" in done.stdout
+    assert "MISSING wheels-cuda13.tar.part-ad (49.2 MiB); completes nvidia_dali_cuda130 2.4.0" in done.stdout
     dali = "nvidia_dali_cuda130-2.4.0-py3-none-manylinux_2_28_x86_64.whl"
     assert f"  {dali}    (nvidia-dali-cuda130==2.4.0, required" in err
     assert "  av-18.1.0-cp311-abi3-manylinux_2_28_x86_64.whl    (av==18.1.0, required" in err

@@ -195,7 +195,8 @@ def test_a_file_shorter_than_its_count_fails_its_batch_instead_of_being_padded(v
 
 @needs_dali
 @pytest.mark.parametrize(("counts", "error", "message"), [
-    ([90], TypeError, r"num_frames must be a mapping of path -> frame count or None, got list"),
+    ([90], TypeError, r"num_frames must be a mapping of path -> frame count \(or a function of the path\) or None, "
+                      r"got list"),
     ({"other.webm": 90}, ValueError, r"no frame count for .*clip\d+_vp9.webm in this decoder's num_frames"),
     ({"VP9": 0}, ValueError, r"num_frames\[.*\] must be an integer >= 1 \(frames in the file\), got 0"),
     ({"VP9": -5}, ValueError, r"must be an integer >= 1 .*got -5"),

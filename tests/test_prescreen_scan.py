@@ -160,11 +160,16 @@ def test_hang_and_crash_cost_one_file_each(dataset, make_clip, monkeypatch):
     assert routes["a_h264.mp4"] == ("dali", "")
     assert summary.files == {"dali": 3, "fallback": 2, "bad": 3}
 
-    # A hang or crash is not cached as the file's verdict: the next scan, with the
-    # files untouched and the fault gone, probes exactly those two again.
+    # A hang or crash keeps its verdict while the file is unchanged, so that every job sees the
+    # same videos; the summary says so, and an explicit --retry-bad probes exactly those two again.
     monkeypatch.delenv(FAULT_ENV)
-    again = scan(dataset, device="gpu", workers=1, progress=False)
-    assert again.probed == 2
+    kept = scan(dataset, device="gpu", workers=1, progress=False)
+    assert (kept.probed, kept.transient) == (0, 2)
+    assert "2 file(s) are bad because their probe timed out, crashed or raised" in kept.format()
+    assert "daliload scan --retry-bad" in kept.format()
+    assert _routes(summary.manifest_path, "gpu")["stuck.mp4"] == ("bad", "timeout")
+    again = scan(dataset, device="gpu", workers=1, progress=False, retry_bad=True)
+    assert again.probed == 3 and again.transient == 0  # the two, and the garbage file (bad too)
     assert _routes(summary.manifest_path, "gpu")["stuck.mp4"] == ("dali", "")
     assert scan(dataset, device="gpu", workers=1, progress=False).probed == 0
 
@@ -433,7 +438,7 @@ def _ddp_rank(rank: int, world: int, init_file: str, root: str, out_dir: str) ->
 
     import torch.distributed as torch_dist
 
-    scan_module = importlib.import_module("daliload.prescreen.scan")  # the module, not the function
+    scan_module = importlib.import_module("daliload.prescreen.ensure")  # the module that calls scan()
 
     # The default group gives up after 3 s; rank 0's scan takes longer than that, as a
     # first scan of a real dataset outlasts NCCL's default 10 minutes.
@@ -476,7 +481,7 @@ def test_ensure_manifest_scans_on_rank_0_only(dataset, tmp_path):
     results = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
     assert [r["rank"] for r in results] == [0, 1] and all(r["world"] == 2 for r in results)
     assert results[0]["path"] == results[1]["path"] == str(default_manifest_path(dataset))
-    assert [r["scans"] for r in results] == [2, 0]  # rank 0 scanned (twice: good root, bad root)
+    assert [r["scans"] for r in results] == [1, 0]  # rank 0 scanned the good root (the bad one is refused first)
     assert [r["entries"] for r in results] == [6, 6]
     assert results[0]["error"].startswith("FileNotFoundError: ")
     assert (
@@ -505,3 +510,28 @@ def test_concurrent_ensure_manifest_calls_take_turns(small_kinetics, tmp_path):
         assert len(entries) == len({e.path for e in entries}) > 0
         assert m.last_scan["probed"] == 0  # the last one to get the lock found everything done
     assert (tmp_path / "m.sqlite.lock").exists()
+
+
+def test_probes_in_batches_give_each_file_its_own_verdict(tmp_path, make_clip, monkeypatch, caplog):
+    """Cheap probes travel 10 to a task here; a batch that hangs, crashes or raises costs only its culprit."""
+    import logging
+
+    root = tmp_path / "many"
+    folder = root / "train" / "juggling"
+    folder.mkdir(parents=True)
+    for i in range(40):
+        shutil.copyfile(_clip(make_clip, "h264"), folder / f"clip{i:02d}.mp4")
+    for name in ("stuck", "boom", "oops"):
+        shutil.copyfile(_clip(make_clip, "h264"), folder / f"{name}.mp4")
+    monkeypatch.setenv(FAULT_ENV, "hang:stuck*;crash:boom*;raise:oops*")
+    with caplog.at_level(logging.INFO, logger="daliload.prescreen.probe_pool"):
+        summary = scan(root, manifest_path=tmp_path / "m.sqlite", device="cpu", workers=1, splits=("train",),
+                       progress=False, timeout_s=3.0)
+    routes = _routes(tmp_path / "m.sqlite", "cpu")
+    assert routes["stuck.mp4"] == ("bad", "timeout") and routes["boom.mp4"] == ("bad", "crash")
+    assert routes["oops.mp4"] == ("bad", "probe error: RuntimeError: test fault on oops.mp4")
+    assert all(route == ("fallback", "DALI on cpu has no h264 decoder")
+               for name, route in routes.items() if name.startswith("clip"))
+    assert summary.probed == 43 and summary.transient == 3
+    # The hang and the crash each failed their batch, whose files were then probed one by one.
+    assert sum("probes: timeout" in r.message or "probes: crash" in r.message for r in caplog.records) == 2

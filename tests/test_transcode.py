@@ -388,3 +388,41 @@ def test_the_benchmark_writes_its_figures_and_section(tmp_path, monkeypatch):
     assert figures.startswith("before\n<!-- transcode:begin: generated -->\nWritten by")
     assert "old figures" not in figures
     assert f"({gain:.2f}x)" in figures and figures.endswith("<!-- transcode:end -->\nafter\n")
+
+
+def test_a_full_disk_names_the_record_and_keeps_its_rows(tmp_path, monkeypatch, capsys):
+    """The record's "database or disk is full" becomes one line naming the file; rows committed before stay."""
+    import errno
+
+    from daliload.cli import main
+    from daliload.transcode import cli as transcode_cli
+    from daliload.transcode import record as record_module
+    from daliload.transcode.options import ALL_FILES
+    from daliload.transcode.record import Record, record_path
+    from daliload.transcode.summary import FileResult
+
+    real = sqlite3.connect
+
+    def small_disk(*args, **kwargs):  # the record's file may not grow past 3 pages
+        conn = real(*args, **kwargs)
+        conn.execute("PRAGMA max_page_count = 3")
+        return conn
+
+    monkeypatch.setattr(record_module.sqlite3, "connect", small_disk)
+    put = []
+    with Record(tmp_path, ALL_FILES) as record:
+        with pytest.raises(OSError, match=r"no space left to write the transcode record .*record.sqlite \(database "
+                                          r"or disk is full\): free space .* run the same command again") as caught:
+            for i in range(1000):
+                record.put(FileResult(f"train/c/{i:04d}.mp4", "bad", reason="x" * 200, options_key="k"))
+                put.append(i)
+        assert caught.value.errno == errno.ENOSPC and "\n" not in str(caught.value)
+    assert len(put) > 1
+    monkeypatch.undo()
+    with Record(tmp_path, ALL_FILES) as record:  # every row committed before the disk filled up is there
+        assert all(record.lookup(f"train/c/{i:04d}.mp4") is not None for i in put)
+    monkeypatch.setattr(transcode_cli, "transcode_dataset", lambda *a, **k: (_ for _ in ()).throw(caught.value))
+    assert main(["transcode", str(tmp_path / "src"), str(tmp_path / "dst"), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"no space left to write the transcode record {record_path(tmp_path, ALL_FILES)}" in err

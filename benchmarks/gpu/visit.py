@@ -81,7 +81,7 @@ class Assumptions:
 
     transfer_s_per_mib: float = 0.25
     gap_s: float = 30.0
-    checkout_bytes: int = 2 * MIB
+    checkout_bytes: int = 4 * MIB
     margin_s: float = 60.0
     preflight_s: float = 30.0
     receive_s: float = 5.0

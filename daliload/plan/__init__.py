@@ -10,7 +10,11 @@ import it. Its modules, by concept:
 
 * :mod:`.specs`: :class:`Sample`, :class:`CropBox`, :class:`OutputSpec`,
   :class:`ClipSpec`, :class:`AugmentSpec`, the edge rule and the crop rule;
-* :mod:`.sampling`: windows, crops, shuffling and sharding over ranks;
+* :mod:`.sampling`: the rules for one sample (window, crop, views) and
+  :class:`VideoLike`, what planning needs to know per video;
+* :mod:`.columns`: a split's facts as columns (:class:`VideoColumns`), an
+  epoch's draws over all of them at once (:func:`draw_train_epoch`),
+  shuffling and sharding over ranks (:func:`make_train_plan`, :func:`make_val_plan`);
 * :mod:`.streams`: the counter-based random streams planning draws from;
 * :mod:`.batches`: batches of a rank's plan and the last-batch policy.
 
@@ -22,17 +26,19 @@ the plan (coverage, disjointness, windows, crops) is testable on its own.
 """
 
 from daliload.plan.batches import LAST_BATCH_POLICIES, LastBatch, check_last_batch, num_batches, split_batches
-from daliload.plan.sampling import (VideoInfo, VideoLike, center_crop_box, center_start_frame, make_train_plan,
-                                    make_val_plan, sample_crop_box, sample_start_frame, samples_per_rank,
-                                    spatial_view_boxes, temporal_view_starts)
+from daliload.plan.columns import (EpochDraws, VideoColumns, draw_train_epoch, make_train_plan, make_val_plan,
+                                   samples_of)
+from daliload.plan.sampling import (VideoInfo, VideoLike, center_crop_box, center_start_frame, sample_crop_box,
+                                    sample_start_frame, samples_per_rank, spatial_view_boxes, temporal_view_starts)
 from daliload.plan.specs import (KINETICS_MEAN, KINETICS_STD, AugmentSpec, ClipSpec, CropBox, CropMode, OutputDType,
                                  OutputLayout, OutputSpec, Sample, check_views, clamp_frame_indices, usable_fps)
 from daliload.plan.streams import RandomSource
 
 __all__ = [
     "KINETICS_MEAN", "KINETICS_STD", "LAST_BATCH_POLICIES", "AugmentSpec", "ClipSpec", "CropBox", "CropMode",
-    "LastBatch", "OutputDType", "OutputLayout", "OutputSpec", "RandomSource", "Sample", "VideoInfo", "VideoLike",
-    "center_crop_box", "center_start_frame", "check_last_batch", "check_views", "clamp_frame_indices",
-    "make_train_plan", "make_val_plan", "num_batches", "sample_crop_box", "sample_start_frame", "samples_per_rank",
-    "spatial_view_boxes", "split_batches", "temporal_view_starts", "usable_fps",
+    "EpochDraws", "LastBatch", "OutputDType", "OutputLayout", "OutputSpec", "RandomSource", "Sample",
+    "VideoColumns", "VideoInfo", "VideoLike", "center_crop_box", "center_start_frame", "check_last_batch",
+    "check_views", "clamp_frame_indices", "draw_train_epoch", "make_train_plan", "make_val_plan", "num_batches",
+    "sample_crop_box", "sample_start_frame", "samples_of", "samples_per_rank", "spatial_view_boxes",
+    "split_batches", "temporal_view_starts", "usable_fps",
 ]

@@ -43,7 +43,13 @@ def _mix64(x: np.ndarray) -> np.ndarray:
 
 def keyed_uniforms(key: tuple[int, int], video_index: np.ndarray, repeat: np.ndarray,
                     purpose: int, count: int) -> list[list[float]]:
-    """``count`` uniforms in [0, 1) per ``(video_index, repeat)``, for one purpose.
+    """:func:`keyed_uniform_array` as lists of floats, one list per sample."""
+    return keyed_uniform_array(key, video_index, repeat, purpose, count).tolist()
+
+
+def keyed_uniform_array(key: tuple[int, int], video_index: np.ndarray, repeat: np.ndarray,
+                        purpose: int, count: int) -> np.ndarray:
+    """``count`` uniforms in [0, 1) per ``(video_index, repeat)``, for one purpose: a ``(samples, count)`` array.
 
     Counter-based, like Philox: draw ``j`` of a sample is
     ``mix64(stream + (j + 1) * golden)`` with ``stream`` a hash of
@@ -57,7 +63,7 @@ def keyed_uniforms(key: tuple[int, int], video_index: np.ndarray, repeat: np.nda
     stream = _mix64(stream ^ tag ^ np.uint64(key[1]))
     steps = np.arange(1, count + 1, dtype=np.uint64) * np.uint64(_GOLDEN64)
     bits = _mix64(stream[:, None] + steps[None, :])
-    return ((bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))).tolist()
+    return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
 
 
 class Draws:

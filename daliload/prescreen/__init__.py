@@ -2,9 +2,12 @@
 
 See :mod:`.probe` (what a file is), :mod:`.rules` (the capability table),
 :mod:`.deep` (the ``--deep`` check), :mod:`.manifest` (the SQLite manifest),
-:mod:`.rows` (what a scan stores per file), :mod:`.probe_pool` (probing in
-worker processes) and :mod:`.scan` (the resumable scan, :class:`ScanSpec` and
-:func:`ensure_manifest`).
+:mod:`.rows` (what a scan stores per file), :mod:`.sqlite_file` (the
+manifest's file: transactions, immutable reads, errors), :mod:`.probe_pool`
+(probing in worker processes), :mod:`.scan` (the resumable scan and
+:class:`ScanSpec`), :mod:`.ensure` (a job's manifest, checked once:
+:func:`ensure_manifest`, :func:`check_manifest`) and :mod:`.merge` (the
+manifests of a scan spread over machines, joined).
 """
 
 from daliload.prescreen.manifest import SCHEMA_VERSION, Manifest, ManifestEntry
@@ -19,7 +22,8 @@ from daliload.prescreen.rules import (
     Route,
     route_for,
 )
-from daliload.prescreen.scan import ScanSpec, ScanSummary, default_manifest_path, ensure_manifest, scan
+from daliload.prescreen.ensure import check_manifest, ensure_manifest
+from daliload.prescreen.scan import ScanSpec, ScanSummary, default_manifest_path, scan
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -38,6 +42,7 @@ __all__ = [
     "ScanSpec",
     "ScanSummary",
     "default_manifest_path",
+    "check_manifest",
     "ensure_manifest",
     "scan",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import sys
@@ -11,7 +12,10 @@ from typing import Sequence
 
 from daliload.prescreen.gpus import resolve_gpu
 from daliload.prescreen.manifest import Manifest
-from daliload.prescreen.scan import default_manifest_path, scan
+from daliload.prescreen.merge import merge_manifests
+from daliload.prescreen.ensure import copy_to_cache, writable
+from daliload.prescreen.scan import cache_manifest_path, default_manifest_path, scan
+from daliload.shard import parse_shard
 
 HELP = "probe every video, route it to DALI, the PyAV fallback or out (bad); cache it in a manifest"
 
@@ -45,7 +49,22 @@ def _add_gpu_model(parser: argparse.ArgumentParser) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "root", type=Path, help="dataset root (ROOT/<split>/<class>/<file>, or CSV/list layouts)"
+        "root", type=Path, nargs="?", help="dataset root (ROOT/<split>/<class>/<file>, or CSV/list layouts)"
+    )
+    parser.add_argument(
+        "--shard",
+        default="0/1",
+        metavar="I/N",
+        help="probe only share I of N of the files (by path hash; 0 <= I < N) into a manifest of their own "
+        "(--manifest PART), e.g. one share per machine of an array job; then join them with --merge",
+    )
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        metavar="PART",
+        help="instead of scanning, join the manifests of every shard (PART... written by --shard I/N) into "
+        "--manifest OUT",
     )
     parser.add_argument(
         "--split",
@@ -95,6 +114,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help=f"also write a JSON array, one object per file: {', '.join(JSON_FIELDS)}, routed_for; "
         "files of the split folders that were not scanned have route 'skipped' and the reason",
+    )
+    parser.add_argument(
+        "--retry-bad",
+        action="store_true",
+        help="probe again every file marked bad (a probe that timed out or crashed keeps its verdict otherwise, "
+        "so that jobs on unchanged files see the same videos)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -150,6 +175,20 @@ def write_json(
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if args.merge is not None:
+        return _merge(args)
+    if args.root is None:
+        print("daliload scan: give a dataset ROOT to scan, or --merge PART... --manifest OUT", file=sys.stderr)
+        return 2
+    try:
+        shard = parse_shard(args.shard)
+    except ValueError as err:
+        print(f"daliload scan: {err}", file=sys.stderr)
+        return 2
+    if shard.count > 1 and args.manifest is None:
+        print(f"daliload scan: --shard {shard} needs --manifest PART, a file of this shard's own (the shards are "
+              "joined with --merge)", file=sys.stderr)
+        return 2
     device = _device(args.device)
     if args.gpu_model is not None and device != "gpu":
         print(f"daliload scan: --gpu-model {args.gpu_model} needs --device gpu (the device is {device}); "
@@ -161,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as err:
             print(f"daliload scan: {err}", file=sys.stderr)
             return 2
-    manifest_path = args.manifest or default_manifest_path(args.root)
+    manifest_path = args.manifest or _default_manifest(args.root)
     try:
         summary = scan(
             args.root,
@@ -173,10 +212,17 @@ def run(args: argparse.Namespace) -> int:
             progress=not args.quiet,
             timeout_s=args.timeout,
             gpu_model=args.gpu_model if device == "gpu" else None,
+            retry_bad=args.retry_bad,
+            shard=shard,
         )
-    except ValueError as err:  # options scan() refuses, e.g. a GPU deep scan without a GPU
+    except (ValueError, FileNotFoundError) as err:  # refused options, a damaged manifest, a root that is a file
         print(f"daliload scan: {err}", file=sys.stderr)
         return 2
+    except OSError as err:
+        if err.errno != errno.ENOSPC:
+            raise
+        print(f"daliload scan: {err.strerror}", file=sys.stderr)  # the manifest's disk is full: what to do
+        return 1
     except KeyboardInterrupt:
         print(
             f"\ninterrupted: everything probed so far is saved in {manifest_path}; "
@@ -189,4 +235,32 @@ def run(args: argparse.Namespace) -> int:
         count = write_json(summary.manifest_path, args.json, device=summary.device, splits=summary.splits,
                            skipped=summary.skipped, routed_for=summary.gpu)
         print(f"\nwrote {count} files to {args.json}")
+    return 0
+
+
+def _default_manifest(root: Path) -> Path:
+    """The root's manifest; when it is on read-only storage, the per-user cache copy, first made from it
+    (so that only changed files are probed, not the whole dataset again)."""
+    local = Path(root).absolute() / ".daliload" / "manifest.sqlite"
+    if not local.is_file() or writable(local):
+        return default_manifest_path(root)
+    cache = cache_manifest_path(root)
+    if not cache.is_file():
+        copy_to_cache(local, cache)
+        print(f"{local} is on read-only storage: scanning a copy of it, {cache}", file=sys.stderr)
+    return cache
+
+
+def _merge(args: argparse.Namespace) -> int:
+    """``daliload scan --merge PART... --manifest OUT``."""
+    if args.root is not None or args.manifest is None:
+        print("daliload scan: --merge takes the parts and --manifest OUT, and no ROOT "
+              "(daliload scan --merge PART... --manifest OUT)", file=sys.stderr)
+        return 2
+    try:
+        summary = merge_manifests(args.merge, args.manifest)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"daliload scan: {err}", file=sys.stderr)
+        return 2
+    print(summary.format())
     return 0

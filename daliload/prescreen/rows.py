@@ -11,7 +11,7 @@ is drawn in :mod:`daliload.prescreen.manifest`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from daliload.prescreen.probe import ProbeResult
 from daliload.prescreen.rules import DEVICES, route_for
@@ -28,9 +28,11 @@ _BOOL_FIELDS = frozenset({"interlaced", "vfr", "has_video", "unsafe_seek"})
 META_COLUMNS = ("split", "label", "class_name", "youtube_id", "time_start", "time_end")
 
 
-@dataclass(frozen=True)
-class FileRecord:
-    """What the scanner knows of a file before probing it (from the dataset index and ``stat``)."""
+class FileRecord(NamedTuple):
+    """What the scanner knows of a file before probing it (from the dataset index and ``stat``).
+
+    A tuple: a scan of Kinetics-700 makes 650k of them.
+    """
 
     path: str
     size_bytes: int
@@ -89,8 +91,7 @@ class Probed:
     rows: ProbeRows
 
 
-@dataclass(frozen=True)
-class KnownFile:
+class KnownFile(NamedTuple):
     """A manifest row as the scanner needs it to decide whether to probe again."""
 
     size_bytes: int

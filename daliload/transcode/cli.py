@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 
 from daliload.index import SPLITS
@@ -56,5 +57,10 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as err:
         print(f"daliload transcode: error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:
+        if err.errno != errno.ENOSPC:
+            raise
+        print(f"daliload transcode: error: {err.strerror}", file=sys.stderr)  # a full disk: which file, what to do
+        return 1
     print(summary.format())
     return 1 if summary.failed else 0

@@ -11,12 +11,19 @@ either left no row (the file is redone, overwriting the same output) or a row
 for a complete output. Each share (``--shard I/N``) writes its own file, so
 shares running at once on a shared file system never write to one SQLite file;
 a lookup reads them all, so a later run with other shares still skips.
+
+A disk that fills up while the record is written raises ``OSError(ENOSPC)``
+naming the record file and the fix; the rows committed before are kept (a
+file whose row was not written is redone by the next run).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import sqlite3
 from pathlib import Path
+from typing import Iterator
 
 from daliload.transcode.options import Shard
 from daliload.transcode.summary import FileResult
@@ -44,10 +51,12 @@ class Record:
     def __init__(self, dst_root: str | Path, shard: Shard) -> None:
         self.root = Path(dst_root)
         path = record_path(dst_root, shard)
+        self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._own = sqlite3.connect(path)
-        self._own.execute(_SCHEMA)
-        self._own.commit()
+        with self._writing():
+            self._own.execute(_SCHEMA)
+            self._own.commit()
         self._others = [sqlite3.connect(f"file:{p}?mode=ro", uri=True)
                         for p in sorted(path.parent.glob("record*.sqlite")) if p != path]
 
@@ -93,11 +102,30 @@ class Record:
         return previous.replace(skipped=True)
 
     def put(self, result: FileResult) -> None:
-        """Store a written or bad file's result (failed ones are not stored: the next run retries them)."""
-        if result.status == "failed":
-            self._own.execute("DELETE FROM files WHERE rel = ?", (result.rel,))
-        else:
-            values = [getattr(result, column) for column in _COLUMNS]
-            self._own.execute(f"INSERT OR REPLACE INTO files ({', '.join(_COLUMNS)}) "
-                              f"VALUES ({', '.join('?' * len(_COLUMNS))})", values)
-        self._own.commit()
+        """Store a written or bad file's result (failed ones are not stored: the next run retries them).
+
+        Raises:
+            OSError: ``ENOSPC``, the record's disk is full (the message names the file and the fix).
+        """
+        with self._writing():
+            if result.status == "failed":
+                self._own.execute("DELETE FROM files WHERE rel = ?", (result.rel,))
+            else:
+                values = [getattr(result, column) for column in _COLUMNS]
+                self._own.execute(f"INSERT OR REPLACE INTO files ({', '.join(_COLUMNS)}) "
+                                  f"VALUES ({', '.join('?' * len(_COLUMNS))})", values)
+            self._own.commit()
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A full disk as one line naming the record (SQLite says only "database or disk is full")."""
+        try:
+            yield
+        except sqlite3.OperationalError as err:
+            if getattr(err, "sqlite_errorname", "") != "SQLITE_FULL" and "disk is full" not in str(err):
+                raise
+            with contextlib.suppress(sqlite3.Error):
+                self._own.rollback()
+            raise OSError(errno.ENOSPC, f"no space left to write the transcode record {self.path} ({err}): free "
+                          "space on the output's file system and run the same command again; files already "
+                          "recorded are skipped, the others are redone") from err

@@ -1,0 +1,628 @@
+"""Kinetics-700 at full size: job start, the index per rank, the epoch plan, on a tree of N videos.
+
+``python -m benchmarks.bench_scale --videos N`` (options: ``--help``) builds a
+Kinetics-700-shaped tree of ``N`` videos under ``--work`` (default: a fresh
+folder under the system's temporary folder, removed at the end unless
+``--keep``)::
+
+    WORK/sources/             the source clips (generated, or copied from --clips)
+    WORK/seed/train/...       one link of each source: the tree the real scan probes
+    WORK/tree/                the dataset root
+      train/action 000/<youtube id>_000000_000010.mp4   hardlinks of the sources,
+      ...                                               700 class folders, 94 % train
+      val/action 000/...
+      .daliload/manifest.sqlite
+
+Hardlinks share their source's size and mtime, so every video of the tree has
+exactly the facts its source has. The manifest is made the way the issue
+measured it: the project's own scan probes the sources (``WORK/seed``), its
+rows are replicated for every video of the tree, and the tree is then
+re-scanned for real (which must probe nothing). A first re-scan settles what
+a scan writes once (nothing, or a changed layout); the second is the one
+reported.
+
+Each measurement runs in a fresh process (``--child``), so memory and time
+are the process's own, with ``torch``, daliload and DALI imported before it starts:
+
+- re-scan, nothing changed: wall time, files probed, peak RSS;
+- loader construction from the manifest, ``train`` split, at world sizes 1 and
+  64 (rank 0, from ``RANK``/``WORLD_SIZE``, no process group): wall time,
+  resident memory it adds, objects the garbage collector tracks; then this
+  rank's plan of epoch 0 (``loader.plan(0)``) and the first batch
+  (fallback on the CPU, one worker);
+- one epoch's plan of the whole split in one process;
+- job start from the root: the three loaders ``examples/train_ddp.py`` builds
+  (train, val, val with views) in one process;
+- two ranks without a process group (``WORLD_SIZE=2``) building a loader
+  from the root at the same time;
+- the manifest's size;
+- a first scan of a tree of :data:`FRESH_FILES` videos (every file probed):
+  files/s and the scanning process's own CPU time per file (which capped the
+  rate whatever the workers), then one shard of :data:`FRESH_SHARDS` of it.
+
+Targets are the issue's, for 650k videos; at other sizes each is scaled as
+``fixed + per_video * N`` (the fixed part is what does not grow with the
+dataset: imports aside, opening files, starting a process), printed with the
+table. ``--baseline JSON`` adds a column with an earlier run of the same size
+(e.g. of the commit before a change, run with that commit's package on the
+path: the JSON records which package it measured).
+
+Writes ``--json`` (default ``benchmarks/results/scale-N.json``) and its
+section of ``benchmarks/RESULTS.md`` (``### Scale run `scale-N```), both from
+this one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import resource
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.report import (add_output_options, append_markdown, load_average, machine_info, machine_line,
+                               publish, versions_line, write_marked)
+
+CHAPTER = "## Kinetics-700 at full size: `python -m benchmarks.bench_scale`"
+NUM_CLASSES = 700
+#: Of every 100 videos, this many are in val (Kinetics-700: about 94 % train).
+VAL_PER_100 = 6
+WORLD_SIZES = (1, 64)
+#: Videos of the tree every file of which a first scan probes (the probe's rate does not depend on N), and the
+#: shards a shard's scan of it is one of.
+FRESH_FILES = 2000
+FRESH_SHARDS = 4
+#: Loader options of every measurement (small clips: the first batch is not the point here).
+LOADER_OPTIONS = {"batch_size": 8, "clip_len": 8, "frame_stride": 2, "crop_size": 112}
+
+#: name -> (fixed part, per video, unit, what): the issue's targets at 650k, as fixed + per_video * N.
+TARGETS = {
+    "construct_s": (0.5, 2.5 / 650_000, "s", "loader construction from the manifest"),
+    "construct_mb_w64": (40.0, 300.0 / 2**20, "MiB", "memory construction adds, rank of 64"),
+    "plan_split_s": (0.05, 0.95 / 650_000, "s", "one epoch's plan, whole split, one process"),
+    "plan_rank64_s": (0.02, 0.08 / 650_000, "s", "a rank of 64 draws its share"),
+    "job_start_s": (2.0, 8.0 / 650_000, "s", "job start from the root, three loaders, unchanged data"),
+}
+
+
+def target(name: str, videos: int) -> float:
+    fixed, per_video, _, _ = TARGETS[name]
+    return fixed + per_video * videos
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_scale", description=__doc__.split("\n")[0])
+    parser.add_argument("--videos", type=_positive, default=10_000, help="videos in the tree (default 10000)")
+    parser.add_argument("--clips", type=Path, default=None,
+                        help="a folder of real clips to link (its video files, recursively); default: generated")
+    parser.add_argument("--work", type=Path, default=None,
+                        help="where the tree goes (default: a new folder in the system's temporary folder)")
+    parser.add_argument("--keep", action="store_true", help="keep the tree and its manifest afterwards")
+    parser.add_argument("--data-dir", default="bench_out/datasets", help="cache of the generated source clips")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="an earlier run's JSON, of the same --videos, shown beside this run's figures")
+    parser.add_argument("--readme", default=None,
+                        help="a README whose 'scale' markers this run's figures replace (the 650k run's go in the "
+                             "repository's README.md)")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 when a target (scaled to --videos) is missed, naming it (what CI runs)")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child-args", default="{}", help=argparse.SUPPRESS)
+    add_output_options(parser, "scale")
+    args = parser.parse_args(argv)
+    if args.json.endswith("results/scale.json"):
+        args.json = args.json[:-len("scale.json")] + f"scale-{args.videos}.json"
+    return args
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from err
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+# -- the tree -------------------------------------------------------------------------------
+
+def source_clips(args: argparse.Namespace, work: Path) -> list[Path]:
+    """The clips every video of the tree links to, copied into ``WORK/sources`` (one file system)."""
+    folder = work / "sources"
+    folder.mkdir(parents=True, exist_ok=True)
+    if args.clips is not None:
+        from daliload.index import VIDEO_EXTENSIONS
+
+        found = sorted(p for p in Path(args.clips).rglob("*") if p.suffix.lower() in VIDEO_EXTENSIONS and p.is_file())
+        if not found:
+            raise SystemExit(f"bench_scale: no video file under --clips {args.clips}")
+    else:
+        from benchmarks.datasets import prepare_dataset, standard_specs
+
+        found = []
+        for spec in standard_specs(["h264-gop250", "vp9"], num_clips=4, num_clips_hd=1, duration_s=3.0):
+            found += [Path(v.path) for v in prepare_dataset(spec, args.data_dir, workers=2).videos]
+    sources = []
+    for i, path in enumerate(found):
+        copy = folder / f"source{i:03d}{path.suffix.lower()}"
+        if not copy.exists():
+            shutil.copyfile(path, copy)
+        sources.append(copy)
+    return sources
+
+
+def class_name(label: int) -> str:
+    return f"action {label:03d}"
+
+
+def video_relpath(i: int, sources: list[Path]) -> str:
+    """Where video ``i`` lives under the root: its split, class and a Kinetics-style name."""
+    split = "val" if i % 100 < VAL_PER_100 else "train"
+    youtube_id = f"{i:011d}"[::-1].replace("0", "x")  # 11 characters, unique, like a YouTube id
+    start = (i * 7) % 300
+    suffix = sources[i % len(sources)].suffix
+    return f"{split}/{class_name(i % NUM_CLASSES)}/{youtube_id}_{start:06d}_{start + 10:06d}{suffix}"
+
+
+#: Links per file, below ext4's limit of 65,000: a source with more videos gets copies (same bytes and mtime).
+MAX_LINKS = 60_000
+
+
+def build_tree(root: Path, sources: list[Path], videos: int) -> None:
+    for label in range(NUM_CLASSES):
+        for split in ("train", "val"):
+            (root / split / class_name(label)).mkdir(parents=True, exist_ok=True)
+    copies = -(-videos // (len(sources) * MAX_LINKS))
+    targets = [[source] for source in sources]
+    for source, same in zip(sources, targets):
+        for c in range(1, copies):
+            copy = source.with_name(f"{source.stem}-copy{c}{source.suffix}")
+            if not copy.exists():
+                shutil.copy2(source, copy)  # copy2 keeps the mtime to the nanosecond: the same manifest row
+            same.append(copy)
+    for i in range(videos):
+        same = targets[i % len(sources)]
+        os.link(same[(i // len(sources)) % copies], root / video_relpath(i, sources))
+
+
+def seed_manifest(work: Path, sources: list[Path]) -> Path:
+    """The project's own scan of one link of each source, in a tree of its own."""
+    from daliload.prescreen import scan
+
+    seed = work / "seed"
+    for source in sources:
+        link = seed / "train" / class_name(0) / source.name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.exists():
+            os.link(source, link)
+    path = work / "seed.sqlite"
+    scan(seed, manifest_path=path, device="cpu", workers=2, splits=("train",), progress=False)
+    return path
+
+
+def replicate_manifest(seed: Path, seed_root: Path, root: Path, sources: list[Path], videos: int) -> Path:
+    """The tree's manifest: the seed scan's rows of each source, for every video linking to it."""
+    from daliload.prescreen import Manifest, default_manifest_path
+
+    path = default_manifest_path(root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Manifest(path, writable=True).close()  # the schema, as this daliload writes it
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("ATTACH DATABASE ? AS seed", (f"file:{seed}?mode=ro",))
+        columns = [row[1] for row in conn.execute("PRAGMA seed.table_info(files)")]
+        meta = {"path": ":path", "split": ":split", "label": ":label", "class_name": ":class_name",
+                "youtube_id": ":youtube_id", "time_start": ":time_start", "time_end": ":time_end"}
+        select = ", ".join(meta.get(c, c) for c in columns)
+        conn.execute("BEGIN")
+        for name in ("files", "routes", "classes"):
+            conn.execute(f"DELETE FROM {name}")
+        files_sql = f"INSERT INTO files ({', '.join(columns)}) SELECT {select} FROM seed.files WHERE path = :source"
+        routes_sql = ("INSERT INTO routes SELECT :path, device, route, reason, deep FROM seed.routes "
+                      "WHERE path = :source")
+        for i in range(videos):
+            rel = video_relpath(i, sources)
+            name = rel.rsplit("/", 1)[1]
+            start = float(name.split("_")[1])
+            row = {"path": str(root / rel), "split": rel.split("/", 1)[0], "label": i % NUM_CLASSES,
+                   "class_name": class_name(i % NUM_CLASSES), "youtube_id": name[:11], "time_start": start,
+                   "time_end": start + 10, "source": str(seed_root / "train" / class_name(0) / sources[
+                       i % len(sources)].name)}
+            conn.execute(files_sql, row)
+            conn.execute(routes_sql, row)
+        conn.executemany("INSERT INTO classes VALUES (?, ?)", [(i, class_name(i)) for i in range(NUM_CLASSES)])
+        conn.execute("INSERT OR REPLACE INTO meta SELECT key, value FROM seed.meta WHERE key = 'last_scan'")
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    return path
+
+
+# -- measurements, each in a child process ------------------------------------------------------
+
+def _rss_bytes() -> int:
+    with open("/proc/self/status", encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _package() -> dict:
+    """Which daliload this process measures: its folder and that checkout's commit."""
+    import daliload
+
+    folder = Path(daliload.__file__).resolve().parent.parent
+    commit = subprocess.run(["git", "-C", str(folder), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, check=False).stdout.strip()
+    return {"folder": str(folder), "commit": commit or "unknown"}
+
+
+def child_rescan(a: dict) -> dict:
+    from daliload.prescreen import scan
+
+    started = time.perf_counter()
+    summary = scan(a["root"], manifest_path=a["manifest"], device="cpu", workers=2, progress=False)
+    return {"wall_s": time.perf_counter() - started, "probed": summary.probed, "total": summary.total,
+            "peak_rss_bytes": _peak_rss_bytes()}
+
+
+def child_construct(a: dict) -> dict:
+    """One rank's loader from the manifest: construction, this rank's plan, the first batch."""
+    os.environ.update({"RANK": "0", "WORLD_SIZE": str(a["world_size"]), "LOCAL_RANK": "0"})
+    from daliload.loader import DecodeSpec, KineticsDALILoader
+
+    gc.collect()
+    before = _rss_bytes()
+    started = time.perf_counter()
+    loader = KineticsDALILoader(a["manifest"], "train", device="cpu", decode=DecodeSpec(fallback_workers=1),
+                                **LOADER_OPTIONS)
+    construct_s = time.perf_counter() - started
+    gc.collect()
+    added = _rss_bytes() - before
+    tracked = len(gc.get_objects())
+    started = time.perf_counter()
+    gc_s = _time_collect()
+    started = time.perf_counter()
+    plan = loader.plan(0)
+    plan_s = time.perf_counter() - started
+    samples = sum(len(b) for b in plan)
+    del plan
+    started = time.perf_counter()
+    iterator = iter(loader)
+    next(iterator)
+    first_batch_s = time.perf_counter() - started
+    after_batch = _rss_bytes() - before
+    iterator.close()
+    loader.close()
+    return {"videos": len(loader.videos), "construct_s": construct_s, "added_bytes": added,
+            "gc_tracked": tracked, "gc_full_s": gc_s, "rank_plan_s": plan_s, "rank_samples": samples,
+            "first_batch_s": first_batch_s, "added_after_first_batch_bytes": after_batch,
+            "peak_rss_bytes": _peak_rss_bytes()}
+
+
+def _time_collect() -> float:
+    started = time.perf_counter()
+    gc.collect()
+    return time.perf_counter() - started
+
+
+def child_plan(a: dict) -> dict:
+    """One epoch's plan of the whole split in one process, from the manifest's videos."""
+    from daliload import plan as plan_module
+    from daliload.plan import AugmentSpec, ClipSpec
+
+    clip = ClipSpec(clip_len=LOADER_OPTIONS["clip_len"], frame_stride=LOADER_OPTIONS["frame_stride"])
+    augment = AugmentSpec(crop_size=LOADER_OPTIONS["crop_size"])
+    videos = _train_videos(a["manifest"])
+    draw = getattr(plan_module, "draw_train_epoch", None)
+    runs = []
+    for epoch in range(3):
+        started = time.perf_counter()
+        if draw is not None:  # the vectorised draw: every rank's samples as columns
+            drawn = draw(videos, seed=0, epoch=epoch, world_size=1, clip=clip, augment=augment)
+            count = len(drawn)
+        else:  # before it: Sample objects, one process is world size 1
+            count = len(plan_module.make_train_plan(videos, seed=0, epoch=epoch, rank=0, world_size=1,
+                                                    clip=clip, augment=augment))
+        runs.append(time.perf_counter() - started)
+    return {"videos": len(videos), "samples": count, "runs_s": runs, "median_s": sorted(runs)[1],
+            "vectorised": draw is not None}
+
+
+def _train_videos(manifest: str):
+    """The split's decodable videos as the loader holds them: its columns if it has them, else entries."""
+    from daliload.prescreen import Manifest
+
+    with Manifest(manifest) as m:
+        if hasattr(m, "video_index"):
+            return m.video_index("train", device="cpu").decodable().columns
+        return [e for e in m.entries("train", device="cpu") if e.route != "bad"]
+
+
+def child_job_start(a: dict) -> dict:
+    """The three loaders ``examples/train_ddp.py`` builds, from the root, in one process."""
+    from daliload.loader import DecodeSpec, KineticsDALILoader
+
+    options = dict(device="cpu", decode=DecodeSpec(fallback_workers=1), **LOADER_OPTIONS)
+    started = time.perf_counter()
+    walls = []
+    for split, extra in (("train", {}), ("val", {}), ("val", {"views": (3, 3)})):
+        t = time.perf_counter()
+        KineticsDALILoader(a["root"], split, **options, **extra).close()
+        walls.append(time.perf_counter() - t)
+    return {"wall_s": time.perf_counter() - started, "loaders_s": walls, "peak_rss_bytes": _peak_rss_bytes()}
+
+
+def child_rank(a: dict) -> dict:
+    """One of several ranks without a process group building a loader from the root."""
+    os.environ.update({"RANK": str(a["rank"]), "WORLD_SIZE": str(a["world_size"]), "LOCAL_RANK": str(a["rank"]),
+                       "TORCHELASTIC_RUN_ID": a["run_id"]})  # as torchrun sets them before init_process_group
+    from daliload.loader import DecodeSpec, KineticsDALILoader
+
+    started = time.perf_counter()
+    KineticsDALILoader(a["root"], "train", device="cpu", decode=DecodeSpec(fallback_workers=1),
+                       **LOADER_OPTIONS).close()
+    return {"wall_s": time.perf_counter() - started}
+
+
+def child_fresh_scan(a: dict) -> dict:
+    """A first scan of a tree of ``files`` videos (every file probed), whole or one shard of it."""
+    from daliload.prescreen import scan
+
+    kwargs = {}
+    if a["shard"] != "0/1":
+        import inspect
+
+        if "shard" not in inspect.signature(scan).parameters:  # a daliload from before shards (a --baseline run)
+            return {"unsupported": "this daliload's scan has no shards"}
+        from daliload.shard import parse_shard
+
+        kwargs["shard"] = parse_shard(a["shard"])
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    started = time.perf_counter()
+    summary = scan(a["root"], manifest_path=a["manifest"], device="cpu", workers=2, progress=False, **kwargs)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    parent_s = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return {"wall_s": wall, "probed": summary.probed, "parent_cpu_s": parent_s,
+            "parent_ms_per_file": 1000 * parent_s / max(1, summary.probed)}
+
+
+CHILDREN = {"fresh_scan": child_fresh_scan, "rescan": child_rescan, "construct": child_construct, "plan": child_plan,
+            "job_start": child_job_start, "rank": child_rank}
+
+
+def run_child(kind: str, **child_args) -> dict:
+    return _finish(_start(kind, **child_args))
+
+
+def _start(kind: str, **child_args) -> subprocess.Popen:
+    command = [sys.executable, "-m", "benchmarks.bench_scale", "--child", kind, "--child-args",
+               json.dumps(child_args)]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish(proc: subprocess.Popen) -> dict:
+    out, err = proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"bench_scale child {proc.args[4]} failed ({proc.returncode}):\n{err[-4000:]}")
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def child_main(kind: str, child_args: str) -> int:
+    import torch  # noqa: F401 - imported before measuring, as a training script has it
+
+    import daliload.loader  # noqa: F401
+    import daliload.prescreen  # noqa: F401
+    from daliload.dali_errors import is_dali_available
+
+    is_dali_available()  # DALI's import (about 90 MiB, whatever the dataset) is not the loader's to count
+
+    result = CHILDREN[kind](json.loads(child_args))
+    print(json.dumps(result))
+    return 0
+
+
+# -- the run --------------------------------------------------------------------------------
+
+def measure(args: argparse.Namespace, work: Path) -> dict:
+    sources = source_clips(args, work)
+    root = work / "tree"
+    started = time.perf_counter()
+    build_tree(root, sources, args.videos)
+    tree_s = time.perf_counter() - started
+    started = time.perf_counter()
+    seed = seed_manifest(work, sources)
+    manifest = replicate_manifest(seed, work / "seed", root, sources, args.videos)
+    manifest_s = time.perf_counter() - started
+    fresh = {}
+    fresh_root = work / "fresh"
+    build_tree(fresh_root, sources, FRESH_FILES)
+    for name, shard in (("whole", "0/1"), ("shard", f"0/{FRESH_SHARDS}")):
+        fresh[name] = run_child("fresh_scan", root=str(fresh_root), manifest=str(work / f"fresh-{name}.sqlite"),
+                                shard=shard)
+    settle = run_child("rescan", root=str(root), manifest=str(manifest))
+    rescan = run_child("rescan", root=str(root), manifest=str(manifest))
+    construct = {str(w): run_child("construct", manifest=str(manifest), world_size=w) for w in WORLD_SIZES}
+    plan = run_child("plan", manifest=str(manifest))
+    job = run_child("job_start", root=str(root))
+    ranks = [_start("rank", root=str(root), rank=r, world_size=2, run_id=f"bench-{os.getpid()}") for r in range(2)]
+    ranks = [_finish(p) for p in ranks]
+    return {"sources": [p.name for p in sources], "tree_s": tree_s, "manifest_build_s": manifest_s,
+            "manifest_bytes": manifest.stat().st_size, "settle_rescan": settle, "rescan": rescan,
+            "construct": construct, "plan": plan, "job_start": job, "two_ranks_no_group": ranks, "fresh_scan": fresh,
+            "package": _package()}
+
+
+def figures(m: dict, videos: int) -> dict:
+    """The table's figures of one run's measurements."""
+    w64 = m["construct"]["64"]
+    return {
+        "rescan_s": m["rescan"]["wall_s"], "rescan_probed": m["rescan"]["probed"],
+        "rescan_peak_mb": m["rescan"]["peak_rss_bytes"] / 2**20,
+        "construct_s": m["construct"]["1"]["construct_s"], "construct_s_w64": w64["construct_s"],
+        "construct_mb_w1": m["construct"]["1"]["added_bytes"] / 2**20, "construct_mb_w64": w64["added_bytes"] / 2**20,
+        "construct_bytes_per_video_w64": w64["added_bytes"] / videos,
+        "gc_tracked_w1": m["construct"]["1"]["gc_tracked"], "gc_full_s_w1": m["construct"]["1"]["gc_full_s"],
+        "plan_split_s": m["plan"]["median_s"], "plan_split_us_per_sample": 1e6 * m["plan"]["median_s"]
+        / max(1, m["plan"]["samples"]), "plan_rank64_s": w64["rank_plan_s"],
+        "plan_rank1_s": m["construct"]["1"]["rank_plan_s"],
+        "job_start_s": m["job_start"]["wall_s"],
+        "two_ranks_s": [r["wall_s"] for r in m["two_ranks_no_group"]],
+        "first_batch_s_w1": m["construct"]["1"]["first_batch_s"], "first_batch_s_w64": w64["first_batch_s"],
+        "first_batch_mb_w1": m["construct"]["1"]["added_after_first_batch_bytes"] / 2**20,
+        "first_batch_mb_w64": w64["added_after_first_batch_bytes"] / 2**20,
+        "manifest_mb": m["manifest_bytes"] / 2**20,
+        "fresh_files_per_s": FRESH_FILES / m["fresh_scan"]["whole"]["wall_s"],
+        "fresh_parent_ms": m["fresh_scan"]["whole"]["parent_ms_per_file"],
+        "fresh_shard_s": m["fresh_scan"]["shard"].get("wall_s"), "fresh_whole_s": m["fresh_scan"]["whole"]["wall_s"],
+    }
+
+
+_ROWS = [
+    ("re-scan, nothing changed: wall s (files probed; peak RSS MiB)",
+     lambda f: f"{f['rescan_s']:.2f} ({f['rescan_probed']}; {f['rescan_peak_mb']:.0f})", None),
+    ("loader construction from the manifest: wall s, world size 1 / 64",
+     lambda f: f"{f['construct_s']:.2f} / {f['construct_s_w64']:.2f}", "construct_s"),
+    ("memory construction adds, MiB: world size 1", lambda f: f"{f['construct_mb_w1']:.1f}", None),
+    ("memory construction adds, MiB: world size 64 (bytes per video)",
+     lambda f: f"{f['construct_mb_w64']:.1f} ({f['construct_bytes_per_video_w64']:.0f})", "construct_mb_w64"),
+    ("objects the garbage collector tracks after construction (a full collection, s), world size 1",
+     lambda f: f"{f['gc_tracked_w1']:,} ({f['gc_full_s_w1']:.2f})", None),
+    ("one epoch's plan, whole split, one process: s (us per sample)",
+     lambda f: f"{f['plan_split_s']:.2f} ({f['plan_split_us_per_sample']:.1f})", "plan_split_s"),
+    ("this rank's plan (`loader.plan(0)`): s, world size 64",
+     lambda f: f"{f['plan_rank64_s']:.3f}", "plan_rank64_s"),
+    ("this rank's plan (`loader.plan(0)`): s, world size 1", lambda f: f"{f['plan_rank1_s']:.2f}", None),
+    ("job start from the root (train, val, val with views), unchanged data: s",
+     lambda f: f"{f['job_start_s']:.2f}", "job_start_s"),
+    ("two ranks without a process group, each from the root: s",
+     lambda f: " / ".join(f"{s:.2f}" for s in f["two_ranks_s"]), None),
+    ("first batch after construction: s, world size 1 / 64",
+     lambda f: f"{f['first_batch_s_w1']:.2f} / {f['first_batch_s_w64']:.2f}", None),
+    ("memory added by construction and the first batch, MiB: world size 1 / 64",
+     lambda f: f"{f['first_batch_mb_w1']:.0f} / {f['first_batch_mb_w64']:.0f}", None),
+    ("manifest file: MiB", lambda f: f"{f['manifest_mb']:.1f}", None),
+    (f"first scan of {FRESH_FILES:,} files, 2 workers: files/s (the scanning process's CPU per file, ms)",
+     lambda f: f"{f['fresh_files_per_s']:.0f} ({f['fresh_parent_ms']:.3f})", None),
+    (f"first scan of those files: whole, s / one shard of {FRESH_SHARDS}, s",
+     lambda f: f"{f['fresh_whole_s']:.1f} / " + ("n/a" if f["fresh_shard_s"] is None else f"{f['fresh_shard_s']:.1f}"),
+     None),
+]
+
+
+def markdown(result: dict) -> str:
+    videos, f = result["videos"], result["figures"]
+    base = result.get("baseline")
+    m = result["measurements"]
+    lines = [
+        f"### Scale run `scale-{videos}` — {machine_line(result['machine'])}",
+        "",
+        f"`python -m benchmarks.bench_scale --videos {videos}`; {versions_line(result['machine'])}; load average "
+        f"(1, 5, 15 min) {result['load_average'][0]} at the start, {result['load_average'][1]} at the end. "
+        f"A tree of {videos:,} hardlinks of {len(m['sources'])} source clips in {NUM_CLASSES} class folders "
+        f"({100 - VAL_PER_100} % train: {m['construct']['1']['videos']:,} decodable train videos), the manifest "
+        f"replicated from the project's scan of the sources and re-scanned; each figure from a fresh process "
+        f"(`torch` and DALI imported first). Loaders on the CPU, batch {LOADER_OPTIONS['batch_size']}, "
+        f"{LOADER_OPTIONS['clip_len']} frames, one fallback worker. Package measured: "
+        f"`{m['package']['commit']}`" + (f"; before: `{base['measurements']['package']['commit']}`, "
+                                         f"{base['machine']['date_utc']}" if base else "") + ".",
+        "",
+        "| step | " + ("before | " if base else "") + "this run | target at this size |",
+        "|---|" + ("---|" if base else "") + "---|---|",
+    ]
+    for label, cell, key in _ROWS:
+        goal = ""
+        if key is not None:
+            value, limit = f[key], target(key, videos)
+            unit = TARGETS[key][2]
+            goal = f"<= {limit:.3g} {unit}: " + ("met" if value <= limit else "**missed**")
+        before = f"{_cell(cell, base['figures'])} | " if base else ""
+        lines.append(f"| {label} | {before}{cell(f)} | {goal} |")
+    lines += ["", "Targets are the issue's at 650k videos, scaled as fixed + per video x N: "
+              + "; ".join(f"{what}: {fixed:g} {unit} + {per * 650_000:.4g} {unit} per 650k videos"
+                          for (fixed, per, unit, what) in TARGETS.values()) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def readme_figures(result: dict) -> str:
+    """README's figures of a run (and of its baseline), between its ``scale`` markers."""
+    videos, f, base = result["videos"], result["figures"], result.get("baseline")
+    m = result["measurements"]
+    head = (f"Written by `python -m benchmarks.bench_scale --videos {videos}` from its run's JSON "
+            f"([`benchmarks/results/scale-{videos}.json`](benchmarks/results/scale-{videos}.json); "
+            f"{result['machine']['date_utc']}, {machine_line(result['machine']).split(';')[0]}, package "
+            f"`{m['package']['commit']}`" + (f", before: `{base['measurements']['package']['commit']}`" if base else "")
+            + f"): {videos:,} videos, {m['construct']['1']['videos']:,} of them in train.")
+    lines = [head, "", "| step | " + ("before | " if base else "") + "now | target |",
+             "|---|" + ("---|" if base else "") + "---|---|"]
+    for label, cell, key in _ROWS:
+        goal = ""
+        if key is not None:
+            goal = f"<= {target(key, videos):.3g} {TARGETS[key][2]}: " + (
+                "met" if f[key] <= target(key, videos) else "**missed**")
+        lines.append(f"| {label} | " + (f"{_cell(cell, base['figures'])} | " if base else "") + f"{cell(f)} | {goal} |")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(cell, figures: dict) -> str:
+    try:
+        return cell(figures)
+    except (KeyError, TypeError, ValueError):
+        return "n/a"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.child is not None:
+        return child_main(args.child, args.child_args)
+    baseline = json.loads(args.baseline.read_text()) if args.baseline is not None else None
+    if baseline is not None and baseline.get("videos") != args.videos:
+        raise SystemExit(f"bench_scale: --baseline {args.baseline} is a run of {baseline.get('videos')} videos, "
+                         f"this one has {args.videos}")
+    work = args.work or Path(tempfile.mkdtemp(prefix=f"daliload-scale-{args.videos}-"))
+    if (work / "tree").exists():
+        raise SystemExit(f"bench_scale: {work / 'tree'} exists; give an empty --work folder")
+    started = load_average()
+    try:
+        measured = measure(args, work)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    result = {"name": f"scale-{args.videos}", "videos": args.videos, "machine": machine_info(args.machine),
+              "load_average": [started, load_average()], "measurements": measured,
+              "figures": figures(measured, args.videos)}
+    if baseline is not None:
+        result["baseline"] = {k: baseline[k] for k in ("machine", "measurements", "figures")}
+    publish(result, args.json, markdown(result), None if args.no_md else args.results_md,
+            write_md=lambda path, text: append_markdown(path, text, chapter=CHAPTER))
+    if args.readme is not None and not write_marked(args.readme, "scale", readme_figures(result)):
+        print(f"bench_scale: {args.readme} has no scale markers; not written", file=sys.stderr)
+    missed = missed_targets(result["figures"], args.videos)
+    if args.check and missed:
+        print("bench_scale: missed " + "; ".join(missed), file=sys.stderr)
+        return 1
+    return 0
+
+
+def missed_targets(figures: dict, videos: int) -> list[str]:
+    """``"<what>: <value> > <target>"`` for each target (scaled to ``videos``) the figures miss."""
+    return [f"{what}: {figures[key]:.3g} > {target(key, videos):.3g} {unit}"
+            for key, (_, _, unit, what) in TARGETS.items() if figures[key] > target(key, videos)]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

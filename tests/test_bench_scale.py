@@ -1,0 +1,28 @@
+"""``python -m benchmarks.bench_scale`` at CI size: 10,000 videos, every target scaled to that size."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+@pytest.mark.slow
+def test_the_scale_benchmark_meets_its_targets_at_10k_videos_and_writes_its_section(tmp_path):
+    from benchmarks import bench_scale
+
+    md = tmp_path / "RESULTS.md"
+    out = tmp_path / "scale.json"
+    rc = bench_scale.main(["--videos", "10000", "--work", str(tmp_path / "work"), "--json", str(out),
+                           "--results-md", str(md), "--machine", "CI", "--check"])
+    result = json.loads(out.read_text())
+    assert rc == 0, bench_scale.missed_targets(result["figures"], 10_000)
+    figures, measured = result["figures"], result["measurements"]
+    assert figures["rescan_probed"] == 0 and measured["construct"]["1"]["videos"] == 9400
+    assert measured["fresh_scan"]["whole"]["probed"] == bench_scale.FRESH_FILES
+    assert 0 < measured["fresh_scan"]["shard"]["probed"] < bench_scale.FRESH_FILES
+    text = md.read_text()
+    assert bench_scale.CHAPTER in text and "### Scale run `scale-10000` — CI: " in text
+    for label, _, _ in bench_scale._ROWS:
+        assert f"| {label} |" in text
+    assert not (tmp_path / "work").exists()  # the tree is removed
