@@ -222,7 +222,7 @@ class FallbackPasses:
 
         self.budget = FailureBudget(len({s.path for s in self.samples}), max_fraction=1.0)
         self.counters = EpochCounters()
-        return iter(EpochPass(self.setup, self.batches, self.samples, routes=Routes([]), budget=self.budget,
+        return iter(EpochPass(self.setup, self.batches, self.samples, routes=Routes(), budget=self.budget,
                               counters=self.counters, fallback=self.source))
 
     def close(self) -> None:

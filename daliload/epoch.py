@@ -32,6 +32,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Iterator, NamedTuple, Sequence
 
+import numpy as np
 import torch
 
 from daliload.failures import Failure, FailureBudget, NoReplacementError, replacement_order
@@ -59,18 +60,21 @@ class Routes:
     once with that reason, and are replaced.
 
     Args:
-        dali_paths: files of route ``dali`` (empty when DALI is not used).
+        on_dali: by ``Sample.video_index``, whether the video's route is
+            ``dali`` (a boolean array over the split: no Python object per
+            video); ``None`` (default): DALI is not used.
     """
 
-    def __init__(self, dali_paths: Sequence[str]) -> None:
-        self._dali = set(dali_paths)
+    def __init__(self, on_dali: np.ndarray | None = None) -> None:
+        self._on_dali = on_dali
         self.rerouted: set[str] = set()
         self.quarantined: dict[str, Failure] = {}  # path -> the failure that put it there
         self.dali_disabled: str | None = None  # why DALI was given up, once it was
         self._streak = 0
 
     def uses_dali(self, sample: Sample) -> bool:
-        return self.dali_disabled is None and sample.path in self._dali
+        return (self.dali_disabled is None and self._on_dali is not None and bool(self._on_dali[sample.video_index])
+                and sample.path not in self.rerouted)
 
     def quarantine(self, failure: Failure) -> None:
         """Decode ``failure``'s file no more in this run, if it crashed or hung a worker."""
@@ -78,8 +82,7 @@ class Routes:
             self.quarantined.setdefault(failure.path, failure)
 
     def reroute(self, paths: set[str]) -> None:
-        """Send ``paths`` to the fallback from now on."""
-        self._dali -= paths
+        """Send ``paths`` (files of route ``dali``) to the fallback from now on."""
         self.rerouted |= paths
 
     def note_batch(self, *, blamed: bool, reason: str = "") -> None:
@@ -163,7 +166,6 @@ class EpochPass:
         self.setup = setup
         self.batches = [list(b) for b in batches]
         self.plan = list(plan)
-        self._index = {s.position: i for i, s in enumerate(self.plan)}
         self.routes, self.budget, self.counters = routes, budget, counters
         self.fallback, self.dali = fallback, dali
         # Per batch submitted ahead: each share's (source, ticket, rows), and rows known to fail already.
@@ -278,7 +280,7 @@ class EpochPass:
 
     def _replacement(self, row: int, sample: Sample) -> tuple[_Part, Sample]:
         """The replacement rule: the next sample of the plan after ``sample`` that decodes fills its slot."""
-        for index in replacement_order(len(self.plan), self._index.get(sample.position, 0)):
+        for index in replacement_order(len(self.plan), self._plan_index(sample)):
             candidate = self.plan[index]
             if candidate.position == sample.position or self._known_failure(candidate) is not None:
                 continue  # a file that failed is not decoded again
@@ -291,6 +293,13 @@ class EpochPass:
             self.counters.clips_fallback += 1
             return _Part([row], [0], decoded), candidate
         raise NoReplacementError(sample.position, self.budget.failures)
+
+    def _plan_index(self, sample: Sample) -> int:
+        """Where ``sample`` is in the plan: its position (plans number their samples in order; padding after)."""
+        position = sample.position
+        if 0 <= position < len(self.plan) and self.plan[position].position == position:
+            return position
+        return next((i for i, s in enumerate(self.plan) if s.position == position), 0)
 
     def _count_past_end(self, batch: Sequence[Sample]) -> None:
         for s in batch:

@@ -42,7 +42,7 @@ from daliload.prescreen import Manifest, ScanSpec, check_manifest, ensure_manife
 from daliload.prescreen.gpus import detect_gpu
 from daliload.stats import LoaderStats
 from daliload.processes import refuse_bootstrapping_main
-from daliload.videoindex import VideoIndex, VideoRow
+from daliload.videoindex import ROUTE_CODES, VideoIndex, VideoRow
 from fallback.numbering import StreamHint
 from fallback.source import DecodeOptions, FallbackSource
 
@@ -237,7 +237,7 @@ class KineticsDALILoader:
         index = self.index
         check_clip_fits(index, self.clip, self.split)
         warn_upscaled(index, self.augment.output_size, self.split)
-        self._routes = Routes([index.paths[i] for i in index.where("dali").tolist()] if self.dali_enabled else [])
+        self._routes = Routes(index.route == ROUTE_CODES["dali"] if self.dali_enabled else None)
         self._frames_of = _frames_lookup(index)
         self._setup = PassSetup(
             output=self.output, device=self.torch_device, label_padding=self.label_padding,
@@ -450,7 +450,7 @@ class KineticsDALILoader:
         plan = [s for b in batches for s in b]
         self._counters = EpochCounters()
         self._counters_epoch = self.epoch
-        self._budget.reset(len({s.path for s in plan}))  # the videos of this rank's epoch
+        self._budget.reset(len({s.video_index for s in plan}))  # the videos of this rank's epoch
         todo = batches[start:]
         uses_dali = any(self._routes.uses_dali(s) for b in todo for s in b)
         epoch_pass = EpochPass(self._setup, todo, plan, routes=self._routes, budget=self._budget,

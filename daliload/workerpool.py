@@ -216,7 +216,7 @@ class WorkerPool(Generic[T, R]):
         task = (task_id, item, tuple(fds))
         self._unsent.appendleft(task) if urgent else self._unsent.append(task)
         self._outstanding.add(task_id)
-        self._start()
+        self.start()
         self._fill()
         return task_id
 
@@ -267,9 +267,11 @@ class WorkerPool(Generic[T, R]):
 
     # -- the supervisor ----------------------------------------------------------------------
 
-    def _start(self) -> None:
+    def start(self) -> list[int]:
+        """Start the workers now rather than with the first task; their pids."""
         if not self._workers:
             self._workers = [self._spawn() for _ in range(self._num_workers)]
+        return self.pids
 
     def _spawn(self) -> _Worker:
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
@@ -299,7 +301,7 @@ class WorkerPool(Generic[T, R]):
 
     def _step(self, deadline: float | None) -> list[TaskOutcome[T, R]]:
         """One round: send, wait for news (or the next time limit), collect outcomes, replace the dead."""
-        self._start()
+        self.start()
         self._fill()
         live = [w for w in self._workers if w is not None]
         wakeups = [t for t in (deadline, self._next_limit()) if t is not None]

@@ -45,7 +45,7 @@ def run_pass(samples: list[Sample], batch_size: int, source: FallbackSource, *, 
     counters = EpochCounters()
     setup = PassSetup(output=RAW, device=torch.device("cpu"), label_padding=False, mask_failed=False, prefetch=2,
                       num_frames=lambda path: None)
-    passing = EpochPass(setup, batches, samples, routes=routes if routes is not None else Routes([]), budget=budget,
+    passing = EpochPass(setup, batches, samples, routes=routes if routes is not None else Routes(), budget=budget,
                         counters=counters, fallback=source)
     return [(v.clone(), lab.clone()) for v, lab in passing], budget, counters
 
@@ -143,7 +143,7 @@ def test_broken_files_dead_and_hung_workers_cost_one_sample_each(files, realclip
     bad = {i for i, p in enumerate(paths) if p not in (good, vp9)}
     source = FallbackSource(RAW, DecodeOptions(timeout_s=1.0), workers=2)
     inject_faults(source, {"fault:kill": "kill", "fault:segv": "segv", "fault:hang": "hang"})
-    routes = Routes([])  # what the run remembers across epochs
+    routes = Routes()  # what the run remembers across epochs
     try:
         first = None
         for epoch in range(2):
@@ -211,7 +211,7 @@ def test_a_file_that_failed_is_not_decoded_again_in_its_epoch(files):
                       num_frames=lambda path: None)
     batches = [samples[i:i + 3] for i in range(0, len(samples), 3)]
     try:
-        passing = iter(EpochPass(setup, batches, samples, routes=Routes([]), budget=budget,
+        passing = iter(EpochPass(setup, batches, samples, routes=Routes(), budget=budget,
                                  counters=EpochCounters(), fallback=source))
         next(passing)  # batch 0: the file killed a worker, and the fresh one it was tried on again
         pids = source.worker_pids

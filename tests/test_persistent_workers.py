@@ -147,7 +147,8 @@ def test_a_crashed_worker_is_replaced_and_none_is_left_behind(root):
     loader = make_loader(root, max_failure_fraction=1.0)
     victim = sorted(v.path for v in loader.videos if v.route == "fallback")[0]
     inject_faults(loader, {victim: "segv"})
-    seen: set[int] = set()
+    first = loader._fallback._workers().start()  # started now, so that the first ones are seen before any crash
+    seen: set[int] = set(first)
     try:
         for epoch_index in range(2):
             loader.set_epoch(epoch_index)
@@ -157,9 +158,10 @@ def test_a_crashed_worker_is_replaced_and_none_is_left_behind(root):
             reasons = {f.path: f.reason for f in loader.stats().failures}
             assert reasons == {victim: "worker died (signal SIGSEGV) while decoding this sample"}
             assert loader.stats().replaced >= 1
+        seen_after = set(workers_of(loader))
     finally:
         loader.close()
-    assert len(seen) > 2  # the crashed workers were replaced
+    assert len(seen) > 2 and set(first) - seen_after  # the crashed workers were replaced
     assert loader.stats().quarantined == (victim,)  # not decoded again after the first epoch
     assert wait_gone(sorted(seen)) == []
 
