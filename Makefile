@@ -53,6 +53,7 @@ bench: venv
 			"torchcodec will be listed as unavailable (install ffmpeg to include it)"; \
 	fi
 	$(PY) -m benchmarks $(BENCH_ARGS)
+	$(PY) -m benchmarks.bench_repeated
 
 clean:
 	rm -rf $(VENV) $(DEMO_DIR)

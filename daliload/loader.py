@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import warnings
-from collections import OrderedDict
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Literal
@@ -34,12 +32,13 @@ import torch
 from daliload import dist
 from daliload.epoch import PADDING_LABEL, EpochCounters, EpochPass, PassSetup, Routes
 from daliload.failures import Failure, FailureBudget
-from daliload.options import (DecodeSpec, augment_and_output, check_clip_fits, check_options, checked_views,
-                              refuse_unknown_options, warn_upscaled)
+from daliload.options import (DecodeSpec, augment_and_output, check_clip_fits, check_options, checked_clips_per_video,
+                              checked_views, refuse_unknown_options, warn_upscaled)
 from daliload.plan import (AugmentSpec, ClipSpec, LastBatch, OutputSpec, Sample, make_train_plan, make_val_plan,
                            num_batches, samples_per_rank, split_batches)
 from daliload.prescreen import Manifest, ScanSpec, check_manifest, ensure_manifest
 from daliload.prescreen.gpus import detect_gpu
+from daliload.plans import EpochPlans
 from daliload.stats import LoaderStats
 from daliload.processes import refuse_bootstrapping_main
 from daliload.videoindex import ROUTE_CODES, VideoIndex, VideoRow
@@ -56,78 +55,6 @@ DeviceChoice = Literal["auto", "gpu", "cpu"]
 __all__ = ["PADDING_LABEL", "DecodeSpec", "KineticsDALILoader", "LoaderStats", "ScanSpec", "split_batches"]
 
 _MANIFEST_SUFFIXES = (".sqlite", ".sqlite3", ".db")
-
-
-class _Plans:
-    """This rank's plans by epoch: at most two, the one in use and the next one, drawn ahead in a daemon thread.
-
-    A rank of 64 draws its share of a 650k-video epoch in about 0.1 s; one
-    rank alone makes ~600k :class:`Sample` objects (a few seconds, some
-    hundred MB), and that is worth doing while the previous epoch runs. A
-    plan is a pure function of the epoch (the videos, seed, rank and specs
-    are the loader's, fixed), so a plan drawn ahead is the plan. Plans are
-    not kept beyond that: a pass moving on to an epoch drops the others, and
-    looking at other epochs' plans (:meth:`KineticsDALILoader.plan`) keeps
-    only the latest two.
-
-    Args:
-        draw: ``epoch -> batches``.
-    """
-
-    #: Plans kept at most: the pass's and the one drawn ahead (or looked at) next.
-    KEEP = 2
-
-    def __init__(self, draw: Callable[[int], list[list[Sample]]]) -> None:
-        self._draw = draw
-        self._done: OrderedDict[int, list[list[Sample]] | BaseException] = OrderedDict()
-        self._ahead: dict[int, threading.Thread] = {}
-        self._lock = threading.Lock()
-
-    def get(self, epoch: int, *, forget_others: bool = True) -> list[list[Sample]]:
-        """The plan of ``epoch`` (waits for it if it is being drawn ahead), kept for later calls.
-
-        A pass moving on to ``epoch`` forgets the others (``forget_others``); a
-        look at a plan (:meth:`KineticsDALILoader.plan`) keeps the latest two.
-        """
-        thread = self._ahead.pop(epoch, None)
-        if thread is not None:
-            thread.join()
-        with self._lock:
-            plan = self._done.get(epoch)
-            if forget_others:
-                self._done.clear()  # the caller moves on to this epoch: older plans are not needed again
-        if plan is None or isinstance(plan, BaseException):
-            plan = self._draw(epoch)  # a failure ahead is raised here, in the caller's thread
-        self._keep(epoch, plan)
-        return plan
-
-    def kept(self) -> list[int]:
-        """The epochs whose plans are kept, oldest first."""
-        with self._lock:
-            return list(self._done)
-
-    def draw_ahead(self, epoch: int) -> None:
-        """Start drawing ``epoch``'s plan in a daemon thread, unless it is drawn or being drawn."""
-        with self._lock:
-            if epoch in self._done or epoch in self._ahead:
-                return
-            thread = threading.Thread(target=self._store, args=(epoch,), name="daliload-plan-ahead", daemon=True)
-            self._ahead[epoch] = thread
-        thread.start()
-
-    def _keep(self, epoch: int, plan: list[list[Sample]] | BaseException) -> None:
-        with self._lock:
-            self._done[epoch] = plan
-            self._done.move_to_end(epoch)
-            while len(self._done) > self.KEEP:
-                self._done.popitem(last=False)
-
-    def _store(self, epoch: int) -> None:
-        try:
-            plan: list[list[Sample]] | BaseException = self._draw(epoch)
-        except BaseException as err:  # noqa: BLE001 - kept for get(), which draws again and raises there
-            plan = err
-        self._keep(epoch, plan)
 
 
 class KineticsDALILoader:
@@ -168,6 +95,13 @@ class KineticsDALILoader:
             centre); see :func:`daliload.plan.make_val_plan`. A video one of
             whose views fails gets label -1. ``None`` (default): one view, no
             view axis. :func:`daliload.evaluate` scores such batches.
+        clips_per_video: repeated sampling on the training split (VideoMAE's
+            ``num_sample``): each video gives this many clips per epoch, each
+            with its own window, crop and flip, in a row in the plan and in
+            its batch (``batch_size`` counts clips and must be a multiple).
+            The fallback decodes a video's clips in one pass over the file;
+            DALI reads the file once for them but decodes each clip. A broken
+            video fails its clips as one failed video. Default 1.
 
     Rank and world size come from ``torch.distributed`` when it is initialized
     (else ``RANK``/``WORLD_SIZE``, else 0 of 1). Under DDP, global rank 0
@@ -210,6 +144,7 @@ class KineticsDALILoader:
         decode: DecodeSpec | None = None,
         scan: ScanSpec | None = None,
         views: tuple[int, int] | None = None,
+        clips_per_video: int = 1,
         **unknown: object,
     ) -> None:
         refuse_unknown_options(unknown, _OPTIONS)
@@ -226,6 +161,7 @@ class KineticsDALILoader:
         self.split = split
         self.batch_size = batch_size
         self.views = checked_views(views, split)
+        self.clips_per_video = checked_clips_per_video(clips_per_video, split, batch_size)
         #: clips per batch: ``batch_size`` videos times their views
         self.clips_per_batch = batch_size * (self.views[0] * self.views[1] if self.views else 1)
         self.seed = seed
@@ -256,7 +192,7 @@ class KineticsDALILoader:
         self._budget = FailureBudget(0, max_fraction=self.decode.max_failure_fraction, masked=split != "train")
         self._counters_epoch = 0
         self._active: Iterator | None = None  # the live pass over an epoch, if any
-        self._plans = _Plans(self._draw_plan)
+        self._plans = EpochPlans(self._draw_plan)
 
     def _place(self, device: DeviceChoice) -> None:
         """Rank, world size and where this rank's tensors live."""
@@ -320,14 +256,16 @@ class KineticsDALILoader:
         columns = self.index.columns
         if self.split == "train":
             samples = make_train_plan(columns, seed=self.seed, epoch=epoch, rank=self.rank,
-                                      world_size=self.world_size, clip=self.clip, augment=self.augment)
+                                      world_size=self.world_size, clip=self.clip, augment=self.augment,
+                                      clips_per_video=self.clips_per_video)
         else:
             samples = make_val_plan(columns, rank=self.rank, world_size=self.world_size,
                                     clip=self.clip, augment=self.augment, views=self.views)
-        return split_batches(samples, self.clips_per_batch, self.last_batch)  # whole videos: views in a row
+        return split_batches(samples, self.clips_per_batch, self.last_batch)  # whole videos: views/clips in a row
 
     def __len__(self) -> int:
-        return num_batches(samples_per_rank(len(self.index), self.world_size), self.batch_size, self.last_batch)
+        samples = samples_per_rank(len(self.index), self.world_size) * self.clips_per_video
+        return num_batches(samples, self.batch_size, self.last_batch)
 
     def set_epoch(self, epoch: int) -> None:
         """Use the plan of ``epoch`` from the next iteration on, from its first batch.
@@ -367,7 +305,8 @@ class KineticsDALILoader:
         next_batch = self._resume[1] if self._resume is not None else self._next_batch
         return {"epoch": self.epoch, "next_batch": next_batch, "seed": self.seed,
                 "world_size": self.world_size, "num_videos": len(self.index), "batch_size": self.batch_size,
-                "views": list(self.views) if self.views else None, "videos": dict(self._fingerprint),
+                "views": list(self.views) if self.views else None, "clips_per_video": self.clips_per_video,
+                "videos": dict(self._fingerprint),
                 "manifest": str(self.manifest_path)}
 
     @cached_property
@@ -386,7 +325,7 @@ class KineticsDALILoader:
         mine = self.state_dict()
         if isinstance(state.get("videos"), dict):
             self._check_videos(state["videos"], state.get("manifest"))
-        for key in ("seed", "world_size", "num_videos", "batch_size", "views"):
+        for key in ("seed", "world_size", "num_videos", "batch_size", "views", "clips_per_video"):
             if key in state and state[key] != mine[key]:
                 raise ValueError(f"cannot resume: the state was saved with {key}={state[key]}, this loader "
                                  f"has {key}={mine[key]} (the plan would differ)")
@@ -512,7 +451,7 @@ class KineticsDALILoader:
 
 #: The keywords the loader takes (a DataLoader habit or a typo is named against these).
 _OPTIONS = ("source", "split", "batch_size", "clip_len", "frame_stride", "crop_size", "seed", "last_batch",
-            "label_padding", "target_fps", "augment", "output", "device", "decode", "scan", "views")
+            "label_padding", "target_fps", "augment", "output", "device", "decode", "scan", "views", "clips_per_video")
 
 _warned_no_dali = False
 

@@ -170,6 +170,19 @@ def checked_views(views: object, split: str) -> tuple[int, int] | None:
     return check_views(views)
 
 
+def checked_clips_per_video(clips: object, split: str, batch_size: int) -> int:
+    """``clips_per_video`` checked: an integer >= 1; above 1 only for training, and dividing ``batch_size``."""
+    if not isinstance(clips, int) or isinstance(clips, bool) or clips < 1:
+        raise ValueError(f"clips_per_video must be an integer >= 1, got {clips!r}")
+    if clips > 1 and split != "train":
+        raise ValueError(f"clips_per_video={clips} is for split='train' (repeated sampling); an evaluation split "
+                         f"takes several clips of a video with views=(T, S)")
+    if batch_size % clips:
+        raise ValueError(f"batch_size={batch_size} must be a multiple of clips_per_video={clips}, so that a video's "
+                         f"clips share a batch and one decode (batches count clips)")
+    return clips
+
+
 def check_options(*, batch_size: object, last_batch: object, device: object, seed: object) -> None:
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")

@@ -131,6 +131,9 @@ class EpochDraws:
     ``r`` takes slots ``r, r + world_size, ...`` (see
     :func:`~daliload.plan.make_train_plan`).
 
+    With ``clips_per_video`` k > 1 a slot has k rows in a row, its video's
+    clips ``0 .. k-1`` (``clip``).
+
     Attributes:
         slot: the slot of each row.
         video: its video (row of the :class:`VideoColumns`).
@@ -138,6 +141,7 @@ class EpochDraws:
         start_frame, frame_stride: the window.
         crop: ``(rows, 4)`` crop boxes, ``y0, x0, y1, x1`` fractions of the frame.
         flip: mirror horizontally.
+        clip: which of its slot's clips the row is (0 with one clip a video).
     """
 
     slot: np.ndarray
@@ -147,6 +151,7 @@ class EpochDraws:
     frame_stride: np.ndarray
     crop: np.ndarray
     flip: np.ndarray
+    clip: np.ndarray
 
     def __len__(self) -> int:
         return len(self.slot)
@@ -166,7 +171,7 @@ def epoch_slots(num_videos: int, *, seed: int, epoch: int, world_size: int,
 
 
 def draw_train_epoch(videos: Sequence | VideoColumns, *, seed: int, epoch: int, world_size: int, clip: ClipSpec,
-                     augment: AugmentSpec, rank: int | None = None) -> EpochDraws:
+                     augment: AugmentSpec, rank: int | None = None, clips_per_video: int = 1) -> EpochDraws:
     """One training epoch's samples, as columns: every rank's (``rank=None``), or one rank's.
 
     The same samples, sample for sample, as :func:`~daliload.plan.make_train_plan`
@@ -179,19 +184,22 @@ def draw_train_epoch(videos: Sequence | VideoColumns, *, seed: int, epoch: int, 
             :class:`~daliload.plan.VideoLike`).
         seed, epoch, world_size, clip, augment: as in :func:`~daliload.plan.make_train_plan`.
         rank: this rank's slots only; ``None``: all slots of all ranks.
+        clips_per_video: clips drawn for each slot (repeated sampling).
 
     Raises:
         ValueError: as :func:`~daliload.plan.make_train_plan`.
     """
     return _draw(videos, seed=seed, epoch=epoch, world_size=world_size, clip=clip, augment=augment, rank=rank,
-                 stacklevel=3)
+                 clips_per_video=clips_per_video, stacklevel=3)
 
 
-def _draw(videos, *, seed, epoch, world_size, clip, augment, rank, stacklevel: int) -> EpochDraws:
+def _draw(videos, *, seed, epoch, world_size, clip, augment, rank, clips_per_video: int = 1,
+          stacklevel: int) -> EpochDraws:
     """:func:`draw_train_epoch`; a warning about fps points ``stacklevel`` frames above this one's caller."""
     check_int("seed", seed, minimum=0)
     check_int("epoch", epoch, minimum=0)
     check_int("world_size", world_size, minimum=1)
+    check_int("clips_per_video", clips_per_video, minimum=1)
     if rank is not None:
         check_rank(rank, world_size)
     check_specs(clip, augment)
@@ -200,16 +208,21 @@ def _draw(videos, *, seed, epoch, world_size, clip, augment, rank, stacklevel: i
     num_videos = len(columns)
     slots, video = epoch_slots(num_videos, seed=seed, epoch=epoch, world_size=world_size, rank=rank)
     repeat = slots // num_videos
+    k = clips_per_video
+    if k > 1:  # each slot's k clips in a row; clip j of repeat r draws as "repeat" r * k + j (r itself for k = 1)
+        slots, video, repeat = np.repeat(slots, k), np.repeat(video, k), np.repeat(repeat, k)
+    which = np.tile(np.arange(k, dtype=np.int64), len(slots) // k)
+    draw_key = repeat * k + which
     key = sample_key(seed, epoch)
     stride = strides(columns, clip, stacklevel=stacklevel)[video]
     span = (clip.clip_len - 1) * stride + 1
     # Separate streams per purpose: the window does not change with the crop mode.
-    starts = keyed_uniform_array(key, video, repeat, PURPOSE_START, 1)[:, 0]
+    starts = keyed_uniform_array(key, video, draw_key, PURPOSE_START, 1)[:, 0]
     start = start_frames(columns.num_frames[video].astype(np.int64), span, starts)
     crop = crop_boxes(columns.width[video].astype(np.int64), columns.height[video].astype(np.int64), augment,
-                      keyed_uniform_array(key, video, repeat, PURPOSE_CROP, DRAWS_PER_CROP[augment.crop_mode]))
-    flip = keyed_uniform_array(key, video, repeat, PURPOSE_FLIP, 1)[:, 0] < augment.flip_prob
-    return EpochDraws(slots, video, repeat > 0, start, stride, crop, flip)
+                      keyed_uniform_array(key, video, draw_key, PURPOSE_CROP, DRAWS_PER_CROP[augment.crop_mode]))
+    flip = keyed_uniform_array(key, video, draw_key, PURPOSE_FLIP, 1)[:, 0] < augment.flip_prob
+    return EpochDraws(slots, video, repeat > 0, start, stride, crop, flip, which)
 
 
 def samples_of(draws: EpochDraws, videos: Sequence | VideoColumns, clip: ClipSpec,
@@ -220,10 +233,11 @@ def samples_of(draws: EpochDraws, videos: Sequence | VideoColumns, clip: ClipSpe
     video = draws.video[rows].tolist()
     start, stride = draws.start_frame[rows].tolist(), draws.frame_stride[rows].tolist()
     crop, flip, padding = draws.crop[rows].tolist(), draws.flip[rows].tolist(), draws.is_padding[rows].tolist()
+    which = draws.clip[rows].tolist()
     labels, paths, clip_len = columns.label, columns.paths, clip.clip_len
     label = labels[draws.video[rows]].tolist()
     return [Sample(position, v, paths[v], label[position], start[position], stride[position], clip_len,
-                   CropBox(*crop[position]), flip[position], padding[position])
+                   CropBox(*crop[position]), flip[position], padding[position], which[position])
             for position, v in enumerate(video)]
 
 
@@ -339,6 +353,7 @@ def make_train_plan(
     world_size: int,
     clip: ClipSpec,
     augment: AugmentSpec,
+    clips_per_video: int = 1,
 ) -> list[Sample]:
     """This rank's ordered training samples for one epoch.
 
@@ -384,10 +399,15 @@ def make_train_plan(
         world_size: number of ranks (>= 1).
         clip: clip length, stride and optional target frame rate.
         augment: crop mode and ranges, output size, flip probability.
+        clips_per_video: repeated sampling: each video of the rank gives this
+            many samples in a row (``view`` 0..k-1), each with its own window,
+            crop and flip, drawn by the same rule and keyed by the clip too (so
+            the same on any world size); 1 (default) is the plan above, sample
+            for sample.
 
     Returns:
-        ``samples_per_rank(len(videos), world_size)`` samples, ``position``
-        numbering them from 0.
+        ``samples_per_rank(len(videos), world_size) * clips_per_video``
+        samples, ``position`` numbering them from 0.
 
     Raises:
         ValueError: empty ``videos``, a video with ``num_frames``, ``width`` or
@@ -395,7 +415,7 @@ def make_train_plan(
             or world size out of range.
     """
     draws = _draw(videos, seed=seed, epoch=epoch, world_size=world_size, clip=clip, augment=augment, rank=rank,
-                  stacklevel=3)
+                  clips_per_video=clips_per_video, stacklevel=3)
     return samples_of(draws, videos, clip)
 
 

@@ -127,9 +127,12 @@ class Sample:
         flip: mirror horizontally.
         is_padding: True for samples repeated only to give every rank the same
             count; validation drops them.
-        view: which view of its video this sample is, ``0 .. V-1``,
-            temporal-major (:func:`~daliload.plan.make_val_plan` with ``views``);
-            0 in single-view plans. A video's views follow one another in the plan.
+        view: which of its video's samples this one is, ``0 .. V-1``: a view
+            (temporal-major; :func:`~daliload.plan.make_val_plan` with
+            ``views``) or a clip of repeated sampling
+            (:func:`~daliload.plan.make_train_plan` with ``clips_per_video``);
+            0 with one sample a video. A video's samples follow one another in
+            the plan, so a decoder can read the file once for all of them.
     """
 
     position: int
