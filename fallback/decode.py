@@ -67,7 +67,7 @@ from typing import Iterator, Sequence
 import av
 import av.error
 import numpy as np
-from av.video.reformatter import VideoReformatter
+from av.video.reformatter import Colorspace, VideoReformatter
 
 from daliload.plan import clamp_frame_indices
 from fallback.numbering import FrameTable, StreamHint, first_output_pts, timestamps_rank_frames
@@ -486,8 +486,9 @@ class _Window:
         return f"timeout: decoding took longer than {self.timeout_s:g} s"
 
     def _rgb(self, frame):
-        # Only the clip's frames pay for the conversion; one thread, as in workers.
-        return self.reformatter.reformat(frame, format="rgb24", threads=self.threads)
+        # Only the clip's frames pay for the conversion; one thread, as in workers. BT.601 whatever the
+        # file's tag, as DALI converts: a clip's pixels do not depend on its route (docs/architecture.md).
+        return self.reformatter.reformat(frame, format="rgb24", threads=self.threads, src_colorspace=Colorspace.ITU601)
 
 
 def _rgb_view(frame) -> np.ndarray:

@@ -21,6 +21,7 @@ import re
 from fractions import Fraction
 
 import av
+from av.video.reformatter import Colorspace
 import numpy as np
 import pytest
 
@@ -59,8 +60,8 @@ def full_decode(path, keep=None) -> tuple[dict[int, np.ndarray], int]:
                     raise
                 frames = []
             for frame in frames:
-                if keep is None or count in keep:
-                    kept[count] = frame.to_ndarray(format="rgb24")
+                if keep is None or count in keep:  # the fallback's colour rule: BT.601 whatever the tag
+                    kept[count] = frame.reformat(format="rgb24", src_colorspace=Colorspace.ITU601).to_ndarray()
                 count += 1
     return kept, count
 
