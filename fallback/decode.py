@@ -40,12 +40,10 @@ Worked example, a 300-frame H.264 file with keyframes at frames 0 and 250 and
     -> DecodedClip(frames (16, H, W, 3), video_num_frames=300,
                    num_frames_decoded = 50 minus the skipped non-reference frames)
 
-When timestamps cannot rank frames (raw streams, AVI), the fallback is a plain
-sequential decode from the start that counts frames: exact by definition.
+Without timestamps that rank frames (raw streams, AVI): a sequential decode from the start, counting frames.
 
-A :class:`StreamHint` (keyframe indices and the frame rate, as the pre-screen
-records them) lets a constant-frame-rate file be entered by a container seek
-instead of demuxing it from the start, which matters for long videos.
+A :class:`StreamHint` (keyframes and frame rate, from the pre-screen) enters a long constant-rate file by a seek.
+A file with a display rotation comes out upright (FFmpeg's rule, quarter turns).
 
 The numbering and random-access rules (and :class:`StreamHint`) live in
 :mod:`fallback.numbering`; here are the three strategies (hint, packet table,
@@ -111,8 +109,8 @@ class DecodedClip:
     """The frames of one window.
 
     Attributes:
-        frames: ``(T, H, W, 3)`` uint8 RGB, one per requested index, in the
-            order of ``frame_indices``; indices past the last frame repeat it.
+        frames: ``(T, H, W, 3)`` uint8 RGB, upright (a display rotation applied),
+            one per requested index, in order; indices past the last frame repeat it.
         num_frames_decoded: frames the decoder actually produced for this
             window (window frames plus GOP waste; skipped frames not counted).
         video_num_frames: frames in the video, or ``None`` when the decode
@@ -263,6 +261,7 @@ class _Window:
         self.timeout_s = timeout_s
         self.unsafe_seek = unsafe_seek
         self.decoded = 0
+        self.rotation = 0  # the display rotation of the frames converted (FFmpeg's sign)
         self.reformatter = VideoReformatter()
 
     def open(self):
@@ -476,6 +475,9 @@ class _Window:
         frames = np.empty((len(order), height, width, 3), np.uint8)
         for k, i in enumerate(order):
             frames[k] = _rgb_view(got[i])
+        turn = round(self.rotation / 90) % 4  # upright, as FFmpeg and the transcode show it (quarter turns)
+        if turn:
+            frames = np.ascontiguousarray(np.rot90(frames, turn, axes=(1, 2)))
         return frames, end
 
     def _check_deadline(self) -> None:
@@ -488,6 +490,7 @@ class _Window:
     def _rgb(self, frame):
         # Only the clip's frames pay for the conversion; one thread, as in workers. BT.601 whatever the
         # file's tag, as DALI converts: a clip's pixels do not depend on its route (docs/architecture.md).
+        self.rotation = int(round(getattr(frame, "rotation", 0) or 0))
         return self.reformatter.reformat(frame, format="rgb24", threads=self.threads, src_colorspace=Colorspace.ITU601)
 
 

@@ -61,7 +61,9 @@ def full_decode(path, keep=None) -> tuple[dict[int, np.ndarray], int]:
                 frames = []
             for frame in frames:
                 if keep is None or count in keep:  # the fallback's colour rule: BT.601 whatever the tag
-                    kept[count] = frame.reformat(format="rgb24", src_colorspace=Colorspace.ITU601).to_ndarray()
+                    rgb = frame.reformat(format="rgb24", src_colorspace=Colorspace.ITU601).to_ndarray()
+                    # upright, as the fallback shows a rotated file (tests/test_rotation.py holds it to FFmpeg's)
+                    kept[count] = np.rot90(rgb, round((frame.rotation or 0) / 90) % 4)
                 count += 1
     return kept, count
 

@@ -256,6 +256,8 @@ def _expected_route(row: dict, device: str) -> str:
         return "bad"  # cannot be opened, or not even one frame decodes
     if row["file"] in PACKETS_WITHOUT_FRAMES:
         return "fallback"  # DALI numbers frames by packet: its frame N would not be frame N
+    if int(row["rotation"] or 0) % 360:
+        return "fallback"  # DALI decodes the stored picture: only the fallback turns it upright
     codec, pix_fmt = row["video_codec"], row["pix_fmt"]
     width, height = int(row["width"]), int(row["height"])
     eight_bit_420 = pix_fmt in ("yuv420p", "yuvj420p")

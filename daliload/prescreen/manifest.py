@@ -99,6 +99,24 @@ _FILE_COLUMNS = ("path", "size_bytes", "mtime_ns") + META_COLUMNS + FACT_COLUMNS
 #: What a :class:`~daliload.videoindex.VideoIndex` row holds, in its order (route and reason come from ``routes``).
 _INDEX_COLUMNS = ("path", "label", "num_frames", "fps", "width", "height", "route", "reason", "keyframes", "vfr",
                   "unsafe_seek")
+#: A video index holds the displayed frame size (the coded one turned by the display rotation), what the fallback
+#: outputs once it turns a rotated file upright (a quarter turn swaps the sides): the plan's crops are of that.
+_DISPLAYED = {"width": "CASE WHEN f.rotation % 180 != 0 THEN f.height ELSE f.width END",
+              "height": "CASE WHEN f.rotation % 180 != 0 THEN f.width ELSE f.height END"}
+_ROTATION_AT = _FILE_COLUMNS.index("rotation")
+_SIDES_AT = (_INDEX_COLUMNS.index("width"), _INDEX_COLUMNS.index("height"))
+
+
+def _displayed(row: tuple, rotation: int | None) -> tuple:
+    """An index row with its width and height swapped when ``rotation`` is a quarter turn (as :data:`_DISPLAYED`)."""
+    if not (rotation or 0) % 180:
+        return row
+    w, h = _SIDES_AT
+    values = list(row)
+    values[w], values[h] = row[h], row[w]
+    return tuple(values)
+
+
 #: Rows fetched at a time when a split is read as columns: bounds the Python objects alive at once.
 _INDEX_CHUNK = 50_000
 
@@ -387,11 +405,11 @@ class Manifest:
             # Routed here from the stored facts, a file at a time (a GPU generation no scan routed for).
             at = [len(_FILE_COLUMNS) + ("route", "reason").index(c) if c in ("route", "reason")
                   else _FILE_COLUMNS.index(c) for c in _INDEX_COLUMNS + ("split",)]
-            rows: Iterable = _chunks([tuple(row[i] for i in at) for row in self._routed_rows(device, split)],
-                                     _INDEX_CHUNK)
+            rows: Iterable = _chunks([_displayed(tuple(row[i] for i in at), row[_ROTATION_AT])
+                                      for row in self._routed_rows(device, split)], _INDEX_CHUNK)
         else:
-            columns = ", ".join(sql.route if c == "route" else sql.reason if c == "reason" else f"f.{c}"
-                                for c in _INDEX_COLUMNS + ("split",))
+            columns = ", ".join(sql.route if c == "route" else sql.reason if c == "reason"
+                                else _DISPLAYED.get(c, f"f.{c}") for c in _INDEX_COLUMNS + ("split",))
             cursor = self._conn.execute(*self._files_query(columns, sql, split))
             rows = iter(lambda: cursor.fetchmany(_INDEX_CHUNK), [])
         for chunk in rows:

@@ -62,7 +62,7 @@ ROUTES: tuple[Route, ...] = ("dali", "fallback", "bad")
 
 #: Bump when the table or :func:`route_for` changes: manifests re-route their
 #: stored probe facts (no re-probing) when their rules version differs.
-RULES_VERSION = 3
+RULES_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -179,6 +179,9 @@ def route_for(facts: ProbeResult, device: Device) -> tuple[Route, str]:
     numbering = _numbering_problem(facts)
     if numbering:
         return "fallback", numbering
+    if facts.rotation % 360:
+        return "fallback", (f"display rotation {facts.rotation} degrees: DALI decodes the stored picture, the "
+                            f"fallback turns it upright (as FFmpeg and the transcode do)")
     if facts.bit_depth not in support.bit_depths or facts.chroma not in support.chroma:
         return "fallback", (
             f"DALI on {name} decodes {facts.codec} only as "
