@@ -21,7 +21,8 @@ What it writes under ``--out`` (rank 0 only)::
                         replaced atomically after every epoch
       metrics.json      arguments, classes, one record per epoch (loss, train and
                         val top-1, clips/s, data wait, DALI share), loader stats,
-                        and the final multi-view top-1 (``--views``)
+                        the final multi-view top-1 (``--views``), and
+                        ``stopped_early`` when ``--max-minutes`` cut the run short
 
 The same file is installed as ``daliload.examples.train_ddp`` (a symbolic
 link; see that package's docstring), which is what ``daliload demo`` runs.
@@ -531,12 +532,16 @@ def main(argv: list[str] | None = None) -> dict:
         loader_stats = [dataclasses.asdict(s) | {"dali_share": s.dali_share} for s in stats]
         metrics = {"args": vars(args), "classes": classes, "world_size": env.world_size,
                    "history": history, "loader_stats": loader_stats}
+        stop = (args.max_minutes is not None and epoch + 1 < args.epochs
+                and _next_epoch_overruns(started, epoch + 1 - start_epoch, args.max_minutes, env))
+        if stop:
+            reason = f"another epoch would overrun --max-minutes {args.max_minutes:g}"
+            metrics["stopped_early"] = {"after_epoch": epoch, "epochs_run": len(history),
+                                        "epochs_planned": args.epochs, "reason": reason}
         if env.rank == 0:
             save_epoch(out, epoch, training, loader_states, metrics)
-        if args.max_minutes is not None and _next_epoch_overruns(started, epoch + 1 - start_epoch,
-                                                                 args.max_minutes, env):
-            log(f"stopping after epoch {epoch}: another epoch would overrun "
-                f"--max-minutes {args.max_minutes:g}")
+        if stop:
+            log(f"stopping after epoch {epoch} ({len(history)} of {args.epochs} epochs): {reason}")
             break
 
     if val_loader is not None and min(args.views) > 0:

@@ -97,8 +97,11 @@ def test_torchrun_two_ranks_learns_and_resumes(dataset, tmp_path):
     # A budget no epoch fits in: the job stops after its first epoch, as a job out of time would.
     first = _torchrun([*common, "--max-minutes", "0.0001"], timeout=200)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    assert "stopping after epoch 0: another epoch would overrun --max-minutes 0.0001" \
+    assert "stopping after epoch 0 (1 of 7 epochs): another epoch would overrun --max-minutes 0.0001" \
         in first.stdout
+    assert json.loads((out / "metrics.json").read_text())["stopped_early"] == {
+        "after_epoch": 0, "epochs_run": 1, "epochs_planned": 7,
+        "reason": "another epoch would overrun --max-minutes 0.0001"}
     checkpoint = torch.load(out / "checkpoint.pt", weights_only=False)
     assert checkpoint["epoch"] == 0 and len(checkpoint["loader"]) == 2
     assert [s["epoch"] for s in checkpoint["loader"]] == [0, 0]
@@ -108,7 +111,7 @@ def test_torchrun_two_ranks_learns_and_resumes(dataset, tmp_path):
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert f"resumed from {out / 'checkpoint.pt'} after epoch 0" in second.stdout
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["world_size"] == 2
+    assert metrics["world_size"] == 2 and "stopped_early" not in metrics
     history = metrics["history"]
     assert [r["epoch"] for r in history] == list(range(7))
     assert history[:1] == first_history  # epoch 0 comes back from the checkpoint, untouched
