@@ -23,7 +23,7 @@ from daliload import AugmentSpec, KineticsDALILoader, Manifest
 from daliload.cli import main as cli_main
 from daliload.examples import train_ddp
 from daliload.framecode import read_code
-from daliload.preview import LABEL_HEIGHT, PAD, denormalize, preview, render_contact_sheet
+from daliload.preview import CAPTION_HEIGHT, LABEL_HEIGHT, PAD, denormalize, preview, render_contact_sheet
 from daliload.synth.dataset import generate_dataset
 from daliload.synth.spec import SynthSpec
 
@@ -270,6 +270,10 @@ def test_contact_sheet_pixels_are_the_clip_pixels(tmp_path):
         render_contact_sheet(frames, [0, 0, 0], ["a"], tmp_path / "x.png", frames_per_clip=9)
     with pytest.raises(ValueError, match="label 2 is outside the 1 classes"):
         render_contact_sheet(frames, [0, 2, 0], ["a"], tmp_path / "x.png")
+    with pytest.raises(ValueError, match="got 2 detail lines for 3 clips"):
+        render_contact_sheet(frames, [0, 0, 0], ["a"], tmp_path / "x.png", details=["a.mp4", "b.mp4"])
+    with pytest.raises(ValueError, match="source_frames must give 8 frame numbers for each of the 3 clips"):
+        render_contact_sheet(frames, [0, 0, 0], ["a"], tmp_path / "x.png", source_frames=[range(8)] * 2 + [[1]])
 
 
 def test_denormalize_inverts_the_loader_normalisation():
@@ -288,7 +292,11 @@ def test_preview_shows_the_planned_frames_of_each_clip(dataset, tmp_path):
     sheet = preview(dataset, out, split="val", clips=5, frames_per_clip=4, clip_len=8,
                     frame_stride=4, crop_size=crop, seed=0)
     assert sheet.width == PAD + 4 * (128 + PAD)
-    assert sheet.height == PAD + 5 * (LABEL_HEIGHT + 96 + PAD)
+    # A note on top; per row two lines of title (label; file and decoder), the tiles, their frame numbers.
+    assert sheet.title_height == 2 * LABEL_HEIGHT and sheet.caption_height == CAPTION_HEIGHT
+    assert sheet.height == sheet.header_height + PAD + 5 * (2 * LABEL_HEIGHT + 96 + CAPTION_HEIGHT + PAD)
+    assert "The black-and-white strip across the top of each frame is not a decoding error" in sheet.note
+    assert "daliload synth paints every generated frame's number into it" in sheet.note
     image = _read_png(out)
     assert image.shape == (sheet.height, sheet.width, 3)
 
@@ -296,22 +304,39 @@ def test_preview_shows_the_planned_frames_of_each_clip(dataset, tmp_path):
                                 crop_size=crop)
     samples = loader.plan()[0]
     num_frames = {v.path: v.num_frames for v in loader.videos}
+    routes = {v.path: v.route for v in loader.videos}
     assert sheet.labels == tuple(s.label for s in samples)
     for row, sample in enumerate(samples):
         planned = sample.frame_indices(num_frames[sample.path])
-        assert sheet.titles[row].startswith(f"{sample.label}: {loader.classes[sample.label]}")
+        assert sheet.titles[row] == f"clip {row}: label {sample.label} ({loader.classes[sample.label]})"
+        decoder = "DALI on the CPU" if routes[sample.path] == "dali" else "the PyAV fallback"
+        assert sheet.details[row] == f"{os.path.relpath(sample.path, dataset)}, decoded by {decoder}"
+        assert sheet.source_frames[row] == tuple(planned)
         for column, t in enumerate(sheet.frame_indices):
             top, left, h, w = sheet.tile_box(row, column)
             assert read_code(image[top:top + h, left:left + w]).index == planned[t]
+    assert {routes[s.path] for s in samples} == {"dali", "fallback"}  # both decoders are named
+
+
+def test_a_sheet_of_a_dataset_not_made_by_synth_does_not_explain_a_strip_it_lacks(dataset, tmp_path):
+    from daliload.prescreen import scan
+
+    manifest = scan(dataset, manifest_path=tmp_path / "manifest.sqlite", device="cpu", workers=2,
+                    progress=False).manifest_path
+    sheet = preview(manifest, tmp_path / "sheet.png", split="val", clips=2, frames_per_clip=2, clip_len=4,
+                    crop_size=(96, 128))
+    assert sheet.note.startswith("Each row is one clip of the first val batch as the model receives it (its "
+                                 "centre crop;") and "strip" not in sheet.note
+    assert all(os.path.isabs(d.split(", decoded by ")[0]) for d in sheet.details)  # no root to be relative to
 
 
 def test_preview_command_writes_the_png(dataset, tmp_path, capsys):
     out = tmp_path / "cli.png"
     assert cli_main(["preview", str(dataset), "--out", str(out), "--clips", "3", "--frames", "2",
                      "--clip-len", "4", "--crop-size", "48", "--short-side", "56", "64"]) == 0
-    width, height = PAD + 2 * (96 + PAD), PAD + 3 * (LABEL_HEIGHT + 96 + PAD)
+    height, width, _ = _read_png(out).shape
+    assert width == PAD + 2 * (96 + PAD)
     assert f"wrote {out} ({width}x{height} px)" in capsys.readouterr().out
-    assert _read_png(out).shape == (height, width, 3)
 
 
 def test_demo_end_to_end_in_miniature(tmp_path):
