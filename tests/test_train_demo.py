@@ -8,6 +8,7 @@ rows from both decoders, which is where clips and labels could come apart.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -342,19 +343,22 @@ def test_preview_command_writes_the_png(dataset, tmp_path, capsys):
 def test_demo_end_to_end_in_miniature(tmp_path):
     """The demo's four steps on a tiny dataset and one epoch: report files, numbers and reasons."""
     from daliload.demo import DemoConfig, run_demo
+    from daliload.options import DecodeSpec
 
     lines: list[str] = []
     config = DemoConfig(out=str(tmp_path / "demo"), num_classes=3, clips_per_class=8, width=128,
                         height=96, duration_s=1.5, broken_fraction=0.1, epochs=1, batch_size=8,
-                        clip_len=4, frame_stride=4, crop_size=48, short_side=(56, 64),
-                        fallback_workers=0, dali_threads=1)
+                        clip_len=4, frame_stride=4, crop_size=48, short_side=(56, 64), dali_threads=1)
     result = run_demo(config, echo=lines.append)
     report = tmp_path / "demo" / "report"
     assert _read_png(report / "contact_sheet.png").shape[1] == PAD + 4 * (96 + PAD)
     assert _read_png(report / "training_curve.png").shape == (400, 700, 3)
     metrics = json.loads((report / "metrics.json").read_text())
-    assert metrics["training"]["epochs"] == result.epochs == 1
-    assert result.chance == pytest.approx(metrics["training"]["chance"])
+    training = metrics["training"]
+    assert training["epochs_run"] == training["epochs_planned"] == result.epochs == 1
+    assert training["stopped_early"] is None and result.stopped_early is None
+    assert training["fallback_workers"] == DecodeSpec().fallback_workers > 0  # the mode users get
+    assert result.chance == pytest.approx(training["chance"])
     assert 0.3 <= result.chance <= 0.5
     bad = {Path(b["path"]).name: b["reason"] for b in metrics["scan"]["bad_files"]}
     broken = {Path(c["path"]).name: c["broken"] for c in _synth_rows(tmp_path / "demo" / "data")}
@@ -365,7 +369,8 @@ def test_demo_end_to_end_in_miniature(tmp_path):
     assert loader["dali_share"] == pytest.approx(result.dali_share)
     text = "\n".join(lines)
     assert "validation top-1:" in text and f"(chance {result.chance:.3f}" in text
-    multiview = metrics["training"]["multiview"]
+    assert "cut short" not in text
+    multiview = training["multiview"]
     assert multiview["views"] == [3, 3] and multiview["top1"] == pytest.approx(result.multiview_top1)
     assert f"multi-view top-1: {result.multiview_top1:.3f} (3 x 3 views per video, {multiview['videos']} videos" in text
     assert f"throughput: {result.clips_per_s:.1f} clips/s over all epochs" in text
@@ -373,10 +378,48 @@ def test_demo_end_to_end_in_miniature(tmp_path):
     for name, reason in bad.items():
         assert f"{name}: {reason}" in text
 
-    # A second run with the same spec reuses the dataset instead of generating it again.
+    # A second run with the same spec reuses the dataset instead of generating it again. With a time cap
+    # that no epoch fits, training stops after its first epoch: the demo says so and records what ran.
     lines.clear()
-    run_demo(config, echo=lines.append)
+    capped = run_demo(dataclasses.replace(config, epochs=3, minutes=0.0001), echo=lines.append)
     assert any(line.startswith("[1/4] reusing the dataset") for line in lines)
+    assert "training was cut short: 1 of 3 epochs ran (epochs 0-0); another epoch would have passed the " \
+           "0.0001-minute cap on this machine" in "\n".join(lines)
+    training = json.loads((report / "metrics.json").read_text())["training"]
+    assert (training["epochs_run"], training["epochs_planned"]) == (capped.epochs, capped.epochs_planned) == (1, 3)
+    assert training["stopped_early"]["reason"] == capped.stopped_early == \
+        "another epoch would overrun --max-minutes 0.0001"
+    assert len(training["history"]) == 1
+
+
+def test_the_training_curve_numbers_epochs_as_the_console_and_keeps_its_legend_off_the_lines():
+    from daliload.demo import training_curve_figure
+
+    history = [{"epoch": e, "train_loss": 1.5 - 0.3 * e, "train_top1": 0.3 + 0.1 * e, "val_top1": 0.4 + 0.1 * e}
+               for e in range(4)]
+    figure = training_curve_figure(history, chance=0.25, multiview={"views": [3, 3], "top1": 0.9}, title="t")
+    try:
+        figure.canvas.draw()
+        loss_axis, top1_axis = figure.axes
+        low, high = loss_axis.get_xlim()
+        ticks = [t for t in loss_axis.get_xticks() if low <= t <= high]
+        assert ticks == [0, 1, 2, 3]  # as the console prints them: no epoch 4, no 1.5
+        (legend,) = figure.legends
+        renderer = figure.canvas.get_renderer()
+        assert not legend.get_window_extent(renderer).overlaps(loss_axis.get_window_extent(renderer))
+        (star,) = [line for line in top1_axis.get_lines() if "3 x 3 views per video" in line.get_label()]
+        assert list(star.get_xdata()) == [3] and list(star.get_ydata()) == [0.9]
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(figure)
+    single = training_curve_figure(history[:1])
+    try:
+        single.canvas.draw()
+        low, high = single.axes[0].get_xlim()
+        assert [t for t in single.axes[0].get_xticks() if low <= t <= high] == [0]
+    finally:
+        plt.close(single)
 
 
 def _synth_rows(root: Path) -> list[dict]:
