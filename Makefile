@@ -1,6 +1,7 @@
 # The two commands the README promises on a fresh machine:
 #   make demo   - set up .venv, generate a Kinetics-like dataset, run the main job on it
-#   make test   - set up .venv, lint (ruff, import contracts) and run the test suite (what CI runs)
+#   make test   - set up .venv, add the benchmark peers, lint (ruff, import contracts) and run the test
+#                 suite (what CI runs)
 #   make bench  - set up .venv, add the optional peers, run the CPU benchmark (minutes)
 # TORCH_SPEC defaults to the CPU wheel these machines carry; on a GPU host pass
 # e.g. TORCH_SPEC=torch and DALI_EXTRA=cuda12 to match the driver.
@@ -13,7 +14,7 @@ DEMO_DIR ?= demo_out
 # Extra options for `python -m benchmarks` (see --help), e.g. BENCH_ARGS="--device cuda".
 BENCH_ARGS ?= --device cpu
 
-.PHONY: venv demo lint test bench clean
+.PHONY: venv peers demo lint test bench clean
 
 venv: $(VENV)/.installed
 
@@ -33,14 +34,17 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 
-test: lint
+# The peers are installed for the tests too: tests/test_bench_outputs.py checks that every loader of the
+# benchmark table delivers the same clips, and a peer that is missing is a skip there, not a check.
+test: lint peers
 	$(PY) -m pytest -q
 
 # The peers install without their dependencies, so torch is never replaced: torchcodec
 # 0.13.0 is the newest wheel that imports beside a CPU torch 2.13, and it needs
-# FFmpeg's shared libraries from the system. A peer that does not install or import
-# is listed in the results with the reason; the run goes on.
-bench: venv
+# FFmpeg's shared libraries from the system (installed here with apt-get when run as root,
+# as CI runs). A peer that does not install or import is listed in the benchmark results
+# with the reason, and is a skip with the reason in the tests; nothing stops.
+peers: venv
 	-$(PY) -m pip install -q --no-deps torchcodec==0.13.0
 	-$(PY) -m pip install -q --no-deps decord==0.6.0
 	@if ldconfig -p 2>/dev/null | grep -q libavcodec; then \
@@ -52,6 +56,8 @@ bench: venv
 		echo "no FFmpeg shared libraries, and not root with apt-get to install them:" \
 			"torchcodec will be listed as unavailable (install ffmpeg to include it)"; \
 	fi
+
+bench: peers
 	$(PY) -m benchmarks $(BENCH_ARGS)
 	$(PY) -m benchmarks.bench_repeated
 

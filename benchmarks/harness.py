@@ -174,6 +174,19 @@ def _plan_frame_counts(dataset: Dataset, samples: Sequence[Sample]) -> dict[str,
     return {"frames_used": used, "seek_estimate": estimate, "from_start_estimate": from_start}
 
 
+def decode_estimate(cls: type[LoaderAdapter], counts: dict[str, int]) -> int | None:
+    """Frames per epoch to credit ``cls`` with when it did not count them (``counts``: :func:`_plan_frame_counts`).
+
+    ``None`` (no decoded frames/s in the tables) for a loader that picks its own
+    windows, or one whose uncounted epochs no single estimate fits
+    (``estimate_uncounted = False``: daliload's whole loader, when DALI took
+    some of the epoch's clips).
+    """
+    if not cls.plan_windows or not cls.estimate_uncounted:
+        return None
+    return counts.get("from_start_estimate" if cls.decodes_from_start else "seek_estimate")
+
+
 def _prepare_datasets(args: argparse.Namespace, setup: RunSetup, work_dir: Path, started: float) -> RunState:
     """Generate (or reuse) the datasets and write ONE plan per dataset: daliload's own plan for epoch 0."""
     from benchmarks.datasets import loader_order, prepare_dataset, standard_specs
@@ -279,9 +292,7 @@ def _measure(cls: type[LoaderAdapter], job: Job, number: int, state: RunState) -
     if measured["status"] == "ok":
         counts = state.frame_counts[job.dataset]
         ceiling = job.kind == "ceiling"
-        kind = "from_start_estimate" if cls.decodes_from_start else "seek_estimate"
-        estimate = counts.get(kind) if cls.plan_windows and not ceiling else None
-        figures = derive_figures(measured["runs"], estimated_decoded=estimate,
+        figures = derive_figures(measured["runs"], estimated_decoded=None if ceiling else decode_estimate(cls, counts),
                                  frames_used=None if ceiling else counts["frames_used"])
         measured = measured | {"figures": dataclasses.asdict(figures)}
     return measured

@@ -23,7 +23,9 @@ Rules that keep the comparison honest:
 - yield every sample once per epoch: the harness checks the clip count;
 - report ``frames_decoded`` per batch when the library can tell (then set
   ``counts_frames = True``); otherwise the harness credits the loader with
-  :func:`benchmarks.task.seek_decode_estimate` and marks the figure estimated;
+  :func:`benchmarks.task.seek_decode_estimate` and marks the figure estimated,
+  unless ``estimate_uncounted = False`` (a loader that counts some epochs and
+  not others, whose estimate would mix two decoders), which leaves it out;
 - import the library inside :meth:`probe` / ``__init__``, never at module
   import, so listing loaders stays cheap and one missing library only makes
   its own loader unavailable.
@@ -48,6 +50,7 @@ Device = Literal["cpu", "cuda"]
 LOADERS: dict[str, str] = {
     "blog-pyav": "benchmarks.peers.blog_pyav:BlogPyAV",
     "torchcodec-cpu": "benchmarks.peers.torchcodec_peer:TorchCodecCPU",
+    "torchcodec-cpu-approx": "benchmarks.peers.torchcodec_peer:TorchCodecCPUApproximate",
     "torchcodec-cuda": "benchmarks.peers.torchcodec_peer:TorchCodecCUDA",
     "decord-cpu": "benchmarks.peers.decord_peer:DecordCPU",
     "dali-readers-video": "benchmarks.peers.dali_reader:DaliReadersVideo",
@@ -116,6 +119,8 @@ class LoaderAdapter(abc.ABC):
         decodes_from_start: has no frame index and decodes every frame from 0
             to the window's end (DALI's ``fn.decoders.video``): an uncounted
             figure is estimated that way instead of from the keyframe before.
+        estimate_uncounted: credit an estimate when an epoch's frames are not
+            counted (False: report no decoded frames/s for that measurement).
         knob: what ``LoaderConfig.workers`` means for it, or None when it has
             no such knob (the workers sweep then skips it).
     """
@@ -127,6 +132,7 @@ class LoaderAdapter(abc.ABC):
     plan_windows: ClassVar[bool] = True
     counts_frames: ClassVar[bool] = False
     decodes_from_start: ClassVar[bool] = False
+    estimate_uncounted: ClassVar[bool] = True
     uses_nvdec: ClassVar[bool] = False
     knob: ClassVar[str | None] = "DataLoader workers"
 

@@ -8,6 +8,8 @@ their spread:
   loader where it can tell, otherwise credited as
   :func:`benchmarks.task.seek_decode_estimate`, or for DALI's decoder (no
   frame index) :func:`benchmarks.task.from_start_decode_estimate` (marked ``~``);
+  daliload's whole loader counts its fallback's frames and has no figure for
+  an epoch DALI took clips of (:func:`benchmarks.harness.decode_estimate`);
 - waste/clip: frames decoded but not in the clip (GOP waste), per clip;
 - peak RSS: the process tree's summed resident memory, MiB (max over runs);
 - cores busy: process-tree CPU seconds per wall second;
@@ -244,7 +246,16 @@ def _main_table(result: dict) -> tuple[list[str], dict[str, str]]:
               "are decoding processes); `x ceil` divides by the ceiling "
               f"of the same dataset ({'GPU: ' if gpu else ''}{result['ceiling_used']}). `~`: the loader cannot "
               "count decoded frames; credited with a seek to the keyframe before the window (DALI: with a "
-              "decode from frame 0). † picks its own windows (not the plan's)."]
+              "decode from frame 0). `daliload` (the whole loader) counts the frames its fallback decodes "
+              "(`loader.stats().frames_decoded_fallback`); where DALI decoded clips of an epoch it cannot "
+              "count those, and the row has no decoded frames/s (`–`: DALI's estimate is on the DALI row). "
+              "† picks its own windows (not the plan's).", "",
+              "Set-up is not counted in clips/s, for any loader: building it happens before the timed epochs. "
+              "For `daliload` that includes its scan of the dataset (probing every file for its route, frame "
+              "count and keyframes) and the seek hints the fallback takes from it; `daliload-fallback` is given "
+              "the same hints. The nearest torchcodec has is `seek_mode=\"approximate\"` "
+              "(`torchcodec-cpu-approx`: no scan of each file when its decoder is made), where "
+              "`torchcodec-cpu`'s exact mode scans every file again for every clip, inside the timed epochs."]
     return lines, not_run
 
 

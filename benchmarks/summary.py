@@ -46,6 +46,7 @@ _PATHS = ("daliload-dali-gpu", "daliload-dali-cpu", "daliload-fallback")
 _README_LOADERS = {
     "blog-pyav": ("blog approach (whole-file PyAV)", None),
     "torchcodec-cpu": ("torchcodec", "torchcodec"),
+    "torchcodec-cpu-approx": ("torchcodec {version}, approximate seek (no scan)", "torchcodec"),
     "decord-cpu": ("decord", "decord"),
     "torchcodec-cuda": ("torchcodec on NVDEC", "torchcodec"),
     "dali-readers-video": ("DALI readers.video", None),
@@ -220,7 +221,10 @@ def readme_section(result: dict) -> str:
     for loader in present:
         title, package = _README_LOADERS[loader]
         version = machine["versions"].get(package) if package else None
-        columns.append(f"{title} {version}" if version else title)
+        if "{version}" in title:
+            columns.append(title.format(version=version or "").replace(" ,", ","))
+        else:
+            columns.append(f"{title} {version}" if version else title)
     table = ratios(result)
     load = f"load average {machine.get('load_avg_start')} to {machine.get('load_avg_end')}"
     lines = [f"Generated from run `{result['name']}` ({machine_line(machine)}; {load} on "

@@ -18,20 +18,28 @@ Four steps, each printed as it runs:
                             same spec reuses the data)
       run/                  checkpoint.pt and metrics.json of the training script
       report/
-        contact_sheet.png   frames of augmented training clips with their labels
-        training_curve.png  loss and top-1 per epoch, with chance level
+        contact_sheet.png   augmented training clips: label, file, decoder, source frames
+        training_curve.png  loss and top-1 per epoch, chance level, multi-view top-1
         metrics.json        every number printed, and the per-epoch history
 
 The defaults fit a 2-core CPU machine in under 10 minutes: 6 classes of 32
 files at 170x128 (half of Kinetics' 340x256, and inside NVDEC's VP9 minimum of
 128x128 on a GPU), 8-frame clips at stride 8 cropped to 80x80, 15 epochs of the
-small 3D CNN. On a shared 2-core VM without a GPU the whole demo took 3.5
-minutes and reached 0.96-0.98 validation top-1 (chance 0.17).
+small 3D CNN, decoded as users' runs decode them: DALI where the scan routed a
+file, the PyAV fallback in its worker processes (``DecodeSpec``'s default)
+for the rest. On 2 cores those processes share the cores with the training
+step and do not make the demo faster (on a busy machine they made it slower
+than ``--fallback-workers 0``, the debugging mode): the demo shows the mode a
+user runs. Training stops at a time cap (``--minutes``) after the epoch past
+which another would overrun it; the demo then says how many of the planned
+epochs ran, and the report records both. README.md gives a run's figures,
+written from its ``metrics.json`` by ``python -m benchmarks.demo_section``.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import logging
 import os
@@ -90,7 +98,7 @@ class DemoConfig:
     short_side: tuple[int, int] = (88, 112)
     lr: float = 0.05
     model: str = "small3d"
-    fallback_workers: int = 0
+    fallback_workers: int = 2  # DecodeSpec's default: the mode users get (0 decodes in the training process)
     dali_threads: int = 2
     seed: int = 0
     synth_workers: int = 2
@@ -106,7 +114,9 @@ class DemoResult:
             (temporal windows from the first frame to the last, three crops),
             ``nan`` when it did not run.
         chance: share of the largest class among the usable val videos.
-        epochs: epochs trained.
+        epochs: epochs trained (fewer than ``epochs_planned`` when the time cap cut training short).
+        epochs_planned: epochs asked for (:attr:`DemoConfig.epochs`).
+        stopped_early: why training stopped before ``epochs_planned``, or ``None``.
         clips_per_s: training throughput over all epochs, clips/s (all ranks).
         dali_share: share of training clips DALI decoded, over all epochs.
         report_dir: the report folder.
@@ -117,6 +127,8 @@ class DemoResult:
     multiview_top1: float
     chance: float
     epochs: int
+    epochs_planned: int
+    stopped_early: str | None
     clips_per_s: float
     dali_share: float
     report_dir: str
@@ -136,6 +148,7 @@ def run_demo(config: DemoConfig, *, echo: Callable[[str], None] = logger.info) -
     import torch
 
     started = time.perf_counter()
+    load_start = _load_average()
     out = Path(config.out).absolute()
     data, run_dir, report_dir = out / "data", out / "run", out / "report"
     report_dir.mkdir(parents=True, exist_ok=True)
@@ -157,7 +170,7 @@ def run_demo(config: DemoConfig, *, echo: Callable[[str], None] = logger.info) -
     t0 = time.perf_counter()
     history = metrics["history"]
     last = history[-1]
-    pictures = _draw(config, data, report_dir, history, chance=scanned["chance"])
+    pictures = _draw(config, data, report_dir, metrics, chance=scanned["chance"])
     throughput = _throughput(history)
     loader = _loader_totals(metrics, data)
     seconds["report"] = time.perf_counter() - t0
@@ -166,11 +179,15 @@ def run_demo(config: DemoConfig, *, echo: Callable[[str], None] = logger.info) -
     report = {
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                     "python": platform.python_version(), "torch": torch.__version__,
-                    "dali": _dali_version(), "device": device},
+                    "dali": _dali_version(), "device": device,
+                    "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
+                    "load_average_start": load_start, "load_average_end": _load_average()},
         "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(config).items()},
         "dataset": dataset,
         "scan": {k: v for k, v in scanned.items() if k != "chance"},
-        "training": {"epochs": len(history), "val_top1": last.get("val_top1"),
+        "training": {"epochs_run": len(history), "epochs_planned": config.epochs,
+                     "stopped_early": metrics.get("stopped_early"), "time_cap_minutes": config.minutes,
+                     "fallback_workers": config.fallback_workers, "val_top1": last.get("val_top1"),
                      "multiview": metrics.get("multiview"),
                      "chance": scanned["chance"], **throughput, "history": history},
         "loader": loader,
@@ -182,7 +199,9 @@ def run_demo(config: DemoConfig, *, echo: Callable[[str], None] = logger.info) -
     multiview = metrics.get("multiview") or {}
     return DemoResult(val_top1=float(last.get("val_top1", float("nan"))),
                       multiview_top1=float(multiview.get("top1", float("nan"))), chance=scanned["chance"],
-                      epochs=len(history), clips_per_s=throughput["clips_per_s"],
+                      epochs=len(history), epochs_planned=config.epochs,
+                      stopped_early=(metrics.get("stopped_early") or {}).get("reason"),
+                      clips_per_s=throughput["clips_per_s"],
                       dali_share=loader["dali_share"],
                       report_dir=str(report_dir), seconds=seconds["total"])
 
@@ -255,7 +274,7 @@ def _train(config: DemoConfig, data: Path, run_dir: Path, echo) -> dict:
     return train_ddp.main(argv)
 
 
-def _draw(config: DemoConfig, data: Path, report_dir: Path, history: list[dict], *,
+def _draw(config: DemoConfig, data: Path, report_dir: Path, metrics: dict, *,
           chance: float) -> dict:  # fmt: skip
     """Step 4's pictures: a contact sheet of augmented training clips and the training curve."""
     from daliload.preview import preview
@@ -265,8 +284,11 @@ def _draw(config: DemoConfig, data: Path, report_dir: Path, history: list[dict],
                     frame_stride=config.frame_stride, crop_size=config.crop_size,
                     short_side_range=config.short_side, seed=config.seed, epoch=0)
     curve = report_dir / "training_curve.png"
-    plot_training_curve(history, curve, chance=chance,
-                        title=f"{config.model} on {config.num_classes} generated classes")
+    history, stopped = metrics["history"], metrics.get("stopped_early")
+    title = f"{config.model} on {config.num_classes} generated classes"
+    if stopped:
+        title += f": stopped after {len(history)} of {config.epochs} epochs by the {config.minutes:g}-minute cap"
+    plot_training_curve(history, curve, chance=chance, multiview=metrics.get("multiview"), title=title)
     return {"contact_sheet": sheet.path, "training_curve": str(curve)}
 
 
@@ -303,6 +325,12 @@ def _echo_report(report: dict, report_dir: Path, echo: Callable[[str], None]) ->
     failures = loader["run_time_failures"]
     echo(f"[4/4] report in {report_dir}")
     echo("")
+    stopped = training["stopped_early"]
+    if stopped:
+        echo(f"training was cut short: {len(history)} of {training['epochs_planned']} epochs ran (epochs 0-"
+             f"{stopped['after_epoch']}); another epoch would have passed the {training['time_cap_minutes']:g}-minute "
+             f"cap on this machine. The learning-rate schedule was set for {training['epochs_planned']} epochs, so "
+             f"the model is less trained than the defaults intend: give --minutes more time, or fewer --epochs.")
     echo(f"validation top-1: {last.get('val_top1', float('nan')):.3f} after {len(history)} epochs "
          f"(chance {training['chance']:.3f}; {last.get('val_clips', 0)} val videos, one centred view each)")
     multiview = training.get("multiview")
@@ -326,25 +354,48 @@ def _echo_report(report: dict, report_dir: Path, echo: Callable[[str], None]) ->
 
 
 def plot_training_curve(history: list[dict], path: str | os.PathLike, *,
-                        chance: float | None = None, title: str = "") -> None:
+                        chance: float | None = None, multiview: dict | None = None, title: str = "") -> None:
     """Loss (left axis) and train/val top-1 (right axis) per epoch, as a 700x400 PNG.
+
+    Epochs are numbered as the training script prints them (from 0), on whole
+    numbers only; the legend sits under the axes, where it covers no line.
 
     Args:
         history: the per-epoch records of the training script's ``metrics.json``
             (``epoch``, ``train_loss``, ``train_top1``, optionally ``val_top1``).
         path: PNG to write.
         chance: drawn as a dashed line on the top-1 axis when given.
+        multiview: the script's final multi-view record (``views``, ``top1``),
+            drawn as one point at the last epoch, when given.
         title: figure title.
     """
     from daliload.preview import _pyplot
 
     plt = _pyplot()
-    epochs = [r["epoch"] + 1 for r in history]
+    figure = training_curve_figure(history, chance=chance, multiview=multiview, title=title)
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(path)
+    finally:
+        plt.close(figure)
+
+
+def training_curve_figure(history: list[dict], *, chance: float | None = None, multiview: dict | None = None,
+                          title: str = ""):
+    """The matplotlib figure :func:`plot_training_curve` writes (the caller closes it)."""
+    from matplotlib.ticker import MaxNLocator
+
+    from daliload.preview import _pyplot
+
+    plt = _pyplot()
+    epochs = [r["epoch"] for r in history]
     figure, loss_axis = plt.subplots(figsize=(7, 4), dpi=100)
     try:
         loss_axis.plot(epochs, [r["train_loss"] for r in history], color="tab:red", marker="o",
-                       label="train loss")
+                       label="train loss (left axis)")
         loss_axis.set_xlabel("epoch")
+        loss_axis.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+        loss_axis.set_xlim(epochs[0] - 0.5, epochs[-1] + 0.5)  # a lone epoch gets no fractional ticks either
         loss_axis.set_ylabel("cross-entropy loss", color="tab:red")
         loss_axis.set_ylim(bottom=0)
         top1_axis = loss_axis.twinx()
@@ -352,21 +403,34 @@ def plot_training_curve(history: list[dict], path: str | os.PathLike, *,
                        label="train top-1")
         if all("val_top1" in r for r in history):
             top1_axis.plot(epochs, [r["val_top1"] for r in history], color="tab:green", marker="s",
-                           label="val top-1")
+                           label="val top-1 (1 view per video)")
+        if multiview:
+            views = multiview["views"]
+            top1_axis.plot([epochs[-1]], [multiview["top1"]], color="tab:purple", marker="*", markersize=13,
+                           linestyle="none", zorder=5,
+                           label=f"val top-1, {views[0]} x {views[1]} views per video (after training)")
         if chance is not None:
-            top1_axis.axhline(chance, color="grey", linestyle="--", label=f"chance ({chance:.2f})")
-        top1_axis.set_ylim(0, 1)
+            top1_axis.axhline(chance, color="grey", linestyle="--", label=f"chance top-1 ({chance:.2f})")
+        top1_axis.set_ylim(0, 1.02)
         top1_axis.set_ylabel("top-1")
         handles, labels = loss_axis.get_legend_handles_labels()
         more_handles, more_labels = top1_axis.get_legend_handles_labels()
-        top1_axis.legend(handles + more_handles, labels + more_labels, loc="center right",
-                         fontsize=8)
-        figure.suptitle(title)
-        figure.tight_layout()
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        figure.savefig(path)
-    finally:
+        figure.legend(handles + more_handles, labels + more_labels, loc="lower center", ncol=3, fontsize=7,
+                      frameon=False)
+        figure.suptitle(title, fontsize=10)
+        figure.tight_layout(rect=(0, 0.11, 1, 1))
+    except BaseException:
         plt.close(figure)
+        raise
+    return figure
+
+
+def _load_average() -> list[float] | None:
+    """1, 5 and 15-minute load averages, to tell a busy machine's run from a quiet one's."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
 
 
 def _dali_version() -> str | None:

@@ -22,6 +22,9 @@ A batch's ``videos`` is ``(B, C, T, H, W)`` (one view per video) or
 ``(B, V, C, T, H, W)`` (``V`` views per video; ``T, C`` for layout TCHW): the
 model sees ``(N, C, T, H, W)`` chunks of at most ``views_per_forward`` views,
 and a video's score is the mean (or max) of its views' softmax scores.
+Floating-point clips are cast to the dtype of the model's parameters first:
+the loader yields float16 by default and a model is usually float32, which a
+``Linear`` layer refuses (``mat1 and mat2 must have the same dtype``).
 
 Sums are taken in rank order from per-rank totals, so top-1/top-5 do not
 depend on the world size; the loss may differ in its last bits.
@@ -29,11 +32,14 @@ depend on the world size; the loss may differ in its last bits.
 
 from __future__ import annotations
 
+import itertools
 import math
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Literal, Sequence
 
 import torch
+from tqdm import tqdm
 
 from daliload import dist
 
@@ -109,12 +115,18 @@ def evaluate(
     topk: Sequence[int] = (1, 5),
     reduce: Reduce = "mean",
     views_per_forward: int | None = None,
+    progress: bool | None = None,
 ) -> EvalResult:
     """Score ``model`` on every video of ``loader``'s split exactly once; the same result on every rank.
 
     Args:
         model: maps ``(N, C, T, H, W)`` (the loader's layout) to ``(N, num_classes)`` logits.
-            Put in eval mode for the pass and restored afterwards.
+            Put in eval mode for the pass and restored afterwards. Floating-point
+            clips are cast to the dtype of its first floating-point parameter (or
+            buffer) before each call, so float16 batches feed a float32 model
+            (and float32 batches a bfloat16 one); uint8 clips are passed as they
+            are. Under ``torch.autocast`` the autocast dtype still decides what
+            each layer computes in.
         loader: a :class:`~daliload.KineticsDALILoader` of an evaluation split
             (not ``"train"``), at the start of a pass.
         topk: the ``k`` of the top-k accuracies (1 is always included).
@@ -122,6 +134,9 @@ def evaluate(
         views_per_forward: at most this many views per model call (bounds
             memory: a batch of 8 videos x 30 views is 240 clips); ``None``
             runs a whole batch at once.
+        progress: a progress bar (batches, on stderr) on rank 0: ``None``
+            (default) shows it when stderr is a terminal, ``True`` always,
+            ``False`` never. Other ranks never show one.
 
     Raises:
         ValueError: a training loader, one set to resume mid-epoch, bad ``topk``,
@@ -130,16 +145,39 @@ def evaluate(
             split's decodable videos, each once (the message names them).
     """
     ks = _check_args(loader, topk, reduce, views_per_forward)
+    if progress is not None and not isinstance(progress, bool):
+        raise ValueError(f"progress must be True, False or None (on a terminal), got {progress!r}")
     plan = loader.plan()
     tally = _RankTally(correct={k: 0 for k in ks})
     was_training = model.training
     model.eval()
+    bar = tqdm(total=len(plan), unit="batch", desc=f"evaluate {getattr(loader, 'split', '')}".rstrip(),
+               disable=not _shows_progress(progress), dynamic_ncols=True, leave=False)
     try:
         with torch.no_grad():
-            scores = _score_pass(model, loader, plan, tally, ks, reduce, views_per_forward)
+            scores = _score_pass(model, loader, plan, tally, ks, reduce, views_per_forward, bar.update)
     finally:
+        bar.close()
         model.train(was_training)
     return _combine(loader, tally, scores, ks)
+
+
+def _shows_progress(progress: bool | None) -> bool:
+    """Rank 0 only; ``None``: when stderr is a terminal (not in a log file or a CI job)."""
+    if dist.rank() != 0 or progress is False:
+        return False
+    if progress is None:
+        isatty = getattr(sys.stderr, "isatty", None)
+        return bool(isatty is not None and isatty())
+    return True
+
+
+def _input_dtype(model: torch.nn.Module) -> torch.dtype | None:
+    """The dtype the model computes in: that of its first floating-point parameter or buffer."""
+    for tensor in itertools.chain(model.parameters(), model.buffers()):
+        if tensor.is_floating_point():
+            return tensor.dtype
+    return None
 
 
 def _check_args(loader: Any, topk: Sequence[int], reduce: str, views_per_forward: int | None) -> list[int]:
@@ -162,8 +200,8 @@ def _check_args(loader: Any, topk: Sequence[int], reduce: str, views_per_forward
 
 
 def _score_pass(model, loader, plan, tally: _RankTally, ks: list[int], reduce: str,
-                views_per_forward: int | None) -> dict[int, torch.Tensor]:
-    """Run the pass; fill ``tally``; return ``{video_index: scores}`` of this rank."""
+                views_per_forward: int | None, done) -> dict[int, torch.Tensor]:
+    """Run the pass; fill ``tally``; call ``done(1)`` after each batch; return ``{video_index: scores}``."""
     kept: dict[int, torch.Tensor] = {}
     batches = iter(loader)
     for number, samples in enumerate(plan):
@@ -192,6 +230,7 @@ def _score_pass(model, loader, plan, tally: _RankTally, ks: list[int], reduce: s
             _count(tally, scores[row], int(sample.label), ks)
             tally.scored.append(sample.video_index)
             kept[sample.video_index] = scores[row]
+        done(1)
     if next(batches, None) is not None:
         raise EvaluationCountError(f"the loader yielded more batches than the {len(plan)} of its plan")
     return kept
@@ -201,8 +240,12 @@ def _video_scores(model, videos: torch.Tensor, views_per_forward: int | None, re
     """``(B, num_classes)`` float32 CPU scores: softmax per view, then the mean or max over views."""
     num_videos, views = videos.shape[:2]
     flat = videos.reshape(num_videos * views, *videos.shape[2:])
+    dtype = _input_dtype(model)
+    if dtype is None or not flat.is_floating_point():
+        dtype = flat.dtype
     step = views_per_forward or flat.shape[0]
-    logits = torch.cat([model(flat[i:i + step]) for i in range(0, flat.shape[0], step)])
+    # Cast chunk by chunk: a float32 copy of a whole 30-view batch would double its memory.
+    logits = torch.cat([model(flat[i:i + step].to(dtype)) for i in range(0, flat.shape[0], step)])
     if logits.dim() != 2 or logits.shape[0] != flat.shape[0]:
         raise ValueError(f"the model returned shape {tuple(logits.shape)} for {flat.shape[0]} clips; "
                          f"evaluate() needs (clips, num_classes) logits")

@@ -11,7 +11,8 @@ backend), or with plain ``python`` for one process::
     torchrun --nproc_per_node=2 examples/train_ddp.py demo_out/data --device cpu --epochs 15 \\
         --batch-size 4 --clip-len 8 --frame-stride 8 --crop-size 80 --short-side 88 112 \\
         --lr 0.05 --fallback-workers 0
-    # the same command with --resume continues from OUT/checkpoint.pt after a stop
+    # the same command with --resume continues from OUT/checkpoint.pt after a stop;
+    # --log tensorboard (or wandb) also sends the numbers to a tracker (examples/tracking.py)
 
 What it writes under ``--out`` (rank 0 only)::
 
@@ -21,10 +22,14 @@ What it writes under ``--out`` (rank 0 only)::
                         replaced atomically after every epoch
       metrics.json      arguments, classes, one record per epoch (loss, train and
                         val top-1, clips/s, data wait, DALI share), loader stats,
-                        and the final multi-view top-1 (``--views``)
+                        the final multi-view top-1 (``--views``), and
+                        ``stopped_early`` when ``--max-minutes`` cut the run short
+      tensorboard/ or wandb/   with ``--log tensorboard`` or ``--log wandb``
 
 The same file is installed as ``daliload.examples.train_ddp`` (a symbolic
 link; see that package's docstring), which is what ``daliload demo`` runs.
+Experiment tracking (``--log``) lives beside it in ``examples/tracking.py``
+(``daliload.examples.tracking``), so that this file stays about the loop.
 
 One file of about 500 lines on purpose: it is the example a user reads top to
 bottom and copies into their own project, so the model, the DDP set-up, the
@@ -50,6 +55,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from daliload import AugmentSpec, DecodeSpec, EvalResult, KineticsDALILoader, evaluate
+from daliload.examples.tracking import TRACKERS, WANDB_MODES, Tracker, check_tracker, open_tracker
 from daliload.loader import PADDING_LABEL
 
 MODELS = ("small3d", "r3d_18", "r2plus1d_18")
@@ -234,7 +240,7 @@ def prepare(videos: torch.Tensor, labels: torch.Tensor, env: DistEnv, amp_dtype)
 
 
 def train_one_epoch(model, loader, optimizer, scheduler, scaler, env: DistEnv, amp_dtype,
-                    epoch: int, log_every: int, log) -> dict:
+                    epoch: int, log_every: int, log, tracker: Tracker) -> dict:
     model.train()
     steps, data_wait = len(loader), 0.0
     totals = torch.zeros(3, device=env.device)  # loss sum, correct, clips
@@ -265,10 +271,13 @@ def train_one_epoch(model, loader, optimizer, scheduler, scaler, env: DistEnv, a
         window_clips += len(labels)
         if step % log_every == 0:
             now = time.perf_counter()
-            log(f"epoch {epoch} step {step}/{steps}  loss {loss.item():.3f}  "
-                f"lr {scheduler.get_last_lr()[0]:.4f}  "
-                f"{window_clips * env.world_size / (now - window_start):.1f} clips/s  "
-                f"data wait {1000 * window_wait / log_every:.0f} ms/step")
+            figures = {"train/loss": loss.item(), "train/lr": scheduler.get_last_lr()[0],
+                       "train/clips_per_s": window_clips * env.world_size / (now - window_start),
+                       "train/data_wait_ms": 1000 * window_wait / log_every}
+            log(f"epoch {epoch} step {step}/{steps}  loss {figures['train/loss']:.3f}  "
+                f"lr {figures['train/lr']:.4f}  {figures['train/clips_per_s']:.1f} clips/s  "
+                f"data wait {figures['train/data_wait_ms']:.0f} ms/step")
+            tracker.scalars(figures, step=epoch * steps + step)
             window_start, window_wait, window_clips = now, 0.0, 0
     seconds = time.perf_counter() - started
     if env.world_size > 1:
@@ -284,28 +293,18 @@ def train_one_epoch(model, loader, optimizer, scheduler, scaler, env: DistEnv, a
     }
 
 
-class FloatInput(nn.Module):
-    """The model, fed float32 clips when there is no autocast (the loader yields float16)."""
-
-    def __init__(self, model: nn.Module, to_float: bool) -> None:
-        super().__init__()
-        self.model, self.to_float = model, to_float
-
-    def forward(self, clips: torch.Tensor) -> torch.Tensor:
-        return self.model(clips.float() if self.to_float else clips)
-
-
 def validate(model, loader, amp_dtype, *, views_per_forward: int | None = None) -> EvalResult:
     """Top-1/top-5 over the split with :func:`daliload.evaluate`: every video exactly once across the ranks.
 
     The loader pads each rank's share (and the last batch) so DDP ranks stay in
     step; ``evaluate`` drops that padding (and clips that failed to decode) by
     the loader's plan, scores multi-view batches per video, and raises if the
-    ranks together did not see each video of the split exactly once.
+    ranks together did not see each video of the split exactly once. It feeds
+    the model its own dtype (the loader's float16 clips become float32), and
+    rank 0 shows a progress bar on a terminal.
     """
     with autocast(amp_dtype):
-        return evaluate(FloatInput(model, amp_dtype is None), loader, topk=(1, 5),
-                        views_per_forward=views_per_forward)
+        return evaluate(model, loader, topk=(1, 5), views_per_forward=views_per_forward)
 
 
 def evaluate_epoch(model, loader, amp_dtype) -> dict:
@@ -385,6 +384,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-minutes", type=float, default=None,
                    help="stop after the first epoch past which another would overrun this budget")
     p.add_argument("--log-every", type=int, default=10, help="steps between progress lines")
+    p.add_argument("--log", default="none", choices=TRACKERS,
+                   help="also log to TensorBoard (OUT/tensorboard) or Weights & Biases (OUT/wandb); "
+                        "needs `pip install tensorboard` or `pip install wandb`")
+    p.add_argument("--wandb-project", default="daliload", help="Weights & Biases project (--log wandb)")
+    p.add_argument("--wandb-mode", default="offline", choices=WANDB_MODES,
+                   help="offline: files only, upload later with `wandb sync`; online: log live")
     args = p.parse_args(argv)
     for name in ("epochs", "batch_size", "clip_len", "frame_stride", "crop_size", "log_every"):
         if getattr(args, name) < 1:
@@ -467,19 +472,22 @@ def resume(args, out: Path, training: Training, train_loader, env: DistEnv, log)
 
 
 def run_epoch(epoch: int, training: Training, train_loader, val_loader, env: DistEnv, args,
-              log) -> tuple[dict, list]:
+              log, tracker: Tracker) -> tuple[dict, list]:
     """Train one epoch (and validate); returns its record and every rank's loader stats."""
     train_loader.set_epoch(epoch)
     record = {"epoch": epoch, "lr": training.scheduler.get_last_lr()[0]}
     record.update(train_one_epoch(training.model, train_loader, training.optimizer,
                                   training.scheduler, training.scaler, env, training.amp_dtype,
-                                  epoch, args.log_every, log))
+                                  epoch, args.log_every, log, tracker))
     stats = all_gather(train_loader.stats(), env)
     record["clips_dali"] = sum(s.clips_dali for s in stats)
     record["clips_fallback"] = sum(s.clips_fallback for s in stats)
     record["decode_failures"] = sum(len(s.failures) for s in stats)
     if val_loader is not None:
         record.update(evaluate_epoch(training.unwrapped, val_loader, training.amp_dtype))
+    record["dali_share"] = record["clips_dali"] / max(1, record["clips_dali"] + record["clips_fallback"])
+    tracker.scalars({f"epoch/{k}": v for k, v in record.items() if k != "epoch" and v is not None},
+                    step=(epoch + 1) * len(train_loader))
     return record, stats
 
 
@@ -500,6 +508,7 @@ def main(argv: list[str] | None = None) -> dict:
     """Train; returns what ``metrics.json`` holds (on every rank)."""
     args = parse_args(argv)
     check_model_name(args.model)  # before any data work
+    check_tracker(args.log)
     env = setup_distributed(args.device)
     log = (lambda msg: print(msg, flush=True)) if env.rank == 0 else (lambda msg: None)
     out = Path(args.out)
@@ -521,9 +530,11 @@ def main(argv: list[str] | None = None) -> dict:
     if start_epoch >= args.epochs:
         log(f"nothing to do: the checkpoint is at epoch {start_epoch - 1} "
             f"of --epochs {args.epochs}")
+    tracker = open_tracker(args.log, out, vars(args), rank=env.rank, wandb_project=args.wandb_project,
+                           wandb_mode=args.wandb_mode)
     started = time.perf_counter()
     for epoch in range(start_epoch, args.epochs):
-        record, stats = run_epoch(epoch, training, train_loader, val_loader, env, args, log)
+        record, stats = run_epoch(epoch, training, train_loader, val_loader, env, args, log, tracker)
         history.append(record)
         log(_epoch_line(record))
 
@@ -531,18 +542,25 @@ def main(argv: list[str] | None = None) -> dict:
         loader_stats = [dataclasses.asdict(s) | {"dali_share": s.dali_share} for s in stats]
         metrics = {"args": vars(args), "classes": classes, "world_size": env.world_size,
                    "history": history, "loader_stats": loader_stats}
+        stop = (args.max_minutes is not None and epoch + 1 < args.epochs
+                and _next_epoch_overruns(started, epoch + 1 - start_epoch, args.max_minutes, env))
+        if stop:
+            reason = f"another epoch would overrun --max-minutes {args.max_minutes:g}"
+            metrics["stopped_early"] = {"after_epoch": epoch, "epochs_run": len(history),
+                                        "epochs_planned": args.epochs, "reason": reason}
         if env.rank == 0:
             save_epoch(out, epoch, training, loader_states, metrics)
-        if args.max_minutes is not None and _next_epoch_overruns(started, epoch + 1 - start_epoch,
-                                                                 args.max_minutes, env):
-            log(f"stopping after epoch {epoch}: another epoch would overrun "
-                f"--max-minutes {args.max_minutes:g}")
+        if stop:
+            log(f"stopping after epoch {epoch} ({len(history)} of {args.epochs} epochs): {reason}")
             break
 
     if val_loader is not None and min(args.views) > 0:
         metrics["multiview"] = evaluate_views(args, training.unwrapped, env, training.amp_dtype, log)
+        tracker.scalars({f"eval/multiview_{k}": metrics["multiview"][k] for k in ("top1", "top5")
+                         if metrics["multiview"][k] is not None}, step=len(history) * steps_per_epoch)
         if env.rank == 0:
             atomic_write(out / METRICS_NAME, lambda f: f.write(json.dumps(metrics, indent=2).encode()))
+    tracker.close()
     if metrics["loader_stats"]:
         log("loader, last epoch (rank 0):\n" + train_loader.stats().format())
     train_loader.close()

@@ -100,6 +100,9 @@ def test_smoke_run_reports_every_peer(tmp_path):
     # The whole loader planned the run's windows itself (it refuses to run otherwise).
     whole = by_loader["daliload"]
     assert whole["status"] == "ok" and whole["plan_windows"] is True and whole["runs"][0]["clips"] == 3
+    # On the CPU every H.264 clip goes through its fallback: the loader's own count, not an estimate.
+    assert whole["figures"]["frames_counted"] is True
+    assert whole["runs"][0]["frames_decoded"] == fallback["runs"][0]["frames_decoded"]
     # The blog approach decodes whole files: 30 frames per clip, 30 - 8 distinct used frames wasted.
     blog = by_loader["blog-pyav"]
     assert blog["status"] == "ok" and blog["runs"][0]["frames_decoded"] == 189
@@ -146,7 +149,7 @@ def test_results_md_keeps_the_newest_run_of_each_name(tmp_path):
     assert md.read_text().endswith("fallback table\n\n### CUDA run `gpu` — a GPU\n\ngpu table\n")
 
 
-@pytest.mark.parametrize("peer", ["blog-pyav", "torchcodec-cpu", "decord-cpu"])
+@pytest.mark.parametrize("peer", ["blog-pyav", "torchcodec-cpu", "torchcodec-cpu-approx", "decord-cpu"])
 def test_peer_decodes_the_planned_frames(make_clip, peer):
     reason = _available(peer)
     if reason:
@@ -237,6 +240,7 @@ def test_daliload_adapter_runs_its_own_plan_which_is_the_runs(tiny_vp9):
         adapter.close()
     assert [b.num_clips for b in batches] == [2, 1]
     assert (stats.clips_dali, stats.clips_fallback) == (3, 0)  # VP9 routes to DALI on the CPU
+    assert all(b.frames_decoded is None for b in batches)  # DALI cannot count its frames
     # Another seed draws other windows: the adapter refuses to time them under the run's name.
     other = make_plan(tiny_vp9.videos, TaskSpec(batch_size=2, seed=6), loader_order(tiny_vp9))
     with pytest.raises(ValueError, match="daliload's own plan differs from the run's plan at position 0"):
@@ -385,6 +389,16 @@ def test_faults_benchmark_writes_memory_and_culprit_figures(tmp_path):
         assert len(run["broken"]["rerouted"]) == 1 and run["after"]["clips_redecoded"] == 0
     text = md.read_text()
     assert "### Faults run `faults`" in text and "growth" in text and "bisects the batch" in text
+
+
+def test_the_whole_loader_is_never_credited_with_an_estimate():
+    """Its count is the fallback's; an epoch DALI took clips of has no figure rather than a mixed estimate."""
+    from benchmarks.harness import decode_estimate
+
+    counts = {"frames_used": 10, "seek_estimate": 50, "from_start_estimate": 300}
+    assert decode_estimate(load_adapter("daliload"), counts) is None
+    assert decode_estimate(load_adapter("daliload-dali-cpu"), counts) == 300
+    assert decode_estimate(load_adapter("torchcodec-cpu"), counts) == 50
 
 
 def test_dali_rows_are_credited_with_decoding_from_frame_zero():

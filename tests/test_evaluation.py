@@ -170,6 +170,110 @@ def test_views_are_scored_per_video_with_the_mean_or_max_of_their_softmax(seven)
     torch.testing.assert_close(largest.video_scores["/v0.mp4"], probs[0].amax(dim=0))
 
 
+class LinearOnMeans(torch.nn.Module):
+    """A real layer on each clip's per-channel, per-frame means; floating-point clips are used as they come.
+
+    ``Linear`` refuses a float16 input with a float32 weight (``mat1 and mat2
+    must have the same dtype``): the model sees the dtype ``evaluate`` hands it.
+    It scales uint8 clips itself, as a model fed uint8 would.
+    """
+
+    def __init__(self, frames: int = 4, dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(3 * frames, 7, dtype=dtype)
+        with torch.no_grad():
+            self.linear.weight.copy_(torch.randn(7, 3 * frames, generator=torch.Generator().manual_seed(5)))
+        self.dtypes: list[torch.dtype] = []
+
+    def forward(self, clips: torch.Tensor) -> torch.Tensor:
+        self.dtypes.append(clips.dtype)
+        if not clips.is_floating_point():
+            clips = clips.to(self.linear.weight.dtype) / 255
+        return self.linear(clips.mean(dim=(3, 4)).flatten(1))
+
+
+def test_float16_batches_feed_a_float32_model(seven):
+    """The loader's default output is float16; a float32 model gets float32 clips, with the same scores."""
+    loader = KineticsDALILoader(seven, "val", batch_size=2, clip_len=4, frame_stride=2,
+                                augment=AugmentSpec(crop_size=(48, 64), crop_mode="center"),
+                                output=OutputSpec(size=(48, 64)),  # float16, the default
+                                decode=DecodeSpec(fallback_workers=1, timeout_s=30.0))
+    videos, _ = next(iter(loader))
+    assert videos.dtype == torch.float16
+    model = LinearOnMeans()
+    with pytest.raises(RuntimeError, match="must have the same dtype"):
+        model(videos)  # what evaluate() met before it cast
+    model.dtypes.clear()
+    result = evaluate(model, loader)
+    assert result.num_videos == 7 and set(model.dtypes) == {torch.float32}
+    reference = make_loader(seven)  # float32 clips of the same plan: the cast changes nothing that counts
+    expected = evaluate(model, reference)
+    assert result.topk == expected.topk
+    for path, scores in expected.video_scores.items():
+        torch.testing.assert_close(result.video_scores[path], scores, atol=2e-3, rtol=0)
+    # The other way round: float32 clips into a bfloat16 model become bfloat16.
+    bf16 = LinearOnMeans(dtype=torch.bfloat16)
+    assert evaluate(bf16, reference).num_videos == 7 and set(bf16.dtypes) == {torch.bfloat16}
+    loader.close()
+    reference.close()
+
+
+def test_uint8_clips_and_a_model_without_parameters_are_passed_as_they_are():
+    class Uint8Views(MultiViewLoader):
+        def __iter__(self):
+            for videos, labels in super().__iter__():
+                yield videos.to(torch.uint8), labels
+
+    model = LinearOnMeans(frames=4)
+    evaluate(model, Uint8Views())
+    assert set(model.dtypes) == {torch.uint8}  # the model decides how to scale 0..255 pixels
+
+    seen: list[torch.dtype] = []
+
+    class NoParameters(torch.nn.Module):
+        def forward(self, clips):
+            seen.append(clips.dtype)
+            return clips.float().mean(dim=(1, 3, 4))[:, :1].expand(-1, 7) * torch.arange(7.0)
+
+    evaluate(NoParameters(), MultiViewLoader())
+    assert set(seen) == {torch.float32}
+
+
+def test_a_progress_bar_on_rank_0_only_and_only_when_asked_or_on_a_terminal(monkeypatch, capsys):
+    evaluate(ChannelMeans(), MultiViewLoader(), progress=True)
+    err = capsys.readouterr().err
+    assert "evaluate val:" in err and "0/1" in err
+    evaluate(ChannelMeans(), MultiViewLoader(), progress=False)
+    assert capsys.readouterr().err == ""
+    evaluate(ChannelMeans(), MultiViewLoader())  # default: stderr is captured here, not a terminal
+    assert capsys.readouterr().err == ""
+
+    class Terminal:
+        def __init__(self):
+            self.text = []
+
+        def isatty(self):
+            return True
+
+        def write(self, text):
+            self.text.append(text)
+
+        def flush(self):
+            pass
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    evaluate(ChannelMeans(), MultiViewLoader())
+    assert "evaluate val:" in "".join(terminal.text)
+    monkeypatch.setenv("RANK", "1")  # another rank (no process group: daliload.dist reads torchrun's variables)
+    terminal.text.clear()
+    evaluate(ChannelMeans(), MultiViewLoader(), progress=True)
+    assert terminal.text == []
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="progress must be True, False or None"):
+        evaluate(ChannelMeans(), MultiViewLoader(), progress="yes")
+
+
 def free_port() -> int:
     import socket
 
@@ -198,6 +302,8 @@ def test_one_two_and_three_ranks_give_the_same_figures(seven, tmp_path):
         assert all(r["topk"] == ranks[0]["topk"] and r["per_class_top1"] == ranks[0]["per_class_top1"]
                    for r in ranks)  # every rank returns the same result
         assert all(r["scores"] is None for r in ranks[1:]) and len(ranks[0]["scores"]) == 7
+        bars = [(out / f"rank{r}.stderr").read_text() for r in range(world)]
+        assert "evaluate val:" in bars[0] and not any("evaluate" in bar for bar in bars[1:]), bars
         results[world] = ranks[0]
     assert results[1]["topk"] == results[2]["topk"] == results[3]["topk"]
     for world in (2, 3):

@@ -8,6 +8,7 @@ rows from both decoders, which is where clips and labels could come apart.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -23,7 +24,7 @@ from daliload import AugmentSpec, KineticsDALILoader, Manifest
 from daliload.cli import main as cli_main
 from daliload.examples import train_ddp
 from daliload.framecode import read_code
-from daliload.preview import LABEL_HEIGHT, PAD, denormalize, preview, render_contact_sheet
+from daliload.preview import CAPTION_HEIGHT, LABEL_HEIGHT, PAD, denormalize, preview, render_contact_sheet
 from daliload.synth.dataset import generate_dataset
 from daliload.synth.spec import SynthSpec
 
@@ -97,8 +98,11 @@ def test_torchrun_two_ranks_learns_and_resumes(dataset, tmp_path):
     # A budget no epoch fits in: the job stops after its first epoch, as a job out of time would.
     first = _torchrun([*common, "--max-minutes", "0.0001"], timeout=200)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-    assert "stopping after epoch 0: another epoch would overrun --max-minutes 0.0001" \
+    assert "stopping after epoch 0 (1 of 7 epochs): another epoch would overrun --max-minutes 0.0001" \
         in first.stdout
+    assert json.loads((out / "metrics.json").read_text())["stopped_early"] == {
+        "after_epoch": 0, "epochs_run": 1, "epochs_planned": 7,
+        "reason": "another epoch would overrun --max-minutes 0.0001"}
     checkpoint = torch.load(out / "checkpoint.pt", weights_only=False)
     assert checkpoint["epoch"] == 0 and len(checkpoint["loader"]) == 2
     assert [s["epoch"] for s in checkpoint["loader"]] == [0, 0]
@@ -108,7 +112,7 @@ def test_torchrun_two_ranks_learns_and_resumes(dataset, tmp_path):
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert f"resumed from {out / 'checkpoint.pt'} after epoch 0" in second.stdout
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["world_size"] == 2
+    assert metrics["world_size"] == 2 and "stopped_early" not in metrics
     history = metrics["history"]
     assert [r["epoch"] for r in history] == list(range(7))
     assert history[:1] == first_history  # epoch 0 comes back from the checkpoint, untouched
@@ -267,6 +271,10 @@ def test_contact_sheet_pixels_are_the_clip_pixels(tmp_path):
         render_contact_sheet(frames, [0, 0, 0], ["a"], tmp_path / "x.png", frames_per_clip=9)
     with pytest.raises(ValueError, match="label 2 is outside the 1 classes"):
         render_contact_sheet(frames, [0, 2, 0], ["a"], tmp_path / "x.png")
+    with pytest.raises(ValueError, match="got 2 detail lines for 3 clips"):
+        render_contact_sheet(frames, [0, 0, 0], ["a"], tmp_path / "x.png", details=["a.mp4", "b.mp4"])
+    with pytest.raises(ValueError, match="source_frames must give 8 frame numbers for each of the 3 clips"):
+        render_contact_sheet(frames, [0, 0, 0], ["a"], tmp_path / "x.png", source_frames=[range(8)] * 2 + [[1]])
 
 
 def test_denormalize_inverts_the_loader_normalisation():
@@ -285,7 +293,11 @@ def test_preview_shows_the_planned_frames_of_each_clip(dataset, tmp_path):
     sheet = preview(dataset, out, split="val", clips=5, frames_per_clip=4, clip_len=8,
                     frame_stride=4, crop_size=crop, seed=0)
     assert sheet.width == PAD + 4 * (128 + PAD)
-    assert sheet.height == PAD + 5 * (LABEL_HEIGHT + 96 + PAD)
+    # A note on top; per row two lines of title (label; file and decoder), the tiles, their frame numbers.
+    assert sheet.title_height == 2 * LABEL_HEIGHT and sheet.caption_height == CAPTION_HEIGHT
+    assert sheet.height == sheet.header_height + PAD + 5 * (2 * LABEL_HEIGHT + 96 + CAPTION_HEIGHT + PAD)
+    assert "The black-and-white strip across the top of each frame is not a decoding error" in sheet.note
+    assert "daliload synth paints every generated frame's number into it" in sheet.note
     image = _read_png(out)
     assert image.shape == (sheet.height, sheet.width, 3)
 
@@ -293,40 +305,60 @@ def test_preview_shows_the_planned_frames_of_each_clip(dataset, tmp_path):
                                 crop_size=crop)
     samples = loader.plan()[0]
     num_frames = {v.path: v.num_frames for v in loader.videos}
+    routes = {v.path: v.route for v in loader.videos}
     assert sheet.labels == tuple(s.label for s in samples)
     for row, sample in enumerate(samples):
         planned = sample.frame_indices(num_frames[sample.path])
-        assert sheet.titles[row].startswith(f"{sample.label}: {loader.classes[sample.label]}")
+        assert sheet.titles[row] == f"clip {row}: label {sample.label} ({loader.classes[sample.label]})"
+        decoder = "DALI on the CPU" if routes[sample.path] == "dali" else "the PyAV fallback"
+        assert sheet.details[row] == f"{os.path.relpath(sample.path, dataset)}, decoded by {decoder}"
+        assert sheet.source_frames[row] == tuple(planned)
         for column, t in enumerate(sheet.frame_indices):
             top, left, h, w = sheet.tile_box(row, column)
             assert read_code(image[top:top + h, left:left + w]).index == planned[t]
+    assert {routes[s.path] for s in samples} == {"dali", "fallback"}  # both decoders are named
+
+
+def test_a_sheet_of_a_dataset_not_made_by_synth_does_not_explain_a_strip_it_lacks(dataset, tmp_path):
+    from daliload.prescreen import scan
+
+    manifest = scan(dataset, manifest_path=tmp_path / "manifest.sqlite", device="cpu", workers=2,
+                    progress=False).manifest_path
+    sheet = preview(manifest, tmp_path / "sheet.png", split="val", clips=2, frames_per_clip=2, clip_len=4,
+                    crop_size=(96, 128))
+    assert sheet.note.startswith("Each row is one clip of the first val batch as the model receives it (its "
+                                 "centre crop;") and "strip" not in sheet.note
+    assert all(os.path.isabs(d.split(", decoded by ")[0]) for d in sheet.details)  # no root to be relative to
 
 
 def test_preview_command_writes_the_png(dataset, tmp_path, capsys):
     out = tmp_path / "cli.png"
     assert cli_main(["preview", str(dataset), "--out", str(out), "--clips", "3", "--frames", "2",
                      "--clip-len", "4", "--crop-size", "48", "--short-side", "56", "64"]) == 0
-    width, height = PAD + 2 * (96 + PAD), PAD + 3 * (LABEL_HEIGHT + 96 + PAD)
+    height, width, _ = _read_png(out).shape
+    assert width == PAD + 2 * (96 + PAD)
     assert f"wrote {out} ({width}x{height} px)" in capsys.readouterr().out
-    assert _read_png(out).shape == (height, width, 3)
 
 
 def test_demo_end_to_end_in_miniature(tmp_path):
     """The demo's four steps on a tiny dataset and one epoch: report files, numbers and reasons."""
     from daliload.demo import DemoConfig, run_demo
+    from daliload.options import DecodeSpec
 
     lines: list[str] = []
     config = DemoConfig(out=str(tmp_path / "demo"), num_classes=3, clips_per_class=8, width=128,
                         height=96, duration_s=1.5, broken_fraction=0.1, epochs=1, batch_size=8,
-                        clip_len=4, frame_stride=4, crop_size=48, short_side=(56, 64),
-                        fallback_workers=0, dali_threads=1)
+                        clip_len=4, frame_stride=4, crop_size=48, short_side=(56, 64), dali_threads=1)
     result = run_demo(config, echo=lines.append)
     report = tmp_path / "demo" / "report"
     assert _read_png(report / "contact_sheet.png").shape[1] == PAD + 4 * (96 + PAD)
     assert _read_png(report / "training_curve.png").shape == (400, 700, 3)
     metrics = json.loads((report / "metrics.json").read_text())
-    assert metrics["training"]["epochs"] == result.epochs == 1
-    assert result.chance == pytest.approx(metrics["training"]["chance"])
+    training = metrics["training"]
+    assert training["epochs_run"] == training["epochs_planned"] == result.epochs == 1
+    assert training["stopped_early"] is None and result.stopped_early is None
+    assert training["fallback_workers"] == DecodeSpec().fallback_workers > 0  # the mode users get
+    assert result.chance == pytest.approx(training["chance"])
     assert 0.3 <= result.chance <= 0.5
     bad = {Path(b["path"]).name: b["reason"] for b in metrics["scan"]["bad_files"]}
     broken = {Path(c["path"]).name: c["broken"] for c in _synth_rows(tmp_path / "demo" / "data")}
@@ -337,7 +369,8 @@ def test_demo_end_to_end_in_miniature(tmp_path):
     assert loader["dali_share"] == pytest.approx(result.dali_share)
     text = "\n".join(lines)
     assert "validation top-1:" in text and f"(chance {result.chance:.3f}" in text
-    multiview = metrics["training"]["multiview"]
+    assert "cut short" not in text
+    multiview = training["multiview"]
     assert multiview["views"] == [3, 3] and multiview["top1"] == pytest.approx(result.multiview_top1)
     assert f"multi-view top-1: {result.multiview_top1:.3f} (3 x 3 views per video, {multiview['videos']} videos" in text
     assert f"throughput: {result.clips_per_s:.1f} clips/s over all epochs" in text
@@ -345,10 +378,48 @@ def test_demo_end_to_end_in_miniature(tmp_path):
     for name, reason in bad.items():
         assert f"{name}: {reason}" in text
 
-    # A second run with the same spec reuses the dataset instead of generating it again.
+    # A second run with the same spec reuses the dataset instead of generating it again. With a time cap
+    # that no epoch fits, training stops after its first epoch: the demo says so and records what ran.
     lines.clear()
-    run_demo(config, echo=lines.append)
+    capped = run_demo(dataclasses.replace(config, epochs=3, minutes=0.0001), echo=lines.append)
     assert any(line.startswith("[1/4] reusing the dataset") for line in lines)
+    assert "training was cut short: 1 of 3 epochs ran (epochs 0-0); another epoch would have passed the " \
+           "0.0001-minute cap on this machine" in "\n".join(lines)
+    training = json.loads((report / "metrics.json").read_text())["training"]
+    assert (training["epochs_run"], training["epochs_planned"]) == (capped.epochs, capped.epochs_planned) == (1, 3)
+    assert training["stopped_early"]["reason"] == capped.stopped_early == \
+        "another epoch would overrun --max-minutes 0.0001"
+    assert len(training["history"]) == 1
+
+
+def test_the_training_curve_numbers_epochs_as_the_console_and_keeps_its_legend_off_the_lines():
+    from daliload.demo import training_curve_figure
+
+    history = [{"epoch": e, "train_loss": 1.5 - 0.3 * e, "train_top1": 0.3 + 0.1 * e, "val_top1": 0.4 + 0.1 * e}
+               for e in range(4)]
+    figure = training_curve_figure(history, chance=0.25, multiview={"views": [3, 3], "top1": 0.9}, title="t")
+    try:
+        figure.canvas.draw()
+        loss_axis, top1_axis = figure.axes
+        low, high = loss_axis.get_xlim()
+        ticks = [t for t in loss_axis.get_xticks() if low <= t <= high]
+        assert ticks == [0, 1, 2, 3]  # as the console prints them: no epoch 4, no 1.5
+        (legend,) = figure.legends
+        renderer = figure.canvas.get_renderer()
+        assert not legend.get_window_extent(renderer).overlaps(loss_axis.get_window_extent(renderer))
+        (star,) = [line for line in top1_axis.get_lines() if "3 x 3 views per video" in line.get_label()]
+        assert list(star.get_xdata()) == [3] and list(star.get_ydata()) == [0.9]
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(figure)
+    single = training_curve_figure(history[:1])
+    try:
+        single.canvas.draw()
+        low, high = single.axes[0].get_xlim()
+        assert [t for t in single.axes[0].get_xticks() if low <= t <= high] == [0]
+    finally:
+        plt.close(single)
 
 
 def _synth_rows(root: Path) -> list[dict]:

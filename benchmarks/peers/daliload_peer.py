@@ -22,10 +22,14 @@
   hints, forkserver workers writing into shared memory; the loader's epoch
   pass and prefetch); it counts the frames it decodes.
 
-DALI does not say how many frames it decoded, so the DALI rows and the whole
-loader are credited with a seek to the keyframe before each window (``~`` in
-the tables). Every adapter raises if a sample fails to decode: a benchmark
-that silently replaced samples would time other work than the plan's.
+DALI does not say how many frames it decoded, so the DALI rows are credited
+with a decode from frame 0 to each window's end (``~`` in the tables). The
+whole loader reports the frames its fallback decoded
+(``loader.stats().frames_decoded_fallback``) for an epoch DALI took no clip
+of, and no figure (``–``) for one it did: an estimate of DALI's share mixed
+into the fallback's count would be neither. Every adapter raises if a sample
+fails to decode: a benchmark that silently replaced samples would time other
+work than the plan's.
 """
 
 from __future__ import annotations
@@ -190,6 +194,8 @@ class Daliload(LoaderAdapter):
                "with the fallback, merged in plan order; DALI threads = fallback workers = the knob")
     knob = "DALI threads and fallback workers"
     uses_nvdec = True  # on a GPU, route dali goes to NVDEC
+    counts_frames = True  # the fallback's frames; an epoch with DALI clips reports None (see the module docstring)
+    estimate_uncounted = False
 
     @classmethod
     def probe(cls, config) -> str | None:
@@ -221,8 +227,12 @@ class Daliload(LoaderAdapter):
 
     def epoch(self) -> Iterator[LoadedBatch]:
         self._loader.set_epoch(0)  # every epoch replays the run's plan, as for the other loaders
+        frames = dali_clips = 0
         for videos, labels in self._loader:
-            yield LoadedBatch(videos, labels, int(labels.shape[0]), None)
+            stats = self._loader.stats()  # this epoch's counters so far, prefetched batches included
+            counted = stats.frames_decoded_fallback - frames if stats.clips_dali == dali_clips == 0 else None
+            frames, dali_clips = stats.frames_decoded_fallback, stats.clips_dali
+            yield LoadedBatch(videos, labels, int(labels.shape[0]), counted)
         failures = self._loader.stats().failures
         if failures:
             raise ValueError(f"{self.name}: {len(failures)} sample(s) failed to decode, first "

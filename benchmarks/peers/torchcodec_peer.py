@@ -1,11 +1,25 @@
 """torchcodec: ``VideoDecoder(path).get_frames_at(indices)`` per clip.
 
 On the CPU it runs in spawned DataLoader workers, one decoder per
-``__getitem__`` with torchcodec's default of one FFmpeg thread and exact
-seeking (it seeks to the keyframe before each frame it needs, so it decodes
+``__getitem__`` with torchcodec's default of one FFmpeg thread, in two seek
+modes (it seeks to the keyframe before each frame it needs, so it decodes
 about :func:`benchmarks.task.seek_decode_estimate` frames; it does not say how
-many). On a GPU, torchcodec's CUDA decoder (NVDEC) runs in the main process,
-as torchcodec's documentation shows, and the transform runs on the GPU.
+many):
+
+- ``torchcodec-cpu``: ``seek_mode="exact"``, torchcodec's default: each new
+  decoder first scans the whole file to build its frame index;
+- ``torchcodec-cpu-approx``: ``seek_mode="approximate"``, torchcodec's fast
+  mode: no scan, frame positions computed from the stream's metadata. On
+  constant-frame-rate files (every benchmark dataset) that seeks exactly:
+  ``tests/test_bench_outputs.py`` checks its clips against the fallback's.
+  torchcodec 0.13's other scan-free mode, ``custom_frame_mappings`` (a JSON
+  frame index per file, made beforehand, e.g. with ffprobe), gives the same
+  seeks on these files and would add reading that index per clip, so the
+  approximate mode is its best here. This row is the fair counterpart of
+  daliload's: daliload's scan is set-up too, not counted in clips/s.
+
+On a GPU, torchcodec's CUDA decoder (NVDEC) runs in the main process, as
+torchcodec's documentation shows, and the transform runs on the GPU.
 
 torchcodec needs FFmpeg's shared libraries (Debian: ``apt-get install ffmpeg``)
 and a wheel built for the installed torch: on a CPU-only torch 2.13 that is
@@ -19,12 +33,17 @@ from typing import Iterator, Sequence
 from benchmarks.loaders import DataLoaderAdapter, LoadedBatch, LoaderAdapter
 
 
-def decode_frames_cpu(path: str, frame_indices: Sequence[int]):
+def decode_frames_cpu(path: str, frame_indices: Sequence[int], seek_mode: str = "exact"):
     """The clip's frames as a ``(T, H, W, 3)`` uint8 tensor; frames decoded unknown (None)."""
     from torchcodec.decoders import VideoDecoder
 
-    decoder = VideoDecoder(path, device="cpu", dimension_order="NHWC", seek_mode="exact")
+    decoder = VideoDecoder(path, device="cpu", dimension_order="NHWC", seek_mode=seek_mode)
     return decoder.get_frames_at(list(frame_indices)).data, None
+
+
+def decode_frames_cpu_approximate(path: str, frame_indices: Sequence[int]):
+    """As :func:`decode_frames_cpu`, with ``seek_mode="approximate"`` (no scan of the file)."""
+    return decode_frames_cpu(path, frame_indices, seek_mode="approximate")
 
 
 def _probe(device: str) -> str | None:
@@ -51,6 +70,13 @@ class TorchCodecCPU(DataLoaderAdapter):
     @classmethod
     def probe(cls, config) -> str | None:
         return _probe("cpu")
+
+
+class TorchCodecCPUApproximate(TorchCodecCPU):
+    name = "torchcodec-cpu-approx"
+    summary = ("torchcodec VideoDecoder(seek_mode='approximate': no scan of the file, its fastest mode; "
+               "1 FFmpeg thread).get_frames_at in spawn DataLoader workers")
+    decode = staticmethod(decode_frames_cpu_approximate)
 
 
 class TorchCodecCUDA(LoaderAdapter):

@@ -2,7 +2,8 @@
 
 Usage: torchrun ... eval_worker.py MANIFEST OUT_DIR
 Writes OUT_DIR/rank<R>.json with the EvalResult's figures (and, on rank 0, the
-per-video scores).
+per-video scores), and OUT_DIR/rank<R>.stderr with what evaluate wrote to stderr
+(asked for a progress bar on every rank: only rank 0 shows one).
 """
 
 import json
@@ -27,7 +28,10 @@ def main(manifest: str, out_dir: str) -> None:
         output=OutputSpec(size=(48, 64), dtype="float32"),
         decode=DecodeSpec(fallback_workers=1, timeout_s=30.0),
     )
-    result = evaluate(ChannelMeans(), loader, topk=(1, 3))
+    stderr = sys.stderr
+    with open(Path(out_dir, f"rank{dist.get_rank()}.stderr"), "w") as sys.stderr:
+        result = evaluate(ChannelMeans(), loader, topk=(1, 3), progress=True)
+    sys.stderr = stderr
     record = {"rank": dist.get_rank(), "world_size": dist.get_world_size(), "num_videos": result.num_videos,
               "topk": {str(k): v for k, v in result.topk.items()}, "loss": result.loss,
               "per_class_top1": result.per_class_top1, "failed": list(result.failed),
