@@ -40,6 +40,7 @@ import math
 import mmap
 import os
 import tempfile
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -290,19 +291,18 @@ class FallbackSource:
         """Drop what is pending and stop the workers (the next group starts new ones)."""
         self.cancel()
         if self._pool is not None:
-            self._pool.close()
+            self._stop_pool()  # the finalizer: it runs once, and not again when this object goes
             self._pool = None
-
-    def __del__(self) -> None:
-        pool = getattr(self, "_pool", None)
-        if pool is not None:
-            pool.close()
 
     # -- internals --------------------------------------------------------------------------
 
     def _workers(self) -> WorkerPool:
         if self._pool is None:
             self._pool = WorkerPool(self._task_fn, workers=self.workers, timeout_s=self._limit, retry_crashed=True)
+            # Not __del__: when the source dies in a reference cycle, the garbage collector may finalize the
+            # pool's pipes first, and a __del__ would then close their descriptors a second time (perhaps a
+            # number reused meanwhile). A finalizer holds the pool, so it runs while the pipes are intact.
+            self._stop_pool = weakref.finalize(self, self._pool.close)
         return self._pool
 
     def _settle(self, outcome: TaskOutcome) -> None:

@@ -4,6 +4,9 @@ hangs and dead workers cost one sample; clips come back in shared memory."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -250,3 +253,39 @@ def test_worker_clips_arrive_in_shared_memory_without_a_copy(files):
     spans = [line.split()[0].split("-") for line in Path("/proc/self/maps").read_text().splitlines()
              if "daliload-clips" in line]
     assert any(int(low, 16) <= start < int(high, 16) for low, high in spans), "not the workers' shared buffer"
+
+
+
+def test_a_source_dropped_in_a_reference_cycle_stops_its_workers_cleanly(files, tmp_path):
+    """Garbage collection of a cycle may finalize the workers' pipes before their owner (it does in a fresh
+    interpreter, in this order): the source's cleanup must not close those descriptors a second time."""
+    script = tmp_path / "cycle.py"
+    script.write_text(textwrap.dedent(f"""
+        import gc, os, sys, time
+        sys.path.insert(0, os.getcwd())
+        from tests.test_fallback_source import plan, RAW
+        from fallback import FallbackSource
+
+        samples = plan([{files["h264"]!r}] * 2)
+        source = FallbackSource(RAW, workers=2)
+        source.collect(source.submit(samples))
+        pids = source.worker_pids
+        source.cycle = source
+        del source
+        gc.collect()
+        def running(pid):
+            try:
+                with open(f"/proc/{{pid}}/stat") as stat:
+                    return stat.read().rsplit(")", 1)[1].split()[0] not in "ZX"
+            except FileNotFoundError:
+                return False
+        deadline = time.monotonic() + 10
+        while any(map(running, pids)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(map(running, pids)), "workers left running"
+        print("collected", flush=True)
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0 and "collected" in done.stdout, done.stderr
+    assert "Exception ignored" not in done.stderr and "Bad file descriptor" not in done.stderr, done.stderr
