@@ -93,3 +93,35 @@ def gpu_kinetics(tmp_path_factory) -> Path:
                      duration_s=2.0, codec_mix={"h264": 0.5, "vp9": 0.5}, broken_fraction=0.2, seed=1)
     generate_dataset(root, spec, workers=2, progress=False)
     return root
+
+
+@pytest.fixture(scope="session")
+def cut_stream(tmp_path_factory) -> tuple[Path, int]:
+    """``(path, frames)``: an MPEG-2 transport stream of ``frames`` frame-coded frames, cut through its last
+    frame (as a recording stopped mid-frame): the demuxer sees nothing wrong, the decoder flags the last
+    frame it outputs corrupt, and every frame before it is intact."""
+    import av
+
+    folder = tmp_path_factory.mktemp("cut_stream")
+    full = folder / "full.ts"
+    frames = render_clip(3, 60, width=128, height=96, fps=30.0, seed=5)
+    with av.open(str(full), "w", format="mpegts") as out:
+        stream = out.add_stream("mpeg2video", rate=30)
+        stream.width, stream.height, stream.pix_fmt = 128, 96, "yuv420p"
+        stream.codec_context.gop_size = 15
+        stream.codec_context.qmax = 4  # the frame codes survive
+        for frame in frames:
+            out.mux(stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")))
+        out.mux(stream.encode())
+    data = full.read_bytes()
+    cut = folder / "cut.ts"
+    for end in range(len(data) * 2 // 3, len(data), 333):
+        cut.write_bytes(data[:end])
+        try:
+            with av.open(str(cut)) as container:
+                flags = [frame.is_corrupt for frame in container.decode(video=0)]
+        except av.error.FFmpegError:
+            continue
+        if len(flags) > 16 and flags[-1] and not any(flags[:-1]):
+            return cut, len(flags)
+    raise AssertionError("no cut of the stream leaves exactly its last frame corrupt")

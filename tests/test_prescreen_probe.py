@@ -21,6 +21,7 @@ from daliload.prescreen.probe import (
 )
 from daliload.prescreen.rules import DALI_CAPABILITIES, check_device, route_for
 from daliload.synth.broken import ClipContent, write_broken
+from fallback.decode import DecodeError, decode_window
 from fallback.numbering import shows_frame
 
 NVDEC_CODECS = {"h264", "hevc", "vp8", "vp9", "av1", "mpeg4"}
@@ -356,8 +357,48 @@ def test_deep_check_catches_damage_after_the_first_frame(realclips):
         "DALI on cpu has no h264 decoder",
     )  # the cheap probe passes it
     result = deep_check(facts, route, reason, "cpu")
-    assert result.route == "bad" and result.checked
-    assert result.reason.startswith("deep: fallback failed: decode failed: InvalidDataError")
+    # Its packets promise 50 frames; the first 28 decode (MANIFEST.tsv), then the damage starts. The file is
+    # kept at the length that decodes, so no window of the loader reaches the damage.
+    assert (result.route, result.checked, result.num_frames) == ("fallback", True, 28)
+    assert result.reason.startswith("deep: the end does not decode (decode failed: InvalidDataError")
+    assert result.reason.endswith("frames 0-27 of 50 used")
+    for start in range(28):
+        decode_window(facts.path, range(start, min(28, start + 8)))
+    with pytest.raises(DecodeError):
+        decode_window(facts.path, range(28, 36))
+
+
+def test_deep_check_keeps_a_file_whose_last_frame_is_cut_and_refuses_one_whose_start_fails(
+    cut_stream, make_clip, tmp_path
+):
+    """A stream cut mid-frame (an MPEG-2 transport stream, as broadcast recordings are): the last frame is
+    flagged corrupt, every other frame is fine. The file is kept without that frame; a file whose start
+    does not decode is bad."""
+    cut, frames = cut_stream
+    facts = probe_file(cut)
+    assert facts.num_frames == frames
+    result = deep_check(facts, *route_for(facts, "cpu"), "cpu")
+    assert (result.route, result.num_frames) == ("fallback", frames - 1), result
+    assert result.reason == (f"deep: the end does not decode (frame {frames - 1} is damaged: the decoder flagged "
+                             f"it corrupt); frames 0-{frames - 2} of {frames} used")
+    with pytest.raises(DecodeError, match="damaged"):
+        decode_window(cut, range(frames - 4, frames))
+    decode_window(cut, range(frames - 5, frames - 1))
+
+    # Damage right after the first frame: the probe passes it, the start window does not decode: bad.
+    clip = make_clip("h264", num_frames=40, gop=40, bframes=0)
+    broken = bytearray(clip.read_bytes())
+    with av.open(str(clip)) as container:
+        packets = [(p.pos, p.size) for p in container.demux(video=0) if p.size]
+    for pos, size in packets[1:6]:
+        broken[pos + 8:pos + size] = bytes(size - 8)
+    early = tmp_path / "early.mp4"
+    early.write_bytes(bytes(broken))
+    facts = probe_file(early)
+    assert facts.ok, facts.reason
+    result = deep_check(facts, *route_for(facts, "cpu"), "cpu")
+    assert (result.route, result.num_frames) == ("bad", None), result
+    assert result.reason.startswith("deep: fallback failed: ")
 
 
 def test_deep_check_keeps_good_fallback_files(make_clip):
@@ -376,11 +417,12 @@ def test_deep_check_with_dali_on_cpu(make_clip):
     facts = probe_file(make_clip("vp9", num_frames=40, gop=12))
     assert deep_check(facts, "dali", "", "cpu") == deep_module.DeepResult("dali", "", True)
     # A frame count DALI does not have: the tail window fails in DALI, and in the fallback too.
+    # The fallback finds the 40 frames there are: the file keeps them, on the fallback.
     wrong = replace(facts, num_frames=48)
     result = deep_check(wrong, "dali", "", "cpu")
-    assert result.route == "bad"
+    assert (result.route, result.num_frames) == ("fallback", 40)
     assert result.reason.startswith("deep: DALI (cpu) failed: ")
-    assert result.reason.endswith("; fallback decodes 40 of 48 frames")
+    assert result.reason.endswith("; the end does not decode (the fallback finds 40 frames); frames 0-39 of 48 used")
 
 
 def test_deep_check_reroutes_dali_failures_to_the_fallback(make_clip, monkeypatch):

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 from datetime import timedelta
 from pathlib import Path
 
@@ -294,25 +295,25 @@ def test_deep_scan_reroutes_and_is_remembered(dataset, realclips):
     deep = scan(dataset, device="cpu", deep=True, workers=2, progress=False)
     assert deep.probed == 7  # not yet deep-checked on cpu
     routes = _routes(deep.manifest_path, "cpu")
-    assert routes["corrupted.mp4"][0] == "bad"
-    assert routes["corrupted.mp4"][1].startswith(
-        "deep: fallback failed: decode failed: InvalidDataError"
-    )
+    # Its first 28 of 50 frames decode: kept at that length, so that no window reaches the damage.
+    assert routes["corrupted.mp4"][0] == "fallback"
+    assert routes["corrupted.mp4"][1].startswith("deep: the end does not decode (decode failed: InvalidDataError")
     assert routes["a_vp9.webm"] == ("dali", "") and routes["a_h264.mp4"][0] == "fallback"
     with Manifest(deep.manifest_path) as manifest:
         checked = {Path(e.path).name: e.deep_checked for e in manifest.entries(device="cpu")}
         assert all(checked.values())
         assert not any(e.deep_checked for e in manifest.entries(device="gpu"))
+        assert {Path(e.path).name: e.num_frames for e in manifest.entries(device="cpu")}["corrupted.mp4"] == 28
 
     assert scan(dataset, device="cpu", deep=True, workers=2, progress=False).probed == 0
     assert (
         scan(dataset, device="cpu", workers=2, progress=False).probed == 0
     )  # keeps the deep routes
-    assert _routes(deep.manifest_path, "cpu")["corrupted.mp4"][0] == "bad"
+    assert _routes(deep.manifest_path, "cpu")["corrupted.mp4"][0] == "fallback"
     # The GPU's deep check decodes on the GPU: without one it is refused, not half done.
     with pytest.raises(ValueError, match="decodes on the GPU, and torch sees no CUDA GPU"):
         scan(dataset, device="gpu", deep=True, workers=2, progress=False)
-    assert _routes(deep.manifest_path, "cpu")["corrupted.mp4"][0] == "bad"  # nothing touched
+    assert _routes(deep.manifest_path, "cpu")["corrupted.mp4"][0] == "fallback"  # nothing touched
 
 
 def test_cli_scan_prints_a_summary_and_writes_json(dataset, tmp_path, capsys):
@@ -535,3 +536,47 @@ def test_probes_in_batches_give_each_file_its_own_verdict(tmp_path, make_clip, m
     assert summary.probed == 43 and summary.transient == 3
     # The hang and the crash each failed their batch, whose files were then probed one by one.
     assert sum("probes: timeout" in r.message or "probes: crash" in r.message for r in caplog.records) == 2
+
+
+def test_a_cut_file_is_read_to_its_last_good_frame_after_a_deep_scan(tmp_path, make_clip, cut_stream):
+    """Through the loader, with evaluation views (the last one ends at the video's last frame): without
+    --deep the view that reaches a cut stream's damaged last frame fails at run time; after a deep scan the
+    file is kept at the length that decodes, nothing fails, and every frame is where the plan says."""
+    from daliload import KineticsDALILoader
+    from daliload.framecode import read_code
+    from daliload.loader import DecodeSpec
+    from daliload.plan import AugmentSpec, OutputSpec
+
+    root = tmp_path / "kinetics"
+    for cls in ("a", "b"):
+        (root / "val" / cls).mkdir(parents=True)
+        shutil.copyfile(make_clip("h264", num_frames=60, gop=10, class_id=1), root / "val" / cls / "whole.mp4")
+    cut = root / "val" / "a" / "cut.ts"
+    shutil.copyfile(cut_stream[0], cut)
+
+    def evaluate(deep: bool) -> tuple[list[str], int]:
+        """(the files that failed, the cut file's length in the index)"""
+        shutil.rmtree(root / ".daliload", ignore_errors=True)
+        loader = KineticsDALILoader(
+            root, "val", batch_size=3, clip_len=8, frame_stride=2, views=(3, 1), scan=ScanSpec(deep=deep),
+            device="cpu", augment=AugmentSpec(crop_size=(96, 128), crop_mode="center", flip_prob=0.0),
+            output=OutputSpec(size=(96, 128), mean=(0, 0, 0), std=(1, 1, 1), dtype="float32"),
+            decode=DecodeSpec(max_failure_fraction=1.0, fallback_workers=1))
+        try:
+            frames = {v.path: v.num_frames for v in loader.videos}
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                for (videos, labels), batch in zip(loader, loader.plan()):  # videos: (B, V, C, T, H, W)
+                    for j, sample in enumerate(batch):
+                        clip = videos[j // 3, j % 3]
+                        if labels[j // 3] >= 0:
+                            codes = [read_code(clip[:, t], layout="CHW").index for t in range(clip.shape[1])]
+                            assert codes == sample.frame_indices(frames[sample.path]), sample.path
+            return [Path(f.path).name for f in loader.stats().failures], frames[str(cut)]
+        finally:
+            loader.close()
+
+    failed, probed = evaluate(deep=False)
+    assert probed == cut_stream[1] and failed == ["cut.ts"]  # its last view reaches the damaged frame
+    failed, kept = evaluate(deep=True)
+    assert failed == [] and kept == probed - 1  # every view decodes; every frame before the damage is used

@@ -15,8 +15,13 @@ frames with the decoder the file was routed to, and reroutes on failure::
   Without ``nvidia-dali`` installed the DALI part is skipped and the file keeps
   its ``dali`` route with reason :data:`DALI_MISSING` (not counted as checked).
 - fallback: :func:`fallback.decode.decode_window`, the decoder the loader's
-  fallback path uses; it must also find at least as many frames as the probe
-  counted.
+  fallback path uses. A file whose start decodes but whose end does not (a
+  truncated download, a stream cut mid-frame, fewer frames than its packets
+  promise) is not bad: the check finds the last window that still decodes (a
+  binary search, assuming the damage runs to the end) and stores that many
+  frames as the file's length, so the loader's windows never reach the damage
+  and no frame of the file that decodes is lost. Only a file whose start fails
+  too is ``bad``: what the loader could not decode at all.
 
 Random access (:func:`seek_check`): a window after the last keyframe is decoded
 by seeking to that keyframe and compared with the same window decoded from
@@ -62,11 +67,14 @@ class DeepResult:
         route: the route after the check.
         reason: why it was rerouted (or why a check was skipped), else ``""``.
         checked: whether the routed decoder actually decoded both windows.
+        num_frames: the frames the loader may use, when the end of the file
+            does not decode (fewer than the probe counted); else ``None``.
     """
 
     route: Route
     reason: str
     checked: bool
+    num_frames: int | None = None
 
 
 def windows(num_frames: int) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -126,18 +134,42 @@ def dali_check(facts: ProbeResult, device: Device, *, device_id: int = 0) -> str
     return ""
 
 
-def fallback_check(facts: ProbeResult) -> str:
-    """Decode both windows with the PyAV fallback. Returns ``""`` on success, else what failed."""
+def fallback_check(facts: ProbeResult) -> tuple[str, int]:
+    """Decode both windows with the PyAV fallback.
+
+    Returns:
+        ``(failure, usable)``. The start fails: ``("fallback failed: ...", 0)``.
+        Both windows decode: ``("", facts.num_frames)``. The end fails:
+        ``(what failed there, frames from the start that decode)``.
+    """
+    (_, head_len), _ = windows(facts.num_frames)
+    failure, _ = _decodes(facts.path, head_len)
+    if failure:
+        return f"fallback failed: {failure}", 0
+    end_failure, counted = _decodes(facts.path, facts.num_frames)
+    if not end_failure:
+        if counted >= facts.num_frames:
+            return "", facts.num_frames
+        return f"the fallback finds {counted} frames", counted  # fewer than the packets promise
+    good, bad = head_len, facts.num_frames  # the window ending at `good` decodes, the one ending at `bad` fails
+    while bad - good > 1:
+        middle = (good + bad) // 2
+        failure, counted = _decodes(facts.path, middle)
+        good, bad = (middle, bad) if not failure and counted >= middle else (good, middle)
+    return end_failure, good
+
+
+def _decodes(path: str, end: int) -> tuple[str, int]:
+    """Decode the window of frames that ends before frame ``end``: ``("", frames the decoder says the file
+    has)``, or ``(why it failed, 0)``. The fallback repeats the last frame past the end: the count shows it."""
     from fallback.decode import DecodeError, decode_window
 
-    for start, length in windows(facts.num_frames):
-        try:
-            clip = decode_window(facts.path, range(start, start + length))
-        except DecodeError as err:
-            return f"fallback failed: {err.reason}"
-        if clip.video_num_frames is not None and clip.video_num_frames < facts.num_frames:
-            return f"fallback decodes {clip.video_num_frames} of {facts.num_frames} frames"
-    return ""
+    start = max(0, end - WINDOW_FRAMES)
+    try:
+        clip = decode_window(path, range(start, end))
+    except DecodeError as err:
+        return err.reason, 0
+    return "", end if clip.video_num_frames is None else clip.video_num_frames
 
 
 def deep_check(
@@ -162,7 +194,10 @@ def deep_check(
     Returns:
         :class:`DeepResult`; a rerouted file's reason starts with ``"deep: "``
         and says what failed, e.g. ``"deep: DALI (cpu) failed: ...; fallback
-        failed: ..."``. A file that passes keeps the rules' reason.
+        failed: ..."``. A file that passes keeps the rules' reason. A file
+        whose end does not decode keeps the fallback route with
+        ``num_frames`` set to the frames before the damage (the caller stores
+        it as the file's length).
     """
     if route == "bad":
         return DeepResult("bad", reason, True)
@@ -179,11 +214,13 @@ def deep_check(
             if not failure:
                 return DeepResult("dali", reason, True)
             failures.append(failure)
-    failure = fallback_check(facts)
-    if not failure:
-        return DeepResult("fallback", "deep: " + failures[0] if failures else reason, True)
-    failures.append(failure)
-    return DeepResult("bad", "deep: " + "; ".join(failures), True)
+    failure, usable = fallback_check(facts)
+    if not usable:
+        return DeepResult("bad", "deep: " + "; ".join([*failures, failure]), True)
+    if usable < facts.num_frames:  # the end is damaged: the frames before it are kept
+        failures.append(f"the end does not decode ({failure}); frames 0-{usable - 1} of {facts.num_frames} used")
+        return DeepResult("fallback", "deep: " + "; ".join(failures), True, usable)
+    return DeepResult("fallback", "deep: " + failures[0] if failures else reason, True)
 
 
 def seek_check(facts: ProbeResult) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from dataclasses import replace
 from typing import Any, Callable, Iterator, NamedTuple
 
 from daliload.prescreen.deep import deep_check
@@ -66,7 +67,8 @@ def run_dali_check(check: DaliCheck) -> tuple:
     device = parse_route_target(task.deep_device)[0]
     result = deep_check(check.facts, "dali", check.reason, device, allow_dali=task.allow_dali,
                         device_id=task.device_id)  # fmt: skip
-    return ProbeRows.of(check.facts, ((task.deep_device, result.route, result.reason, int(result.checked)),)
+    facts = check.facts if result.num_frames is None else replace(check.facts, num_frames=result.num_frames)
+    return ProbeRows.of(facts, ((task.deep_device, result.route, result.reason, int(result.checked)),)
                         ).as_tuple()  # fmt: skip
 
 

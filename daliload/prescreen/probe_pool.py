@@ -50,6 +50,7 @@ import multiprocessing as mp
 import os
 import signal
 import time
+from dataclasses import replace
 from typing import Iterator, NamedTuple
 
 from daliload.prescreen.deep import deep_check, with_seek_check
@@ -131,6 +132,8 @@ def run_probe_task(task: ProbeTask) -> tuple | DaliCheck:
         result = deep_check(facts, route, reason, device, allow_dali=task.allow_dali,
                             device_id=task.device_id)  # fmt: skip
         deep = ((task.deep_device, result.route, result.reason, int(result.checked)),)
+        if result.num_frames is not None:  # the end is damaged: the file is as long as what decodes
+            facts = replace(facts, num_frames=result.num_frames)
     return ProbeRows.of(facts, deep).as_tuple()
 
 
