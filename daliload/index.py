@@ -305,6 +305,20 @@ def _empty_split(root: Path, split: str, layout: str, source: Path, missing: int
                       f"via the {layout} layout ({source}){extra}")
 
 
+def _empty_folders(root: Path, split: str, skipped: list[Skipped]) -> ValueError:
+    """The folders layout found no video: what the split folder holds instead, and where videos go."""
+    loose = sum(1 for e in skipped if e.reason == _UNLISTED["folders"]
+                and os.path.splitext(e.path)[1].lower() in VIDEO_EXTENSIONS)
+    inside = len(skipped) - sum(1 for e in skipped if e.reason == _UNLISTED["folders"])
+    found = (f"it holds {loose} video file(s) directly, outside class folders" if loose else
+             f"its class folders hold no video ({inside} other entries)" if inside else "it holds no video")
+    return ValueError(
+        f"split {split!r} is empty: no videos found in {root / split} via the folders layout "
+        f"({root / split}/<class name>/<video>): {found}. Put each video in a folder named after its "
+        f"class, or name them in {_default_csv(root, split)} (columns label,youtube_id,time_start,time_end) "
+        f"or {root / f'{split}list.txt'} ('<path> <label index>' lines)")
+
+
 def _load_folders(root: Path, split: str, classes: tuple[str, ...] | None) -> DatasetIndex:
     """The folders layout, listed with ``os.scandir`` (its entries know whether they are folders without a
     ``stat``), in one pass that also collects what is skipped."""
@@ -330,7 +344,7 @@ def _load_folders(root: Path, split: str, classes: tuple[str, ...] | None) -> Da
             stem = entry.name.rpartition(".")[0]
             records.append(VideoRecord(entry.path, label, class_dir.name, split, *_parse_stem(stem)))
     if not records:
-        raise _empty_split(root, split, "folders", split_dir)
+        raise _empty_folders(root, split, skipped)
     records.sort(key=lambda r: r.path)
     return DatasetIndex(str(root), split, "folders", classes, tuple(records), skipped=tuple(sorted(skipped)))
 

@@ -229,8 +229,22 @@ def test_empty_split_names_the_folder(tmp_path):
     (tmp_path / "train" / "abseiling" / "readme.txt").write_text("no videos here")
     train_dir = re.escape(str(tmp_path / "train"))
     with pytest.raises(ValueError, match=rf"split 'train' is empty: no videos found in "
-                                         rf"{train_dir} via the folders layout"):
+                                         rf"{train_dir} via the folders layout .*: its class folders hold no "
+                                         r"video \(1 other entries\)\. Put each video in a folder named after"):
         load_index(tmp_path, "train")
+
+
+def test_videos_outside_class_folders_are_named_in_the_empty_split_error(tmp_path, make_clip):
+    """Videos directly in ROOT/train/ (no class folders, no CSV): the error says what it found and where
+    each layout wants them, not only that the split is empty."""
+    (tmp_path / "train").mkdir()
+    for name in ("a.mp4", "b.mp4"):
+        shutil.copyfile(make_clip("h264", num_frames=10), tmp_path / "train" / name)
+    with pytest.raises(ValueError) as caught:
+        load_index(tmp_path, "train")
+    message = str(caught.value)
+    assert "it holds 2 video file(s) directly, outside class folders" in message
+    assert str(tmp_path / "annotations" / "train.csv") in message and str(tmp_path / "trainlist.txt") in message
 
 
 def test_explicit_layout_with_missing_source(generated, tmp_path):
