@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import signal
@@ -580,3 +581,33 @@ def test_a_cut_file_is_read_to_its_last_good_frame_after_a_deep_scan(tmp_path, m
     assert probed == cut_stream[1] and failed == ["cut.ts"]  # its last view reaches the damaged frame
     failed, kept = evaluate(deep=True)
     assert failed == [] and kept == probed - 1  # every view decodes; every frame before the damage is used
+
+
+def test_a_process_waiting_for_another_ones_scan_says_whose_and_how_far(dataset, tmp_path):
+    """A second process of the same root waits for the first one's scan and says, every so often, which
+    process it waits for and how many files that one has probed; then it uses the manifest as it is."""
+    import daliload.prescreen.scan_lock as scan_lock
+
+    manifest = tmp_path / "m.sqlite"
+    code = textwrap.dedent("""
+        import sys
+        import daliload.prescreen.scan_lock as scan_lock
+        from daliload.prescreen import ScanSpec, ensure_manifest
+        scan_lock.FIRST_REPORT_S, scan_lock.REPORT_EVERY_S = 0.3, 0.5
+        ensure_manifest(sys.argv[1], device="cpu", scan=ScanSpec(sys.argv[2], workers=1), progress=True)
+    """)
+    env = {**os.environ, FAULT_ENV: "slow:*"}  # each probe takes a while: the first scan lasts a few seconds
+    first = subprocess.Popen([sys.executable, "-c", code, str(dataset), str(manifest)], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while scan_lock.read_note(scan_lock.lock_path(manifest)) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    second = subprocess.run([sys.executable, "-c", code, str(dataset), str(manifest)], env=env,
+                            capture_output=True, text=True, timeout=120)
+    out, _ = first.communicate(timeout=120)
+    assert first.returncode == 0 and second.returncode == 0, out[-2000:] + second.stderr[-2000:]
+    waits = [line for line in second.stderr.splitlines() if line.startswith("daliload: waiting for the scan of")]
+    assert waits, second.stderr[-2000:]
+    assert f"{dataset} by pid {first.pid} on " in waits[0]
+    assert any(re.search(r": \d+ of 6 files probed$", line) for line in waits), waits
+    assert "finished after" in second.stderr and "scan cpu" not in second.stderr  # it probed nothing itself

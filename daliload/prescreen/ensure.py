@@ -33,7 +33,6 @@ sample of its files still has the size and mtime it recorded.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
@@ -49,6 +48,7 @@ from daliload import dist
 from daliload.prescreen.manifest import Manifest
 from daliload.prescreen.rules import Device, check_device
 from daliload.prescreen.scan import ScanSpec, cache_manifest_path, check_changes, check_root, scan
+from daliload.prescreen.scan_lock import report_while, scan_lock
 from daliload.prescreen.sqlite_file import stamp
 from daliload.processes import refuse_bootstrapping_main
 
@@ -159,7 +159,17 @@ def ensure_manifest(
             # release the waiting ranks
             dist.broadcast_object(("error", f"{type(err).__name__}: {err}"), group=group)
             raise
-    status = dist.broadcast_object(status, group=group)
+        status = dist.broadcast_object(status, group=group)
+    else:  # says every so often whom it waits for, and how far rank 0 is when this node sees its lock file
+        done = threading.Event()
+        where = Path(os.path.abspath(scan.manifest_path)) if scan.manifest_path is not None else find_manifest(root)
+        threading.Thread(target=report_while, args=(done, where, Path(os.path.abspath(root)), "global rank 0",
+                                                    progress and dist.local_rank() == 0),
+                         name="daliload-scan-wait", daemon=True).start()
+        try:
+            status = dist.broadcast_object(status, group=group)
+        finally:
+            done.set()
     if status[0] != "ok":
         raise RuntimeError(f"rank 0 failed to scan {root}: {status[1]}")
     return Path(status[1])
@@ -253,16 +263,12 @@ def _scan_one_at_a_time(root: Path, path: Path, device: Device, spec: ScanSpec, 
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     job = job_key()
-    with open(path.with_name(path.name + ".lock"), "a+b") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            if job is not None and _checked_by(path, job, device, spec, splits):
-                logger.info("manifest %s was checked moments ago by another process of this job (%s)", path, job)
-                return
-            scan(root, manifest_path=path, device=device, deep=spec.deep, workers=spec.workers, splits=splits,
-                 progress=progress, retry_bad=spec.retry_bad, job=job)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with scan_lock(path, root, job=job, progress=progress) as note:
+        if job is not None and _checked_by(path, job, device, spec, splits):
+            logger.info("manifest %s was checked moments ago by another process of this job (%s)", path, job)
+            return
+        scan(root, manifest_path=path, device=device, deep=spec.deep, workers=spec.workers, splits=splits,
+             progress=progress, retry_bad=spec.retry_bad, job=job, on_progress=note)
 
 
 def _checked_by(path: Path, job: str, device: Device, spec: ScanSpec, splits: Sequence[str]) -> bool:

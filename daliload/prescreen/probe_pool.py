@@ -51,7 +51,7 @@ import os
 import signal
 import time
 from dataclasses import replace
-from typing import Iterator, NamedTuple
+from typing import Callable, Iterator, NamedTuple
 
 from daliload.prescreen.deep import deep_check, with_seek_check
 from daliload.prescreen.gpu_stage import DaliCheck, GpuStage
@@ -254,6 +254,7 @@ def probe_into(
     progress: bool,
     chunk_size: int,
     desc: str,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> None:
     """Probe ``tasks`` and commit the results in chunks (also when interrupted).
 
@@ -265,6 +266,7 @@ def probe_into(
         timeout_s: per-file limit in seconds.
         progress: show a progress bar on stderr, labelled ``desc``.
         chunk_size: files per committed transaction.
+        on_progress: called with ``(files probed, files to probe)`` at the start and after each file.
     """
     if not tasks:
         return
@@ -272,11 +274,14 @@ def probe_into(
 
     buffer: list[Probed] = []
     last_commit = time.monotonic()
+    report = on_progress or (lambda probed, total: None)
+    report(0, len(tasks))
     with tqdm(total=len(tasks), unit="file", desc=desc, disable=not progress, smoothing=0.1) as bar:
         try:
             for task, rows in _execute(tasks, workers, timeout_s):
                 buffer.append(Probed(records[task.index], rows))
                 bar.update()
+                report(bar.n, len(tasks))
                 if len(buffer) >= chunk_size or time.monotonic() - last_commit > COMMIT_EVERY_S:
                     manifest.write_probed(buffer)
                     buffer.clear()

@@ -44,7 +44,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -348,6 +348,7 @@ def scan(
     retry_bad: bool = False,
     shard: Shard = ALL_FILES,
     job: str | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> ScanSummary:
     """Probe a dataset's files and write or update its manifest.
 
@@ -381,6 +382,8 @@ def scan(
             joins the shares' manifests. Default: every file.
         job: names the job this scan checks the dataset for (recorded in the
             summary; :func:`~daliload.prescreen.ensure_manifest` uses it).
+        on_progress: called with ``(files probed, files to probe)`` as the
+            probe goes (what a process waiting for this scan is told).
 
     Returns:
         :class:`ScanSummary`.
@@ -422,6 +425,7 @@ def scan(
             progress=progress,
             chunk_size=chunk_size,
             desc=f"scan {device}{' deep' if deep else ''}",
+            on_progress=on_progress,
         )
         removed = 0 if unchanged else manifest.remove_missing({r.path for r in listed.records}, listing.splits)
         manifest.set_classes(listing.classes)

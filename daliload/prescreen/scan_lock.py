@@ -1,0 +1,157 @@
+"""One scan of a manifest at a time, and a process that waits for another one's scan says for whom and how far.
+
+The scanning process holds an exclusive ``flock`` on ``MANIFEST.lock`` and
+keeps a note in that file: who it is (pid, host, job) and how far its scan is
+(files probed of those to probe, or still listing). A process that finds the
+lock taken reads the note every :data:`REPORT_EVERY_S` seconds and says::
+
+    waiting for the scan of /data/k700 by pid 4121 on node-3 (started 2 min ago): 61,000 of 650,000 files probed
+
+The same report serves ranks that wait for global rank 0 under a process
+group (:func:`report_while`), when their node sees rank 0's lock file.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Callable, Iterator
+
+logger = logging.getLogger(__name__)
+
+#: Seconds between two reports of a process that waits (the first comes after :data:`FIRST_REPORT_S`).
+REPORT_EVERY_S = 30.0
+FIRST_REPORT_S = 2.0
+#: The holder rewrites its note at most this often (seconds).
+NOTE_EVERY_S = 1.0
+#: How often a waiting process tries the lock again (seconds).
+POLL_S = 0.2
+
+
+def lock_path(manifest: Path) -> Path:
+    return manifest.with_name(manifest.name + ".lock")
+
+
+@contextmanager
+def scan_lock(manifest: Path, root: Path, *, job: str | None, progress: bool) -> Iterator[Callable[[int, int], None]]:
+    """Hold the scan lock of ``manifest``; wait for it, reporting, if another process holds it.
+
+    Yields:
+        ``note(probed, to_probe)``: what the scan calls as it goes, so that
+        waiting processes can say how far it is.
+    """
+    with open(lock_path(manifest), "a+b") as lock:
+        _acquire(lock, root, progress)
+        try:
+            note = _Note(lock, job)
+            yield note.update
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _acquire(lock: IO[bytes], root: Path, progress: bool) -> None:
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        pass
+    started = time.monotonic()
+    next_report = started + FIRST_REPORT_S
+    while True:
+        time.sleep(POLL_S)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= next_report:
+                say(describe(read_note(lock), root), progress)
+                next_report = time.monotonic() + REPORT_EVERY_S
+    if time.monotonic() - started >= FIRST_REPORT_S:
+        say(f"the scan of {root} by another process finished after {_ago(time.monotonic() - started)}: "
+            f"checking the manifest", progress)
+
+
+class _Note:
+    """The holder's note in the lock file, rewritten at most every :data:`NOTE_EVERY_S` seconds."""
+
+    def __init__(self, lock: IO[bytes], job: str | None) -> None:
+        self.lock = lock
+        self.fields = {"pid": os.getpid(), "host": socket.gethostname(), "job": job, "started": time.time(),
+                       "probed": None, "to_probe": None}
+        self.written = 0.0
+        self._write()
+
+    def update(self, probed: int, to_probe: int) -> None:
+        self.fields.update(probed=probed, to_probe=to_probe)
+        if time.monotonic() - self.written >= NOTE_EVERY_S or probed == to_probe:
+            self._write()
+
+    def _write(self) -> None:
+        try:
+            self.lock.seek(0)
+            self.lock.truncate()
+            self.lock.write(json.dumps(self.fields).encode())  # the file is in append mode: at 0 after truncate
+            self.lock.flush()
+        except OSError as err:  # a full disk must not stop the scan; the waiting processes just learn less
+            logger.debug("could not write the scan note in %s: %s", self.lock.name, err)
+        self.written = time.monotonic()
+
+
+def read_note(lock: IO[bytes] | Path) -> dict | None:
+    """The holder's note, or ``None`` (no note yet, half written, or no lock file)."""
+    try:
+        if isinstance(lock, Path):
+            text = lock.read_bytes()
+        else:
+            lock.seek(0)
+            text = lock.read()
+        return json.loads(text) if text else None
+    except (OSError, ValueError):
+        return None
+
+
+def describe(note: dict | None, root: Path) -> str:
+    """What a waiting process says about the scan it waits for."""
+    if not note:
+        return f"waiting for another process's scan of {root} (it has not said how far it is)"
+    who = f"pid {note.get('pid')} on {note.get('host')}" + (f" (job {note['job']})" if note.get("job") else "")
+    started = f"started {_ago(time.time() - float(note.get('started') or time.time()))} ago"
+    if note.get("to_probe") is None:
+        how_far = "listing the files and comparing them with the manifest"
+    else:
+        how_far = f"{note['probed']:,} of {note['to_probe']:,} files probed"
+    return f"waiting for the scan of {root} by {who} ({started}): {how_far}"
+
+
+def report_while(done: threading.Event, manifest: Path, root: Path, who: str, progress: bool) -> None:
+    """Report every :data:`REPORT_EVERY_S` seconds until ``done`` is set: ``who`` is scanning ``root``,
+    and how far, when this node sees its lock file (a daemon thread of a waiting rank)."""
+    if done.wait(FIRST_REPORT_S):
+        return
+    while True:
+        note = read_note(lock_path(manifest))
+        text = describe(note, root) if note else f"waiting for {who}'s check of {root}"
+        say(text, progress)
+        if done.wait(REPORT_EVERY_S):
+            return
+
+
+def say(text: str, progress: bool) -> None:
+    """One line on stderr beside the progress bars (a log record when they are off)."""
+    if progress:
+        print(f"daliload: {text}", file=sys.stderr, flush=True)
+    else:
+        logger.info(text)
+
+
+def _ago(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
