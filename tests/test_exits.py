@@ -153,6 +153,13 @@ def _finish(proc: subprocess.Popen, since: float, limit_s: float) -> tuple[str, 
     return proc.stdout.read(), elapsed
 
 
+def _nothing_raw(output: str) -> None:
+    """No leftovers a user would have to puzzle over: leaked semaphores or shared memory reported by
+    multiprocessing's resource tracker, a worker's raw traceback block."""
+    for noise in ("leaked semaphore", "leaked shared_memory", "resource_tracker", "Original Traceback"):
+        assert noise not in output, output[-3000:]
+
+
 def _run_script(tmp_path: Path, root: Path, how: str, split: str = "train") -> tuple[int, str, float]:
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
@@ -162,6 +169,7 @@ def _run_script(tmp_path: Path, root: Path, how: str, split: str = "train") -> t
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole process group
     rest, elapsed = _finish(proc, marked, EXIT_WITHIN_S)
     _no_process_left(proc.pid)
+    _nothing_raw("".join(lines) + rest)
     return proc.returncode, "".join(lines) + rest, elapsed
 
 
