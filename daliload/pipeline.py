@@ -415,9 +415,7 @@ class DaliClipDecoder:
 
     def _feed(self, pipe: Any, samples: tuple[Sample, ...], encoded: list[np.ndarray],
               frame_ids: list[list[int]] | None) -> None:
-        def column(values: list, dtype: type) -> np.ndarray:
-            return np.asarray(values, dtype=dtype)
-
+        column = np.asarray
         pipe.feed_input("encoded", encoded)
         pipe.feed_input("label", column([s.label for s in samples], np.int64))
         if frame_ids is None:
@@ -460,17 +458,12 @@ class DaliClipDecoder:
         import torch
         from nvidia.dali.tensors import TensorListGPU
 
-        dense = tensor_list.is_dense_tensor()
         # Dense: one zero-copy view of the whole batch. Otherwise the samples
         # live in separate buffers and are stacked (one copy).
-        if dense:
-            parts = [tensor_list.as_tensor()]
-        else:
-            parts = [tensor_list[i] for i in range(len(tensor_list))]
-        if isinstance(tensor_list, TensorListGPU):
-            with torch.cuda.device(self.device_id):
-                tensors = [torch.from_dlpack(p) for p in parts]
-        else:
+        dense = tensor_list.is_dense_tensor()
+        parts = [tensor_list.as_tensor()] if dense else [tensor_list[i] for i in range(len(tensor_list))]
+        on_gpu = isinstance(tensor_list, TensorListGPU)
+        with torch.cuda.device(self.device_id) if on_gpu else contextlib.nullcontext():
             tensors = [torch.from_dlpack(p) for p in parts]
         return tensors[0] if dense else torch.stack(tensors)
 

@@ -28,12 +28,10 @@ What it writes under ``--out`` (rank 0 only)::
 
 The same file is installed as ``daliload.examples.train_ddp`` (a symbolic
 link; see that package's docstring), which is what ``daliload demo`` runs.
-Experiment tracking (``--log``) lives beside it in ``examples/tracking.py``
-(``daliload.examples.tracking``), so that this file stays about the loop.
-
-One file of about 500 lines on purpose: it is the example a user reads top to
-bottom and copies into their own project, so the model, the DDP set-up, the
-checkpoints and the loop stay together, in that order, behind the banners below.
+Beside it, and installed the same way: the models (``examples/models.py``),
+the DDP set-up and checkpoint writes (``examples/distributed.py``) and
+experiment tracking (``examples/tracking.py``, ``--log``). This file is the
+loop: arguments, loaders, train and evaluate, resume, one epoch after another.
 """
 
 from __future__ import annotations
@@ -42,8 +40,6 @@ import argparse
 import dataclasses
 import json
 import math
-import os
-import tempfile
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -55,153 +51,13 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from daliload import AugmentSpec, DecodeSpec, EvalResult, KineticsDALILoader, evaluate
+from daliload.examples.distributed import DistEnv, all_gather, atomic_write, save_checkpoint, setup_distributed
+from daliload.examples.models import MODELS, build_model, check_model_name
 from daliload.examples.tracking import TRACKERS, WANDB_MODES, Tracker, check_tracker, open_tracker
 from daliload.loader import PADDING_LABEL
 
-MODELS = ("small3d", "r3d_18", "r2plus1d_18")
 CHECKPOINT_NAME = "checkpoint.pt"
 METRICS_NAME = "metrics.json"
-
-
-# --------------------------------------------------------------------------------------
-# Model
-# --------------------------------------------------------------------------------------
-
-
-class Small3DCNN(nn.Module):
-    """A small 3D CNN (0.3 M parameters at ``width=16``) that learns motion in minutes on a CPU.
-
-    It looks at motion only: its input is the difference between consecutive
-    clip frames (the "RGB difference" modality of temporal segment networks),
-    so a T-frame clip gives T - 1 difference frames. The generated classes of
-    ``daliload synth`` differ only by how an object moves, with random
-    textures and colours; on raw RGB this model first memorises appearance and
-    needs several times more clips to generalise. For real Kinetics, where
-    appearance matters, use ``--model r2plus1d_18`` or ``r3d_18``.
-
-    Four conv-BN-ReLU blocks: the stem halves height and width, the next three
-    halve time, height and width; global average pooling then makes any clip
-    of at least 2 frames and 16x16 pixels work.
-    """
-
-    def __init__(self, num_classes: int, width: int = 16, dropout: float = 0.2) -> None:
-        super().__init__()
-        widths = (width, 2 * width, 4 * width, 8 * width)
-
-        def block(c_in: int, c_out: int, kernel: tuple, stride: tuple) -> nn.Sequential:
-            padding = tuple(k // 2 for k in kernel)
-            return nn.Sequential(nn.Conv3d(c_in, c_out, kernel, stride, padding, bias=False),
-                                 nn.BatchNorm3d(c_out), nn.ReLU(inplace=True))
-
-        self.features = nn.Sequential(
-            block(3, widths[0], (3, 5, 5), (1, 2, 2)),
-            block(widths[0], widths[1], (3, 3, 3), (2, 2, 2)),
-            block(widths[1], widths[2], (3, 3, 3), (2, 2, 2)),
-            block(widths[2], widths[3], (3, 3, 3), (2, 2, 2)),
-        )
-        self.head = nn.Sequential(nn.AdaptiveAvgPool3d(1), nn.Flatten(), nn.Dropout(dropout),
-                                  nn.Linear(widths[3], num_classes))
-
-    def forward(self, videos: torch.Tensor) -> torch.Tensor:  # (B, C, T, H, W) -> (B, classes)
-        if videos.shape[2] < 2:
-            raise ValueError(f"small3d needs clips of at least 2 frames, got {videos.shape[2]} "
-                             "(--clip-len)")
-        motion = videos[:, :, 1:] - videos[:, :, :-1]
-        return self.head(self.features(motion))
-
-
-def check_model_name(name: str) -> None:
-    """Fail before any data work if model ``name`` cannot be built here."""
-    if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
-    if name != "small3d":
-        try:
-            import torchvision  # noqa: F401
-        except ImportError as err:
-            raise ImportError(f"--model {name} needs torchvision, which is not installed: "
-                              "pip install torchvision (the build matching your torch), "
-                              "or use --model small3d") from err
-
-
-def build_model(name: str, num_classes: int) -> nn.Module:
-    """``small3d``, or torchvision's ``r3d_18`` / ``r2plus1d_18`` (randomly initialised)."""
-    check_model_name(name)
-    if name == "small3d":
-        return Small3DCNN(num_classes)
-    from torchvision.models import video
-
-    return getattr(video, name)(weights=None, num_classes=num_classes)
-
-
-# --------------------------------------------------------------------------------------
-# Distributed set-up and checkpoints
-# --------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class DistEnv:
-    """Where this process runs: global rank, world size, rank on its node, torch device."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-    device: torch.device
-
-
-def setup_distributed(device: str) -> DistEnv:
-    """Join the torchrun job (NCCL on GPUs, gloo on CPUs), or run as a single process."""
-    use_cuda = torch.cuda.is_available() if device == "auto" else device == "gpu"
-    if use_cuda and not torch.cuda.is_available():
-        raise RuntimeError("--device gpu was asked for, but torch sees no GPU")
-    if "RANK" not in os.environ:  # plain `python train_ddp.py`
-        return DistEnv(0, 1, 0, torch.device("cuda", 0) if use_cuda else torch.device("cpu"))
-    local_rank = int(os.environ["LOCAL_RANK"])
-    if use_cuda:
-        torch.cuda.set_device(local_rank)
-    dist.init_process_group(backend="nccl" if use_cuda else "gloo")
-    return DistEnv(dist.get_rank(), dist.get_world_size(), local_rank,
-                   torch.device("cuda", local_rank) if use_cuda else torch.device("cpu"))
-
-
-def atomic_write(path: str | os.PathLike, write) -> None:
-    """Call ``write(binary_file)`` on a temporary file beside ``path``, then rename it to ``path``.
-
-    A crash or kill at any moment leaves either the old file or the complete
-    new one, never a torn one: the data is fsync-ed before ``os.replace`` (an
-    atomic rename on POSIX), and the directory after it so the rename is durable.
-    """
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-def save_checkpoint(path: str | os.PathLike, state: dict) -> None:
-    atomic_write(path, lambda f: torch.save(state, f))
-
-
-def all_gather(obj, env: DistEnv) -> list:
-    """``obj`` from every rank, in rank order."""
-    if env.world_size == 1:
-        return [obj]
-    out = [None] * env.world_size
-    dist.all_gather_object(out, obj)
-    return out
 
 
 # --------------------------------------------------------------------------------------

@@ -126,11 +126,6 @@ class DecodedClip:
     video_num_frames: int | None
     seek_unsafe: bool = False
 
-    def __repr__(self) -> str:  # the frames array would flood a repr
-        return (f"DecodedClip(frames={tuple(self.frames.shape)}, num_frames_decoded="
-                f"{self.num_frames_decoded}, video_num_frames={self.video_num_frames}, "
-                f"seek_unsafe={self.seek_unsafe})")
-
 
 class _UnsafeEntry(Exception):
     """Decoding from a keyframe after the file's start gave wrong or no frames."""

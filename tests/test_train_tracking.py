@@ -18,7 +18,7 @@ ARGS = ["--device", "cpu", "--batch-size", "4", "--clip-len", "4", "--frame-stri
 
 def test_the_installed_examples_are_the_repositorys():
     """``daliload demo`` runs ``daliload.examples.train_ddp``: it must be the file users read in ``examples/``."""
-    for name in ("train_ddp.py", "tracking.py"):
+    for name in ("train_ddp.py", "tracking.py", "models.py", "distributed.py"):
         assert (REPO / "daliload" / "examples" / name).read_bytes() == (REPO / "examples" / name).read_bytes()
 
 
