@@ -60,43 +60,19 @@ import json
 import os
 import resource
 import shutil
-import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.report import (add_output_options, append_markdown, load_average, machine_info, machine_line,
-                               publish, versions_line, write_marked)
+from benchmarks.scale_report import (FRESH_FILES, FRESH_SHARDS, LOADER_OPTIONS, figures, markdown, missed_targets,
+                                     readme_figures)
+from benchmarks.scale_tree import build_tree, replicate_manifest, seed_manifest, source_clips
+from benchmarks.report import (add_output_options, append_markdown, load_average, machine_info, publish, write_marked)
 
 CHAPTER = "## Kinetics-700 at full size: `python -m benchmarks.bench_scale`"
-NUM_CLASSES = 700
-#: Of every 100 videos, this many are in val (Kinetics-700: about 94 % train).
-VAL_PER_100 = 6
 WORLD_SIZES = (1, 64)
-#: Videos of the tree every file of which a first scan probes (the probe's rate does not depend on N), and the
-#: shards a shard's scan of it is one of.
-FRESH_FILES = 2000
-FRESH_SHARDS = 4
-#: Loader options of every measurement (small clips: the first batch is not the point here).
-LOADER_OPTIONS = {"batch_size": 8, "clip_len": 8, "frame_stride": 2, "crop_size": 112}
-
-#: name -> (fixed part, per video, unit, what): the issue's targets at 650k, as fixed + per_video * N.
-TARGETS = {
-    "construct_s": (0.5, 2.5 / 650_000, "s", "loader construction from the manifest"),
-    "construct_mb_w64": (40.0, 300.0 / 2**20, "MiB", "memory construction adds, rank of 64"),
-    "plan_split_s": (0.05, 0.95 / 650_000, "s", "one epoch's plan, whole split, one process"),
-    "plan_rank64_s": (0.02, 0.08 / 650_000, "s", "a rank of 64 draws its share"),
-    "job_start_s": (2.0, 8.0 / 650_000, "s", "job start from the root, three loaders, unchanged data"),
-}
-
-
-def target(name: str, videos: int) -> float:
-    fixed, per_video, _, _ = TARGETS[name]
-    return fixed + per_video * videos
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_scale", description=__doc__.split("\n")[0])
     parser.add_argument("--videos", type=_positive, default=10_000, help="videos in the tree (default 10000)")
@@ -130,120 +106,6 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
     return value
-
-
-# -- the tree -------------------------------------------------------------------------------
-
-def source_clips(args: argparse.Namespace, work: Path) -> list[Path]:
-    """The clips every video of the tree links to, copied into ``WORK/sources`` (one file system)."""
-    folder = work / "sources"
-    folder.mkdir(parents=True, exist_ok=True)
-    if args.clips is not None:
-        from daliload.index import VIDEO_EXTENSIONS
-
-        found = sorted(p for p in Path(args.clips).rglob("*") if p.suffix.lower() in VIDEO_EXTENSIONS and p.is_file())
-        if not found:
-            raise SystemExit(f"bench_scale: no video file under --clips {args.clips}")
-    else:
-        from benchmarks.datasets import prepare_dataset, standard_specs
-
-        found = []
-        for spec in standard_specs(["h264-gop250", "vp9"], num_clips=4, num_clips_hd=1, duration_s=3.0):
-            found += [Path(v.path) for v in prepare_dataset(spec, args.data_dir, workers=2).videos]
-    sources = []
-    for i, path in enumerate(found):
-        copy = folder / f"source{i:03d}{path.suffix.lower()}"
-        if not copy.exists():
-            shutil.copyfile(path, copy)
-        sources.append(copy)
-    return sources
-
-
-def class_name(label: int) -> str:
-    return f"action {label:03d}"
-
-
-def video_relpath(i: int, sources: list[Path]) -> str:
-    """Where video ``i`` lives under the root: its split, class and a Kinetics-style name."""
-    split = "val" if i % 100 < VAL_PER_100 else "train"
-    youtube_id = f"{i:011d}"[::-1].replace("0", "x")  # 11 characters, unique, like a YouTube id
-    start = (i * 7) % 300
-    suffix = sources[i % len(sources)].suffix
-    return f"{split}/{class_name(i % NUM_CLASSES)}/{youtube_id}_{start:06d}_{start + 10:06d}{suffix}"
-
-
-#: Links per file, below ext4's limit of 65,000: a source with more videos gets copies (same bytes and mtime).
-MAX_LINKS = 60_000
-
-
-def build_tree(root: Path, sources: list[Path], videos: int) -> None:
-    for label in range(NUM_CLASSES):
-        for split in ("train", "val"):
-            (root / split / class_name(label)).mkdir(parents=True, exist_ok=True)
-    copies = -(-videos // (len(sources) * MAX_LINKS))
-    targets = [[source] for source in sources]
-    for source, same in zip(sources, targets):
-        for c in range(1, copies):
-            copy = source.with_name(f"{source.stem}-copy{c}{source.suffix}")
-            if not copy.exists():
-                shutil.copy2(source, copy)  # copy2 keeps the mtime to the nanosecond: the same manifest row
-            same.append(copy)
-    for i in range(videos):
-        same = targets[i % len(sources)]
-        os.link(same[(i // len(sources)) % copies], root / video_relpath(i, sources))
-
-
-def seed_manifest(work: Path, sources: list[Path]) -> Path:
-    """The project's own scan of one link of each source, in a tree of its own."""
-    from daliload.prescreen import scan
-
-    seed = work / "seed"
-    for source in sources:
-        link = seed / "train" / class_name(0) / source.name
-        link.parent.mkdir(parents=True, exist_ok=True)
-        if not link.exists():
-            os.link(source, link)
-    path = work / "seed.sqlite"
-    scan(seed, manifest_path=path, device="cpu", workers=2, splits=("train",), progress=False)
-    return path
-
-
-def replicate_manifest(seed: Path, seed_root: Path, root: Path, sources: list[Path], videos: int) -> Path:
-    """The tree's manifest: the seed scan's rows of each source, for every video linking to it."""
-    from daliload.prescreen import Manifest, default_manifest_path
-
-    path = default_manifest_path(root)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Manifest(path, writable=True).close()  # the schema, as this daliload writes it
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        conn.execute("ATTACH DATABASE ? AS seed", (f"file:{seed}?mode=ro",))
-        columns = [row[1] for row in conn.execute("PRAGMA seed.table_info(files)")]
-        meta = {"path": ":path", "split": ":split", "label": ":label", "class_name": ":class_name",
-                "youtube_id": ":youtube_id", "time_start": ":time_start", "time_end": ":time_end"}
-        select = ", ".join(meta.get(c, c) for c in columns)
-        conn.execute("BEGIN")
-        for name in ("files", "routes", "classes"):
-            conn.execute(f"DELETE FROM {name}")
-        files_sql = f"INSERT INTO files ({', '.join(columns)}) SELECT {select} FROM seed.files WHERE path = :source"
-        routes_sql = ("INSERT INTO routes SELECT :path, device, route, reason, deep FROM seed.routes "
-                      "WHERE path = :source")
-        for i in range(videos):
-            rel = video_relpath(i, sources)
-            name = rel.rsplit("/", 1)[1]
-            start = float(name.split("_")[1])
-            row = {"path": str(root / rel), "split": rel.split("/", 1)[0], "label": i % NUM_CLASSES,
-                   "class_name": class_name(i % NUM_CLASSES), "youtube_id": name[:11], "time_start": start,
-                   "time_end": start + 10, "source": str(seed_root / "train" / class_name(0) / sources[
-                       i % len(sources)].name)}
-            conn.execute(files_sql, row)
-            conn.execute(routes_sql, row)
-        conn.executemany("INSERT INTO classes VALUES (?, ?)", [(i, class_name(i)) for i in range(NUM_CLASSES)])
-        conn.execute("INSERT OR REPLACE INTO meta SELECT key, value FROM seed.meta WHERE key = 'last_scan'")
-        conn.execute("COMMIT")
-    finally:
-        conn.close()
-    return path
 
 
 # -- measurements, each in a child process ------------------------------------------------------
@@ -467,124 +329,6 @@ def measure(args: argparse.Namespace, work: Path) -> dict:
             "package": _package()}
 
 
-def figures(m: dict, videos: int) -> dict:
-    """The table's figures of one run's measurements."""
-    w64 = m["construct"]["64"]
-    return {
-        "rescan_s": m["rescan"]["wall_s"], "rescan_probed": m["rescan"]["probed"],
-        "rescan_peak_mb": m["rescan"]["peak_rss_bytes"] / 2**20,
-        "construct_s": m["construct"]["1"]["construct_s"], "construct_s_w64": w64["construct_s"],
-        "construct_mb_w1": m["construct"]["1"]["added_bytes"] / 2**20, "construct_mb_w64": w64["added_bytes"] / 2**20,
-        "construct_bytes_per_video_w64": w64["added_bytes"] / videos,
-        "gc_tracked_w1": m["construct"]["1"]["gc_tracked"], "gc_full_s_w1": m["construct"]["1"]["gc_full_s"],
-        "plan_split_s": m["plan"]["median_s"], "plan_split_us_per_sample": 1e6 * m["plan"]["median_s"]
-        / max(1, m["plan"]["samples"]), "plan_rank64_s": w64["rank_plan_s"],
-        "plan_rank1_s": m["construct"]["1"]["rank_plan_s"],
-        "job_start_s": m["job_start"]["wall_s"],
-        "two_ranks_s": [r["wall_s"] for r in m["two_ranks_no_group"]],
-        "first_batch_s_w1": m["construct"]["1"]["first_batch_s"], "first_batch_s_w64": w64["first_batch_s"],
-        "first_batch_mb_w1": m["construct"]["1"]["added_after_first_batch_bytes"] / 2**20,
-        "first_batch_mb_w64": w64["added_after_first_batch_bytes"] / 2**20,
-        "manifest_mb": m["manifest_bytes"] / 2**20,
-        "fresh_files_per_s": FRESH_FILES / m["fresh_scan"]["whole"]["wall_s"],
-        "fresh_parent_ms": m["fresh_scan"]["whole"]["parent_ms_per_file"],
-        "fresh_shard_s": m["fresh_scan"]["shard"].get("wall_s"), "fresh_whole_s": m["fresh_scan"]["whole"]["wall_s"],
-    }
-
-
-_ROWS = [
-    ("re-scan, nothing changed: wall s (files probed; peak RSS MiB)",
-     lambda f: f"{f['rescan_s']:.2f} ({f['rescan_probed']}; {f['rescan_peak_mb']:.0f})", None),
-    ("loader construction from the manifest: wall s, world size 1 / 64",
-     lambda f: f"{f['construct_s']:.2f} / {f['construct_s_w64']:.2f}", "construct_s"),
-    ("memory construction adds, MiB: world size 1", lambda f: f"{f['construct_mb_w1']:.1f}", None),
-    ("memory construction adds, MiB: world size 64 (bytes per video)",
-     lambda f: f"{f['construct_mb_w64']:.1f} ({f['construct_bytes_per_video_w64']:.0f})", "construct_mb_w64"),
-    ("objects the garbage collector tracks after construction (a full collection, s), world size 1",
-     lambda f: f"{f['gc_tracked_w1']:,} ({f['gc_full_s_w1']:.2f})", None),
-    ("one epoch's plan, whole split, one process: s (us per sample)",
-     lambda f: f"{f['plan_split_s']:.2f} ({f['plan_split_us_per_sample']:.1f})", "plan_split_s"),
-    ("this rank's plan (`loader.plan(0)`): s, world size 64",
-     lambda f: f"{f['plan_rank64_s']:.3f}", "plan_rank64_s"),
-    ("this rank's plan (`loader.plan(0)`): s, world size 1", lambda f: f"{f['plan_rank1_s']:.2f}", None),
-    ("job start from the root (train, val, val with views), unchanged data: s",
-     lambda f: f"{f['job_start_s']:.2f}", "job_start_s"),
-    ("two ranks without a process group, each from the root: s",
-     lambda f: " / ".join(f"{s:.2f}" for s in f["two_ranks_s"]), None),
-    ("first batch after construction: s, world size 1 / 64",
-     lambda f: f"{f['first_batch_s_w1']:.2f} / {f['first_batch_s_w64']:.2f}", None),
-    ("memory added by construction and the first batch, MiB: world size 1 / 64",
-     lambda f: f"{f['first_batch_mb_w1']:.0f} / {f['first_batch_mb_w64']:.0f}", None),
-    ("manifest file: MiB", lambda f: f"{f['manifest_mb']:.1f}", None),
-    (f"first scan of {FRESH_FILES:,} files, 2 workers: files/s (the scanning process's CPU per file, ms)",
-     lambda f: f"{f['fresh_files_per_s']:.0f} ({f['fresh_parent_ms']:.3f})", None),
-    (f"first scan of those files: whole, s / one shard of {FRESH_SHARDS}, s",
-     lambda f: f"{f['fresh_whole_s']:.1f} / " + ("n/a" if f["fresh_shard_s"] is None else f"{f['fresh_shard_s']:.1f}"),
-     None),
-]
-
-
-def markdown(result: dict) -> str:
-    videos, f = result["videos"], result["figures"]
-    base = result.get("baseline")
-    m = result["measurements"]
-    lines = [
-        f"### Scale run `scale-{videos}` — {machine_line(result['machine'])}",
-        "",
-        f"`python -m benchmarks.bench_scale --videos {videos}`; {versions_line(result['machine'])}; load average "
-        f"(1, 5, 15 min) {result['load_average'][0]} at the start, {result['load_average'][1]} at the end. "
-        f"A tree of {videos:,} hardlinks of {len(m['sources'])} source clips in {NUM_CLASSES} class folders "
-        f"({100 - VAL_PER_100} % train: {m['construct']['1']['videos']:,} decodable train videos), the manifest "
-        f"replicated from the project's scan of the sources and re-scanned; each figure from a fresh process "
-        f"(`torch` and DALI imported first). Loaders on the CPU, batch {LOADER_OPTIONS['batch_size']}, "
-        f"{LOADER_OPTIONS['clip_len']} frames, one fallback worker. Package measured: "
-        f"`{m['package']['commit']}`" + (f"; before: `{base['measurements']['package']['commit']}`, "
-                                         f"{base['machine']['date_utc']}" if base else "") + ".",
-        "",
-        "| step | " + ("before | " if base else "") + "this run | target at this size |",
-        "|---|" + ("---|" if base else "") + "---|---|",
-    ]
-    for label, cell, key in _ROWS:
-        goal = ""
-        if key is not None:
-            value, limit = f[key], target(key, videos)
-            unit = TARGETS[key][2]
-            goal = f"<= {limit:.3g} {unit}: " + ("met" if value <= limit else "**missed**")
-        before = f"{_cell(cell, base['figures'])} | " if base else ""
-        lines.append(f"| {label} | {before}{cell(f)} | {goal} |")
-    lines += ["", "Targets are the issue's at 650k videos, scaled as fixed + per video x N: "
-              + "; ".join(f"{what}: {fixed:g} {unit} + {per * 650_000:.4g} {unit} per 650k videos"
-                          for (fixed, per, unit, what) in TARGETS.values()) + "."]
-    return "\n".join(lines) + "\n"
-
-
-def readme_figures(result: dict) -> str:
-    """README's figures of a run (and of its baseline), between its ``scale`` markers."""
-    videos, f, base = result["videos"], result["figures"], result.get("baseline")
-    m = result["measurements"]
-    head = (f"Written by `python -m benchmarks.bench_scale --videos {videos}` from its run's JSON "
-            f"([`benchmarks/results/scale-{videos}.json`](benchmarks/results/scale-{videos}.json); "
-            f"{result['machine']['date_utc']}, {machine_line(result['machine']).split(';')[0]}, package "
-            f"`{m['package']['commit']}`" + (f", before: `{base['measurements']['package']['commit']}`" if base else "")
-            + f"): {videos:,} videos, {m['construct']['1']['videos']:,} of them in train.")
-    lines = [head, "", "| step | " + ("before | " if base else "") + "now | target |",
-             "|---|" + ("---|" if base else "") + "---|---|"]
-    for label, cell, key in _ROWS:
-        goal = ""
-        if key is not None:
-            goal = f"<= {target(key, videos):.3g} {TARGETS[key][2]}: " + (
-                "met" if f[key] <= target(key, videos) else "**missed**")
-        lines.append(f"| {label} | " + (f"{_cell(cell, base['figures'])} | " if base else "") + f"{cell(f)} | {goal} |")
-    return "\n".join(lines) + "\n"
-
-
-def _cell(cell, figures: dict) -> str:
-    try:
-        return cell(figures)
-    except (KeyError, TypeError, ValueError):
-        return "n/a"
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child is not None:
@@ -616,12 +360,6 @@ def main(argv: list[str] | None = None) -> int:
         print("bench_scale: missed " + "; ".join(missed), file=sys.stderr)
         return 1
     return 0
-
-
-def missed_targets(figures: dict, videos: int) -> list[str]:
-    """``"<what>: <value> > <target>"`` for each target (scaled to ``videos``) the figures miss."""
-    return [f"{what}: {figures[key]:.3g} > {target(key, videos):.3g} {unit}"
-            for key, (_, _, unit, what) in TARGETS.items() if figures[key] > target(key, videos)]
 
 
 if __name__ == "__main__":

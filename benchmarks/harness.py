@@ -377,7 +377,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _finish(result: dict, args: argparse.Namespace, json_path: Path, results_dir: Path) -> None:
     """Plots, the JSON with their names, the markdown (printed, written to RESULTS.md and the README)."""
-    from benchmarks.report import append_markdown, markdown_report, write_plots
+    from benchmarks.plots import write_plots
+    from benchmarks.report import append_markdown, markdown_report
     from benchmarks.summary import write_readme
 
     if not args.no_plots:
