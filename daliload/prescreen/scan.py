@@ -1,9 +1,10 @@
 """The scan: probe every file of a dataset in parallel and keep the manifest up to date.
 
-(About 600 lines for one concept, a scan run: listing, change detection,
-probing and the summary; probing in worker processes is :mod:`.probe_pool`,
-how a job gets its manifest once is :mod:`.ensure`, merging the manifests of
-a scan spread over machines :mod:`.merge`.)
+:func:`scan` runs a scan from its options to its :class:`ScanSummary`; the
+options a job passes are a :class:`ScanSpec`. What it covers and which files
+changed is :mod:`.scan_listing`; probing in worker processes is
+:mod:`.probe_pool`, how a job gets its manifest once is :mod:`.ensure`,
+merging the manifests of a scan spread over machines :mod:`.merge`.
 
 :func:`scan` lists the dataset (through :func:`daliload.index.load_index`, or
 an explicit list of records), ``stat``s every file, and probes only files that
@@ -38,27 +39,35 @@ The test-only fault hook (``DALILOAD_TEST_PROBE_FAULT``) is described in
 
 from __future__ import annotations
 
-import hashlib
-import logging
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
-
-import numpy as np
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from daliload import dist
 from daliload.prescreen.manifest import Manifest
 from daliload.prescreen.probe_pool import FAULT_ENV, ProbeTask, probe_into
-from daliload.prescreen.rows import FileRecord
 from daliload.prescreen.confirm import confirm_classes, gpu_visible
 from daliload.prescreen.gpus import resolve_gpu
-from daliload.prescreen.rules import ROUTES, RULES_VERSION, Device, check_device
+from daliload.prescreen.rules import ROUTES, Device, check_device
+from daliload.prescreen.scan_listing import (
+    Changes,
+    cache_manifest_path,
+    check_changes,
+    check_root,
+    default_manifest_path,
+    find_changes,
+    list_source,
+    listing_digest,
+    stat_records,
+)
 from daliload.processes import refuse_bootstrapping_main, usable_cores
 from daliload.shard import ALL_FILES, Shard
 
-logger = logging.getLogger(__name__)
+__all__ = ["PROBE_TIMEOUT_S", "DEEP_TIMEOUT_S", "FAULT_ENV", "ScanSpec", "ScanSummary", "scan", "default_workers",
+           "totals_from_json", "default_manifest_path", "cache_manifest_path", "check_root", "check_changes"]
+
 
 #: Per-file time limits (seconds) when ``timeout_s`` is not given.
 PROBE_TIMEOUT_S = 30.0
@@ -184,153 +193,9 @@ class ScanSummary:
         return lines
 
 
-def default_manifest_path(root: str | os.PathLike) -> Path:
-    """Where the manifest of ``root`` lives by default (see the module docstring)."""
-    root_path = Path(os.path.abspath(root))
-    local = root_path / ".daliload"
-    if os.access(local if local.is_dir() else root_path, os.W_OK):
-        return local / "manifest.sqlite"
-    return cache_manifest_path(root_path)
-
-
-def cache_manifest_path(root: str | os.PathLike) -> Path:
-    """The per-user cache file of ``root``'s manifest (for roots on read-only storage)."""
-    root_path = Path(os.path.abspath(root))
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    key = hashlib.sha256(str(root_path).encode()).hexdigest()[:16]
-    return cache / "daliload" / "manifests" / f"{root_path.name or 'root'}-{key}.sqlite"
-
-
 def default_workers() -> int:
     """Worker processes for a scan: the CPU cores this process may use."""
     return usable_cores()
-
-
-def check_root(root: str | os.PathLike) -> Path:
-    """``root`` as an absolute path, if it is a folder.
-
-    Raises:
-        FileNotFoundError: it does not exist.
-        ValueError: it is a file (a video, say), with what to pass instead.
-    """
-    path = Path(os.path.abspath(root))
-    if path.is_dir():
-        return path
-    if path.exists():
-        raise ValueError(f"dataset root {path} is a file, not a folder: pass the folder that holds train/ and val/ "
-                         f"(or the annotation CSVs or list files), e.g. {path.parent}, or a manifest written by "
-                         "`daliload scan` (a .sqlite file)")
-    raise FileNotFoundError(f"dataset root {path} does not exist")
-
-
-def _records_from_root(root: Path, splits: Sequence[str], manifest_path: str | os.PathLike) -> _Listing:
-    """What a scan of ``root`` covers, through the dataset index."""
-    from daliload.index import load_index
-
-    records: list[Any] = []
-    classes: tuple[str, ...] | None = None
-    found: list[str] = []
-    missing = 0
-    skipped: list[tuple[str, str]] = []
-    first_error: FileNotFoundError | None = None
-    for split in splits:
-        try:
-            index = load_index(root, split)
-        except FileNotFoundError as err:
-            first_error = first_error or err
-            logger.info("split %r skipped: %s", split, err)
-            continue
-        if classes is not None and index.classes != classes:
-            raise ValueError(
-                f"split {split!r} of {root} has a different class map than the other splits"
-            )
-        classes = index.classes
-        records.extend(index.records)
-        found.append(index.split)
-        missing += len(index.missing)
-        skipped += index.skipped
-    if not found:
-        raise FileNotFoundError(
-            f"none of the splits {list(splits)} found under {root}: {first_error}"
-        ) from first_error
-    return _Listing(records, classes or (), found, missing, manifest_path, tuple(sorted(skipped)), str(root))
-
-
-def _classes_from_records(records: Sequence[Any]) -> tuple[str, ...]:
-    """The class map of explicit records: ``classes[label] = class_name`` ("" for unused labels)."""
-    names: dict[int, str] = {}
-    for rec in records:
-        previous = names.setdefault(int(rec.label), rec.class_name)
-        if previous != rec.class_name:
-            raise ValueError(
-                f"label {rec.label} names two classes: {previous!r} and {rec.class_name!r} "
-                f"({rec.path})"
-            )
-    return tuple(names.get(i, "") for i in range(max(names) + 1)) if names else ()
-
-
-class _Listed(NamedTuple):
-    """The files a scan covers, sorted by path, with what ``stat`` said of each (-1: it could not be read)."""
-
-    records: list[Any]
-    sizes: np.ndarray
-    mtimes: np.ndarray
-
-    def file_record(self, i: int) -> FileRecord:
-        rec = self.records[i]
-        return FileRecord(rec.path, int(self.sizes[i]), int(self.mtimes[i]), rec.split, int(rec.label),
-                          rec.class_name, getattr(rec, "youtube_id", None), getattr(rec, "time_start", None),
-                          getattr(rec, "time_end", None))
-
-    def file_records(self) -> list[FileRecord]:
-        return [self.file_record(i) for i in range(len(self.records))]
-
-
-def _stat_records(records: Sequence[Any], root: str | None, shard: Shard) -> _Listed:
-    """``stat`` each record of ``shard`` (files of a root are in a share by their path under it)."""
-    if root is None:  # explicit records: make their paths absolute, as the manifest keeps them
-        records = [rec._replace(path=os.path.abspath(rec.path)) if hasattr(rec, "_replace")
-                   else _Record(os.path.abspath(rec.path), rec) for rec in records]
-    elif shard.count > 1:
-        records = [rec for rec in records if shard.holds(os.path.relpath(rec.path, root).replace(os.sep, "/"))]
-    if any(records[i].path > records[i + 1].path for i in range(len(records) - 1)):
-        records = sorted(records, key=lambda r: r.path)
-    sizes, mtimes = np.empty(len(records), np.int64), np.empty(len(records), np.int64)
-    for i, rec in enumerate(records):
-        try:
-            st = os.stat(rec.path)
-            sizes[i], mtimes[i] = st.st_size, st.st_mtime_ns
-        except OSError:
-            sizes[i] = mtimes[i] = -1  # the probe will say why it cannot be opened
-    return _Listed(list(records), sizes, mtimes)
-
-
-class _Record:
-    """A record given by the caller, with its path made absolute."""
-
-    def __init__(self, path: str, rec: Any) -> None:
-        self.path, self._rec = path, rec
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._rec, name)
-
-
-def listing_digest(listed: _Listed, *, splits: Sequence[str], shard: Shard, deep_device: str | None) -> str:
-    """A digest of what a scan listed: every file's path, size, mtime and index metadata, and what was asked.
-
-    Equal digests, with nothing written to the manifest since the scan that
-    stored it, mean a scan has nothing to do. About 1 us a file.
-    """
-    records = listed.records
-    h = hashlib.blake2b(digest_size=16)
-    h.update(f"{RULES_VERSION}|{sorted(splits)}|{shard}|{deep_device}|{len(records)}".encode())
-    h.update("\0".join(r.path for r in records).encode("utf-8", "surrogateescape"))
-    h.update(listed.sizes.tobytes())
-    h.update(listed.mtimes.tobytes())
-    h.update("\0".join(f"{r.split}\t{r.label}\t{r.class_name}\t{getattr(r, 'youtube_id', None)}\t"
-                       f"{getattr(r, 'time_start', None)}\t{getattr(r, 'time_end', None)}"
-                       for r in records).encode("utf-8", "surrogateescape"))
-    return h.hexdigest()
 
 
 def scan(
@@ -401,10 +266,10 @@ def scan(
     device, workers, splits, timeout_s = _checked_options(device, workers, chunk_size, splits,
                                                           deep, timeout_s)  # fmt: skip
     started = time.monotonic()
-    listing = _list_source(source, splits, manifest_path)
+    listing = list_source(source, splits, manifest_path)
     if shard.count > 1 and listing.root is None:
         raise ValueError(f"shard={shard} needs a dataset root (a share is chosen by the path under the root)")
-    listed = _stat_records(listing.records, listing.root, shard)
+    listed = stat_records(listing.records, listing.root, shard)
     digest = listing_digest(listed, splits=listing.splits, shard=shard, deep_device=device if deep else None)
     fault = os.environ.get(FAULT_ENV, "")
     device_id = dist.local_rank()
@@ -412,7 +277,7 @@ def scan(
         _check_part(manifest, shard, listing.root)
         known = manifest.current_meta("listing")
         unchanged = not retry_bad and known is not None and known.get("digest") == digest
-        changes = _Changes([], [], None) if unchanged else _find_changes(manifest, listed, device, deep, retry_bad)
+        changes = Changes([], [], None) if unchanged else find_changes(manifest, listed, device, deep, retry_bad)
         manifest.update_meta(changes.relabelled)
         tasks = [ProbeTask(i, rec.path, device if deep else None, device_id=device_id, fault=fault)
                  for i, rec in enumerate(changes.to_probe)]  # fmt: skip
@@ -550,89 +415,3 @@ def _cuda_visible() -> bool:
     import torch
 
     return torch.cuda.is_available()
-
-
-class _Listing(NamedTuple):
-    """What a scan covers, before any file is looked at."""
-
-    records: list[Any]  # the dataset index's records of the scanned splits
-    classes: tuple[str, ...]  # the class map: classes[label] = class name
-    splits: list[str]  # the splits found (a root may lack some of those asked for)
-    missing: int  # files the index lists that do not exist
-    manifest_path: str | os.PathLike
-    skipped: tuple[tuple[str, str], ...] = ()  # entries of split folders not scanned, with the reason
-    root: str | None = None  # the dataset root (absolute), when the source is one
-
-
-def _list_source(source: str | os.PathLike | Iterable[Any], splits: Sequence[str],
-                 manifest_path: str | os.PathLike | None) -> _Listing:  # fmt: skip
-    """List a dataset root through its index, or take explicit records (see :func:`scan`)."""
-    if isinstance(source, (str, os.PathLike)):
-        root = check_root(source)
-        return _records_from_root(root, splits, manifest_path if manifest_path is not None
-                                  else default_manifest_path(root))
-    all_records = list(source)
-    records = [r for r in all_records if r.split in splits]
-    if all_records and not records:
-        raise ValueError(
-            f"none of the {len(all_records)} records is in splits {tuple(splits)}; "
-            f"pass splits= with their split names"
-        )
-    if manifest_path is None:
-        raise ValueError(
-            "manifest_path is required when scanning a list of records (there is no root "
-            "to put the manifest under)"
-        )
-    return _Listing(records, _classes_from_records(records), sorted({r.split for r in records}), 0,
-                    manifest_path)  # fmt: skip
-
-
-class _Changes(NamedTuple):
-    """How the listed files compare with the manifest."""
-
-    to_probe: list[FileRecord]  # new, changed, or due a (deep) probe again
-    relabelled: list[FileRecord]  # unchanged files whose index metadata changed
-    listed: set[str] | None  # absolute paths of every listed file (None: the listing did not change)
-
-
-def _find_changes(manifest: Manifest, listed: _Listed, device: Device, deep: bool, retry_bad: bool) -> _Changes:
-    """Compare the ``stat``-ed files with the manifest and decide which ones to probe.
-
-    A stored file is reused when its size and mtime are unchanged, it is
-    deep-checked on ``device`` if ``deep`` asks for that, and (with
-    ``retry_bad``) it is not marked ``bad``.
-    """
-    known = manifest.known_files(deep=deep)
-    retry = manifest.bad_files() if retry_bad else set()
-    changes = _Changes([], [], set())
-    sizes, mtimes = listed.sizes.tolist(), listed.mtimes.tolist()
-    for i, rec in enumerate(listed.records):
-        old = known.get(rec.path)
-        if old is not None and old[0] == sizes[i] and old[1] == mtimes[i] \
-                and (not deep or device in old.deep_devices) and rec.path not in retry:
-            file_rec = listed.file_record(i)
-            if tuple(old[2]) != file_rec.meta():
-                changes.relabelled.append(file_rec)
-            continue
-        changes.to_probe.append(listed.file_record(i))
-    return changes
-
-
-def check_changes(source: str | os.PathLike, manifest_path: str | os.PathLike, *, device: Device,
-                  splits: Sequence[str], deep: bool = False) -> int:
-    """How many files a scan of ``source`` into ``manifest_path`` would probe, relabel or remove (0: none).
-
-    Reads the manifest only (it may be on read-only storage).
-    """
-    listing = _list_source(source, splits, manifest_path)
-    with Manifest(manifest_path) as manifest:
-        part = manifest.part
-        shard = Shard(*map(int, part["shard"].split("/"))) if part else ALL_FILES
-        listed = _stat_records(listing.records, listing.root, shard)
-        digest = listing_digest(listed, splits=listing.splits, shard=shard, deep_device=device if deep else None)
-        known = manifest.current_meta("listing")
-        if known is not None and known.get("digest") == digest:
-            return 0
-        changes = _find_changes(manifest, listed, device, deep, retry_bad=False)
-        stored = {path for path, split in manifest.paths_and_splits() if split in listing.splits}
-    return len(changes.to_probe) + len(changes.relabelled) + len(stored - {r.path for r in listed.records})
