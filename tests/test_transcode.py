@@ -76,6 +76,25 @@ def outputs(root: Path) -> dict[str, bytes]:
             for p in sorted(root.rglob("*")) if p.is_file() and ".daliload" not in p.parts}
 
 
+def assert_same_videos(root: Path, reference: Path) -> None:
+    """The same files, and each video the same frames as the reference's, up to libx264's own variation.
+
+    libx264 is not bit-exact from run to run even with one thread: under CPU load about 1 encode in 150
+    of the same frames comes out with other bytes (measured in this session, frames checked equal at
+    the encoder's input), its pictures differing by about one level of 255. A wrong frame differs by tens.
+    """
+    assert sorted(outputs(root)) == sorted(outputs(reference))
+    for rel in outputs(root):
+        if not rel.endswith(".mp4"):
+            assert (root / rel).read_bytes() == (reference / rel).read_bytes(), rel
+            continue
+        with av.open(str(root / rel)) as a, av.open(str(reference / rel)) as b:
+            got = [f.to_ndarray(format="rgb24").astype(np.int16) for f in a.decode(video=0)]
+            want = [f.to_ndarray(format="rgb24").astype(np.int16) for f in b.decode(video=0)]
+        assert len(got) == len(want) and all(g.shape == w.shape for g, w in zip(got, want)), rel
+        assert max(float(np.abs(g - w).mean()) for g, w in zip(got, want)) < 3.0, rel
+
+
 def record_rows(dst: Path, shard: Shard = ALL) -> dict[str, tuple]:
     with sqlite3.connect(record_path(dst, shard)) as conn:
         return {row[0]: row[1:] for row in conn.execute(
@@ -204,9 +223,10 @@ def test_a_killed_run_resumes_to_the_same_result(source, transcoded, tmp_path):
     resumed = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     assert "0 failed" in resumed.stdout and "skipped" in resumed.stdout
-    assert outputs(dst) == outputs(dst_full)
-    strip = {rel: row for rel, row in record_rows(dst).items()}
-    assert strip == record_rows(dst_full)
+    assert_same_videos(dst, dst_full)
+    def without_bytes(rows):  # the encoded size varies with libx264's bytes (assert_same_videos)
+        return {rel: row[:4] + row[5:] for rel, row in rows.items()}
+    assert without_bytes(record_rows(dst)) == without_bytes(record_rows(dst_full))
 
 
 def test_shards_partition_the_files_and_share_the_record(source, transcoded, tmp_path):
@@ -219,7 +239,7 @@ def test_shards_partition_the_files_and_share_the_record(source, transcoded, tmp
     halves = [transcode_dataset(source, dst, OPTIONS, shard=Shard(i, 2), workers=1, progress=False)
               for i in range(2)]
     assert sum(len(h.results) for h in halves) == len(all_jobs)
-    assert outputs(dst) == outputs(transcoded[0])
+    assert_same_videos(dst, transcoded[0])
     whole = transcode_dataset(source, dst, OPTIONS, workers=2, progress=False)
     assert whole.skipped == len(all_jobs) and whole.written == 0
 

@@ -17,8 +17,11 @@ with a time limit). It:
    and with ``--fps`` the ``fps`` filter resamples to a constant rate;
 4. encodes with libx264 (or NVENC): an IDR frame every ``gop`` frames, no
    scene-cut keyframes, closed GOPs, one slice per frame, one encoder thread
-   (workers give the parallelism, and one thread makes the bytes
-   reproducible); timestamps are the source's unless ``--fps`` is given;
+   (workers give the parallelism); timestamps are the source's unless
+   ``--fps`` is given. libx264 is not bit-exact from run to run even so:
+   under CPU load about 1 encode in 150 of the same frames differs in its
+   bytes (pictures about one level of 255 apart), so a resumed or sharded run
+   gives the same files and frames as one run, not always the same bytes;
 5. probes the written file and checks it: H.264 ``yuv420p``, as many frames
    as were encoded, no keyframe gap over ``gop``, and DALI's route on every
    NVDEC generation; only then renames the temporary file to the final name.
