@@ -1,11 +1,14 @@
 """The pre-screen: probe every file once, route it to DALI, the fallback, or out.
 
 See :mod:`.probe` (what a file is), :mod:`.rules` (the capability table),
-:mod:`.deep` (the ``--deep`` check), :mod:`.manifest` (the SQLite manifest),
-:mod:`.rows` (what a scan stores per file), :mod:`.sqlite_file` (the
-manifest's file: transactions, immutable reads, errors), :mod:`.probe_pool`
-(probing in worker processes), :mod:`.scan` (the resumable scan and
-:class:`ScanSpec`), :mod:`.ensure` (a job's manifest, checked once:
+:mod:`.deep` (the ``--deep`` check), :mod:`.manifest` (the SQLite manifest:
+its writes and its column index; :mod:`.manifest_store` its tables, meta and
+reads, :mod:`.manifest_routes` its routes), :mod:`.rows` (what a scan stores
+per file), :mod:`.sqlite_file` (the manifest's file: transactions, immutable
+reads, errors), :mod:`.probe_pool` (probing in worker processes),
+:mod:`.scan` (the resumable scan and :class:`ScanSpec`; :mod:`.scan_listing`
+what it covers and what changed), :mod:`.scan_lock` (one scan at a time, and
+who waits for whom), :mod:`.ensure` (a job's manifest, checked once:
 :func:`ensure_manifest`, :func:`check_manifest`) and :mod:`.merge` (the
 manifests of a scan spread over machines, joined).
 """
