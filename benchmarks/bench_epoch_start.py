@@ -17,8 +17,8 @@ The fallback's workers live across epochs, so an epoch's first batch costs one
 batch's decodes (the pass submits it when asked for), where the other batches
 were decoded while the caller trained. The difference is what starting each
 epoch costs; the loader does not start the next epoch ahead (it did before
-the epoch pass was rebuilt: see the closing notes of that change). The first
-pass is not counted (the workers start there).
+the epoch pass was rebuilt; why it no longer does: ``docs/architecture.md``,
+"Starting an epoch"). The first pass is not counted (the workers start there).
 
 Writes ``--json`` (default ``benchmarks/results/epoch_start.json``) and its
 section of ``benchmarks/RESULTS.md``, both from this one run.
