@@ -177,7 +177,7 @@ class KineticsDALILoader:
         self._frames_of = _frames_lookup(index)
         self._setup = PassSetup(
             output=self.output, device=self.torch_device, label_padding=self.label_padding,
-            mask_failed=split != "train", prefetch=max(self.decode.prefetch_batches, self.decode.dali_pipelines),
+            mask_failed=split != "train", prefetch=self.decode.batches_ahead(self.clips_per_batch),
             num_frames=self._frames_of, views=self.clips_per_batch // batch_size if self.views else 0)
         # The two clip sources live as long as the loader: the fallback's workers start at the first
         # group it gets, the DALI pipeline at the first batch with a DALI sample.

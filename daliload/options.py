@@ -37,8 +37,10 @@ class DecodeSpec:
             ``None``: on a GPU ``min(batch_size, 16)`` (at least twice the 7
             NVDEC engines of an H100/H200, so every engine has a session
             decoding while another demuxes), on the CPU one per core.
-        prefetch_batches: DALI batches in flight ahead of the one consumed. Default 2
-            (at least ``dali_pipelines``).
+        prefetch_batches: batches in flight ahead of the one consumed. Default 2;
+            at least ``dali_pipelines``, and at least enough batches for
+            :data:`CLIPS_AHEAD_PER_WORKER` clips per fallback worker
+            (:meth:`batches_ahead`).
         dali_pipelines: DALI pipelines per rank, each with ``dali_threads``
             threads, taking batches in turn (batches still come in plan
             order). More keep more NVDEC sessions busy at once; 1 (default)
@@ -83,12 +85,23 @@ class DecodeSpec:
         if not 0 <= self.max_failure_fraction <= 1:
             raise ValueError(f"max_failure_fraction must be in [0, 1], got {self.max_failure_fraction!r}")
 
+    def batches_ahead(self, clips_per_batch: int) -> int:
+        """Batches submitted ahead of the one consumed: ``prefetch_batches``, raised to ``dali_pipelines`` and
+        to enough batches that every fallback worker has :data:`CLIPS_AHEAD_PER_WORKER` clips to go on with
+        (with two batches of two clips, two workers waited between batches: ``benchmarks/RESULTS.md``,
+        "Before and after a change")."""
+        fill = -(-CLIPS_AHEAD_PER_WORKER * self.fallback_workers // clips_per_batch)
+        return max(self.prefetch_batches, self.dali_pipelines, fill)
+
     def dali_threads_for(self, device: str, batch_size: int) -> int:
         """DALI threads: as given, else ``min(batch_size, 16)`` on a GPU and one per core on the CPU."""
         if self.dali_threads is not None:
             return self.dali_threads
         return min(batch_size, 16) if device == "gpu" else usable_cores()
 
+
+#: Clips a fallback worker has queued ahead (its task in hand, one to go on with, and its next batch's).
+CLIPS_AHEAD_PER_WORKER = 4
 
 #: What torch's ``DataLoader`` keywords are here, for users who pass them out of habit.
 _DATALOADER_EQUIVALENTS = {

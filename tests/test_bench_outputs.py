@@ -124,7 +124,7 @@ def test_the_fallback_row_runs_the_fallback_as_the_loader_configures_it(vp9_data
     finally:
         adapter.close()
     spec = DecodeSpec(fallback_workers=2)
-    assert (workers, prefetch) == (spec.fallback_workers, max(spec.prefetch_batches, spec.dali_pipelines))
+    assert (workers, prefetch) == (spec.fallback_workers, spec.batches_ahead(task.batch_size)) == (2, 4)
     assert (decode.threads, decode.timeout_s, decode.skip_nonref) == (spec.fallback_threads, spec.timeout_s, True)
     hint = hints[vp9_dataset.videos[0].path]  # the seek hints the scan gives the loader
     assert hint is not None and hint.keyframe_indices == vp9_dataset.videos[0].keyframes

@@ -299,6 +299,21 @@ def test_bad_inputs_are_named(dataset, tmp_path):
         DecodeSpec(decoder="nvdec")
 
 
+def test_small_batches_are_submitted_far_enough_ahead_to_keep_every_fallback_worker_busy(dataset):
+    """Batches ahead: ``prefetch_batches``, or more when a batch holds fewer clips than the fallback's
+    workers need queued (4 each); the loader's pass uses exactly that."""
+    assert DecodeSpec().batches_ahead(32) == 2  # the default, already 16 clips a worker
+    assert DecodeSpec(fallback_workers=2).batches_ahead(2) == 4
+    assert DecodeSpec(fallback_workers=8).batches_ahead(3) == 11  # ceil(32 / 3)
+    assert DecodeSpec(fallback_workers=0, dali_pipelines=3).batches_ahead(2) == 3
+    assert DecodeSpec(prefetch_batches=6).batches_ahead(64) == 6
+    loader = make_loader(dataset, batch_size=2, decode=DecodeSpec(fallback_workers=2))
+    try:
+        assert loader._setup.prefetch == 4
+    finally:
+        loader.close()
+
+
 def test_split_batches_policies():
     plan = [Sample(i, i, f"v{i}", 0, 0, 1, 1, CropBox.full()) for i in range(10)]
     pad = split_batches(plan, 4, "pad")

@@ -115,7 +115,7 @@ class DaliloadFallback(LoaderAdapter):
         self._max_failure_fraction = spec.max_failure_fraction
         device = torch.device("cuda" if config.device == "cuda" else "cpu")
         self._setup = PassSetup(output=config.task.output, device=device, label_padding=False, mask_failed=False,
-                                prefetch=max(spec.prefetch_batches, spec.dali_pipelines), num_frames=lambda path: None)
+                                prefetch=spec.batches_ahead(config.task.batch_size), num_frames=lambda path: None)
         self.options = (decode, spec.fallback_workers, self._setup.prefetch, hints)  # for tests
 
     def epoch(self) -> Iterator[LoadedBatch]:
