@@ -8,7 +8,9 @@ and the run ends, loudly. At exit DALI shuts every pipeline down and waits
 for the batches it is running, forever for a stuck one:
 :func:`exit_without_waiting_for` makes such a process exit without that wait.
 Batches of an abandoned pass are handed to the waiter to be taken off DALI's
-queue (``discard=True``), in order, so that nothing waits for them.
+queue (``discard=True``), in order, so that nothing waits for them; at exit
+they get a few seconds to finish (:func:`_drain_at_exit`: a thread still
+inside DALI when the interpreter finalizes aborts the process).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import os
 import queue
 import sys
 import threading
+import time
+import weakref
 
 logger = logging.getLogger(__name__)
 
@@ -29,11 +33,19 @@ class Waiter:
 
     A daemon, unlike ``ThreadPoolExecutor``'s threads (joined at interpreter
     exit), so a wait stuck inside DALI cannot keep the process from exiting.
+    The thread keeps no reference to a call once it has run: the last
+    reference to a DALI pipeline must not be dropped on this thread while the
+    interpreter exits (see :func:`_drain_at_exit`).
     """
 
     def __init__(self) -> None:
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._done = threading.Condition()
+        self._queued = 0  # submitted calls not finished yet (under _done)
         self.busy = False  # inside a call to DALI
+        if not _LIVE_WAITERS:
+            atexit.register(_drain_at_exit)  # after DALI's own hook (DALI is imported first), so run before it
+        _LIVE_WAITERS.add(self)
         threading.Thread(target=self._run, name="daliload-dali-wait", daemon=True).start()
 
     def _run(self) -> None:
@@ -54,16 +66,51 @@ class Waiter:
                     except BaseException as err:  # noqa: BLE001 - handed to the waiting caller
                         future.set_exception(err)
             finally:
+                fn = future = None  # a pipeline whose owner let it go is freed here, not at exit
                 self.busy = False
+                with self._done:
+                    self._queued -= 1
+                    self._done.notify_all()
 
     def submit(self, fn, *, discard: bool = False) -> concurrent.futures.Future | None:
         """Queue ``fn``; its future, or ``None`` when ``discard`` (run it, drop its result)."""
         future: concurrent.futures.Future | None = None if discard else concurrent.futures.Future()
+        with self._done:
+            self._queued += 1
         self._jobs.put((fn, future))
         return future
 
+    def drain(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for every submitted call to finish; whether they did."""
+        with self._done:
+            return self._done.wait_for(lambda: self._queued == 0, timeout_s)
+
     def close(self) -> None:
         self._jobs.put((None, None))
+
+
+#: Every waiter not yet garbage (the thread of one holds it until closed).
+_LIVE_WAITERS: weakref.WeakSet[Waiter] = weakref.WeakSet()
+#: How long exit waits for DALI to finish the batches an abandoned pass dropped.
+EXIT_DRAIN_S = 5.0
+
+
+def _drain_at_exit() -> None:
+    """Let the waiters finish their calls into DALI before the interpreter exits, or exit at once.
+
+    A daemon thread that returns from DALI's C++ code (a batch's outputs, a
+    pipeline's destructor) while the interpreter is finalizing is ended by
+    Python inside a C++ destructor, and the process aborts ("terminate called
+    without an active exception", status 134). Batches an abandoned pass
+    dropped are still decoding at exit: they get :data:`EXIT_DRAIN_S`, then the
+    process exits without them, as after a time-out.
+    """
+    deadline = time.monotonic() + EXIT_DRAIN_S
+    for waiter in list(_LIVE_WAITERS):
+        if waiter in _STUCK_WAITERS:
+            continue  # _exit_if_dali_is_stuck decides
+        if not waiter.drain(max(0.0, deadline - time.monotonic())):
+            _exit_now("exiting without waiting for DALI: dropped batches are still decoding")
 
 
 #: Waiters whose wait for DALI timed out (see :func:`exit_without_waiting_for`).
@@ -91,8 +138,13 @@ def exit_without_waiting_for(waiter: Waiter) -> None:
 def _exit_if_dali_is_stuck() -> None:
     if not any(waiter.busy for waiter in _STUCK_WAITERS):
         return  # DALI finished meanwhile: its own shutdown will not wait
+    _exit_now("exiting without waiting for DALI: a batch past its time limit is still running")
+
+
+def _exit_now(why: str) -> None:
+    """End the process at once: status 1 if an uncaught exception is ending the script, else 0."""
     status = 1 if getattr(sys, "last_value", None) is not None else 0
-    logger.warning("exiting without waiting for DALI: a batch past its time limit is still running")
+    logger.warning("%s", why)
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:
