@@ -70,7 +70,7 @@ def readme_section(report: dict) -> str:
         f"It trained `{config['model']}` for {epochs}, with {decode}: **validation top-1 "
         f"{training['val_top1']:.3f} against a chance level of {training['chance']:.2f}**{views}; "
         f"{loader['dali_share']:.0%} of the training clips decoded by DALI, {failed} failed at run time. "
-        f"Time: " + ", ".join(f"{name} {value:.0f} s" for name, value in seconds.items()) + "."
+        f"Time: " + ", ".join(f"{name} {value:.{1 if value < 10 else 0}f} s" for name, value in seconds.items()) + "."
     )
 
 

@@ -350,7 +350,7 @@ def _echo_report(report: dict, report_dir: Path, echo: Callable[[str], None]) ->
     echo(f"failed at run time and replaced (last epoch): {len(failures)}")
     for failure in failures:
         echo(f"  {failure['path']}: {failure['reason']}")
-    echo("time: " + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items()))
+    echo("time: " + ", ".join(f"{k} {v:.{1 if v < 10 else 0}f} s" for k, v in seconds.items()))
 
 
 def plot_training_curve(history: list[dict], path: str | os.PathLike, *,
