@@ -68,6 +68,7 @@ from pathlib import Path
 
 from benchmarks.scale_report import (FRESH_FILES, FRESH_SHARDS, LOADER_OPTIONS, figures, markdown, missed_targets,
                                      readme_figures)
+from benchmarks.options import int_at_least
 from benchmarks.scale_tree import build_tree, replicate_manifest, seed_manifest, source_clips
 from benchmarks.report import (add_output_options, append_markdown, load_average, machine_info, publish, write_marked)
 
@@ -75,7 +76,7 @@ CHAPTER = "## Kinetics-700 at full size: `python -m benchmarks.bench_scale`"
 WORLD_SIZES = (1, 64)
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_scale", description=__doc__.split("\n")[0])
-    parser.add_argument("--videos", type=_positive, default=10_000, help="videos in the tree (default 10000)")
+    parser.add_argument("--videos", type=int_at_least(1), default=10_000, help="videos in the tree (default 10000)")
     parser.add_argument("--clips", type=Path, default=None,
                         help="a folder of real clips to link (its video files, recursively); default: generated")
     parser.add_argument("--work", type=Path, default=None,
@@ -96,16 +97,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.json.endswith("results/scale.json"):
         args.json = args.json[:-len("scale.json")] + f"scale-{args.videos}.json"
     return args
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from err
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
-    return value
 
 
 # -- measurements, each in a child process ------------------------------------------------------

@@ -26,14 +26,17 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from err
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
+def int_at_least(minimum: int):
+    """An argparse ``type``: an integer >= ``minimum``, or an error naming the value."""
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}") from err
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}")
+        return value
+    return convert
 
 
 def _name_list(text: str) -> list[str]:
@@ -59,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help=f"comma-separated, from {', '.join(STANDARD)} (default: all)")
     g.add_argument("--loaders", type=_name_list, default=list(LOADERS),
                    help=f"comma-separated, from {', '.join(LOADERS)} (default: all); ceilings always run")
-    g.add_argument("--workers", type=_non_negative, default=None,
+    g.add_argument("--workers", type=int_at_least(0), default=None,
                    help="DataLoader workers / DALI threads of the main table (default: 2 on CPU, 8 on GPU, "
                         "at most the usable cores)")
     g.add_argument("--sweep-workers", type=_int_list, default=None,

@@ -26,3 +26,23 @@ def test_the_scale_benchmark_meets_its_targets_at_10k_videos_and_writes_its_sect
     for label, _, _ in scale_report._ROWS:
         assert f"| {label} |" in text
     assert not (tmp_path / "work").exists()  # the tree is removed
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--videos", "0"], "argument --videos: expected an integer >= 1, got '0'"),
+    (["--videos", "many"], "argument --videos: expected an integer >= 1, got 'many'"),
+])
+def test_bench_scale_refuses_a_bad_video_count_naming_it(argv, message, capsys):
+    from benchmarks.bench_scale import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_the_loaders_benchmark_refuses_negative_workers_naming_the_value(capsys):
+    from benchmarks.harness import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--workers", "-1"])
+    assert "argument --workers: expected an integer >= 0, got '-1'" in capsys.readouterr().err
