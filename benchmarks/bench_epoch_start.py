@@ -36,9 +36,8 @@ from benchmarks.report import (
     append_markdown,
     load_average,
     machine_info,
-    machine_line,
     publish,
-    versions_line,
+    run_heading,
 )
 from daliload.loader import DecodeSpec, KineticsDALILoader
 
@@ -109,15 +108,12 @@ def measure(root, args: argparse.Namespace, step_s: float) -> dict:
 def markdown(result: dict) -> str:
     s = result["settings"]
     lines = [
-        f"### Epoch-start run `epoch_start` — {machine_line(result['machine'])}",
-        "",
-        f"`python -m benchmarks.bench_epoch_start`; {versions_line(result['machine'])}; load average "
-        f"(1, 5, 15 min) {result['load_average'][0]} at the start, {result['load_average'][1]} at the end. "
-        f"KineticsDALILoader on `{s['dataset']}` ({s['clips']} clips of {s['duration_s']:g} s, all decoded by the "
-        "fallback on the CPU), "
-        f"batch {s['batch_size']}, {s['workers']} workers, 16 frames at stride 4, 224 crop; {s['passes']} "
-        "consecutive epochs, the first not counted. Seconds from asking for a batch to having it (an epoch's "
-        "first: from `iter`), median; the training step is a sleep.",
+        *run_heading(
+            "Epoch-start", "epoch_start", "python -m benchmarks.bench_epoch_start", result,
+            f"KineticsDALILoader on `{s['dataset']}` ({s['clips']} clips of {s['duration_s']:g} s, all decoded by "
+            f"the fallback on the CPU), batch {s['batch_size']}, {s['workers']} workers, 16 frames at stride 4, "
+            f"224 crop; {s['passes']} consecutive epochs, the first not counted. Seconds from asking for a batch "
+            "to having it (an epoch's first: from `iter`), median; the training step is a sleep."),
         "",
         "| training step per batch | an epoch's first batch | the epoch's other batches | what starting "
         "the epoch costs |",

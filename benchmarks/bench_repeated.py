@@ -32,9 +32,8 @@ from benchmarks.report import (
     append_markdown,
     load_average,
     machine_info,
-    machine_line,
     publish,
-    versions_line,
+    run_heading,
 )
 from daliload.loader import DecodeSpec, KineticsDALILoader
 
@@ -105,14 +104,12 @@ def measure(root: Path, k: int, args: argparse.Namespace) -> dict:
 def markdown(result: dict) -> str:
     s = result["settings"]
     lines = [
-        f"### Repeated-sampling run `repeated` — {machine_line(result['machine'])}",
-        "",
-        f"`python -m benchmarks.bench_repeated`; {versions_line(result['machine'])}; load average "
-        f"(1, 5, 15 min) {result['load_average'][0]} at the start, {result['load_average'][1]} at the end. "
-        f"KineticsDALILoader on the CPU, {s['clips']} clips per epoch for every k (the first clips / k videos of "
-        f"each dataset, {s['duration_s']:g} s each), batch {s['batch_size']}, {s['workers']} fallback workers / "
-        f"DALI threads, 16 frames at stride 4, 224 crop; one untimed epoch, then {s['runs']} timed: clips/s, "
-        "median (min-max).",
+        *run_heading(
+            "Repeated-sampling", "repeated", "python -m benchmarks.bench_repeated", result,
+            f"KineticsDALILoader on the CPU, {s['clips']} clips per epoch for every k (the first clips / k videos "
+            f"of each dataset, {s['duration_s']:g} s each), batch {s['batch_size']}, {s['workers']} fallback "
+            f"workers / DALI threads, 16 frames at stride 4, 224 crop; one untimed epoch, then {s['runs']} timed: "
+            "clips/s, median (min-max)."),
         "",
         "| dataset (route) | k = 1 | k = 2 | k = 4 | k = 2 / k = 1 | k = 4 / k = 1 | frames decoded per clip "
         "(fallback), k = 1 / 2 / 4 |",

@@ -106,6 +106,15 @@ def versions_line(machine: dict) -> str:
     return ", ".join(parts)
 
 
+def run_heading(title: str, name: str, command: str, result: dict, description: str) -> list[str]:
+    """A run section's heading and first paragraph: the command, the versions, the load at the start and
+    the end (``result["load_average"]``), then ``description``."""
+    start, end = result["load_average"]
+    return [f"### {title} run `{name}` — {machine_line(result['machine'])}", "",
+            f"`{command}`; {versions_line(result['machine'])}; load average (1, 5, 15 min) {start} at the start, "
+            f"{end} at the end. {description}"]
+
+
 @dataclass(frozen=True)
 class Figures:
     """Derived figures of one measurement (see the module docstring)."""

@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from benchmarks.report import machine_line, versions_line
+from benchmarks.report import machine_line, run_heading
 from benchmarks.scale_tree import NUM_CLASSES, VAL_PER_100
 
 #: Videos of the tree every file of which a first scan probes (the probe's rate does not depend on N), and the
@@ -95,17 +95,15 @@ def markdown(result: dict) -> str:
     base = result.get("baseline")
     m = result["measurements"]
     lines = [
-        f"### Scale run `scale-{videos}` — {machine_line(result['machine'])}",
-        "",
-        f"`python -m benchmarks.bench_scale --videos {videos}`; {versions_line(result['machine'])}; load average "
-        f"(1, 5, 15 min) {result['load_average'][0]} at the start, {result['load_average'][1]} at the end. "
-        f"A tree of {videos:,} hardlinks of {len(m['sources'])} source clips in {NUM_CLASSES} class folders "
-        f"({100 - VAL_PER_100} % train: {m['construct']['1']['videos']:,} decodable train videos), the manifest "
-        f"replicated from the project's scan of the sources and re-scanned; each figure from a fresh process "
-        f"(`torch` and DALI imported first). Loaders on the CPU, batch {LOADER_OPTIONS['batch_size']}, "
-        f"{LOADER_OPTIONS['clip_len']} frames, one fallback worker. Package measured: "
-        f"`{m['package']['commit']}`" + (f"; before: `{base['measurements']['package']['commit']}`, "
-                                         f"{base['machine']['date_utc']}" if base else "") + ".",
+        *run_heading(
+            "Scale", f"scale-{videos}", f"python -m benchmarks.bench_scale --videos {videos}", result,
+            f"A tree of {videos:,} hardlinks of {len(m['sources'])} source clips in {NUM_CLASSES} class folders "
+            f"({100 - VAL_PER_100} % train: {m['construct']['1']['videos']:,} decodable train videos), the "
+            "manifest replicated from the project's scan of the sources and re-scanned; each figure from a fresh "
+            f"process (`torch` and DALI imported first). Loaders on the CPU, batch {LOADER_OPTIONS['batch_size']}, "
+            f"{LOADER_OPTIONS['clip_len']} frames, one fallback worker. Package measured: "
+            f"`{m['package']['commit']}`" + (f"; before: `{base['measurements']['package']['commit']}`, "
+                                             f"{base['machine']['date_utc']}" if base else "") + "."),
         "",
         "| step | " + ("before | " if base else "") + "this run | target at this size |",
         "|---|" + ("---|" if base else "") + "---|---|",
