@@ -98,17 +98,25 @@ EXIT_DRAIN_S = 5.0
 def _drain_at_exit() -> None:
     """Let the waiters finish their calls into DALI before the interpreter exits, or exit at once.
 
-    A daemon thread that returns from DALI's C++ code (a batch's outputs, a
-    pipeline's destructor) while the interpreter is finalizing is ended by
-    Python inside a C++ destructor, and the process aborts ("terminate called
-    without an active exception", status 134). Batches an abandoned pass
-    dropped are still decoding at exit: they get :data:`EXIT_DRAIN_S`, then the
-    process exits without them, as after a time-out.
+    Registered with the first waiter, after DALI's own exit hook (DALI is
+    imported first), so it runs before DALI shuts its pipelines down, which
+    waits for the batches they are running.
+
+    - A waiter whose wait timed out (:func:`exit_without_waiting_for`) and is
+      still inside DALI: the process exits at once, without that wait.
+    - A daemon thread that returns from DALI's C++ code (a batch's outputs, a
+      pipeline's destructor) while the interpreter is finalizing is ended by
+      Python inside a C++ destructor, and the process aborts ("terminate
+      called without an active exception", status 134). So the batches an
+      abandoned pass dropped get :data:`EXIT_DRAIN_S` to finish, then the
+      process exits without them, as after a time-out.
     """
+    if any(waiter.busy for waiter in _STUCK_WAITERS):
+        _exit_now("exiting without waiting for DALI: a batch past its time limit is still running")
     deadline = time.monotonic() + EXIT_DRAIN_S
     for waiter in list(_LIVE_WAITERS):
         if waiter in _STUCK_WAITERS:
-            continue  # _exit_if_dali_is_stuck decides
+            continue  # it finished its stuck call; what was queued behind it is not waited for
         if not waiter.drain(max(0.0, deadline - time.monotonic())):
             _exit_now("exiting without waiting for DALI: dropped batches are still decoding")
 
@@ -124,21 +132,13 @@ def exit_without_waiting_for(waiter: Waiter) -> None:
     waits for the batches it is running: forever for one stuck inside a
     decoder, and minutes for one that is merely slow (a 10,000-frame window
     was seen to take that long). After a :class:`DaliTimeoutError` the run
-    cannot go on anyway, so this hook, registered after DALI's and so run
-    before it, ends the process at once while DALI is still busy: status 1 if
-    an uncaught exception is ending the script (the usual case: the
-    ``DaliTimeoutError`` itself), else 0. Output streams and logging are
-    flushed first; the worker processes die with their parent.
+    cannot go on anyway, so :func:`_drain_at_exit` ends the process at once
+    while DALI is still busy: status 1 if an uncaught exception is ending the
+    script (the usual case: the ``DaliTimeoutError`` itself), else 0. Output
+    streams and logging are flushed first; the worker processes die with
+    their parent.
     """
-    if not _STUCK_WAITERS:
-        atexit.register(_exit_if_dali_is_stuck)
     _STUCK_WAITERS.append(waiter)
-
-
-def _exit_if_dali_is_stuck() -> None:
-    if not any(waiter.busy for waiter in _STUCK_WAITERS):
-        return  # DALI finished meanwhile: its own shutdown will not wait
-    _exit_now("exiting without waiting for DALI: a batch past its time limit is still running")
 
 
 def _exit_now(why: str) -> None:
