@@ -234,13 +234,7 @@ class EpochPass:
                 c.dali_wait_s += waited - isolated
             else:
                 c.fallback_wait_s += waited
-                c.frames_decoded_fallback += decoded.frames_decoded or 0
-            ok = [j for j in range(len(rows)) if j not in decoded.failures]
-            parts.append(_Part([rows[j] for j in ok], ok, decoded))
-            if on_dali:
-                c.clips_dali += len(ok)
-            else:
-                c.clips_fallback += len(ok)
+            parts.append(self._part(decoded, rows, on_dali=on_dali))
             for j, failure in decoded.failures.items():
                 if failure.kind in ("dali", "dali_batch"):
                     redo.append(rows[j])
@@ -251,10 +245,7 @@ class EpochPass:
         if redo:  # DALI's culprits and the batch-mates it could not tell apart: the fallback decodes them now
             c.clips_redecoded += len(redo)
             decoded = self.fallback.collect(self.fallback.submit([batch[k] for k in redo], urgent=True))
-            ok = [j for j in range(len(redo)) if j not in decoded.failures]
-            parts.append(_Part([redo[j] for j in ok], ok, decoded))
-            c.clips_fallback += len(ok)
-            c.frames_decoded_fallback += decoded.frames_decoded or 0
+            parts.append(self._part(decoded, redo, on_dali=False))
             for j, failure in decoded.failures.items():
                 self._fail(failure)
                 failed.append((redo[j], batch[redo[j]]))
@@ -263,6 +254,16 @@ class EpochPass:
             part, replaced[row] = self._replacement(row, sample)
             parts.append(part)
         return parts, replaced
+
+    def _part(self, decoded: Decoded, rows: list[int], *, on_dali: bool) -> _Part:
+        """The rows of ``rows`` that ``decoded`` holds a clip for, counted to the source that decoded them."""
+        ok = [j for j in range(len(rows)) if j not in decoded.failures]
+        if on_dali:
+            self.counters.clips_dali += len(ok)
+        else:
+            self.counters.clips_fallback += len(ok)
+            self.counters.frames_decoded_fallback += decoded.frames_decoded or 0
+        return _Part([rows[j] for j in ok], ok, decoded)
 
     def _fail(self, failure: Failure) -> None:
         """A sample failed: the budget counts it (and may end the epoch); a worker-killing file is quarantined."""
@@ -285,13 +286,12 @@ class EpochPass:
             if candidate.position == sample.position or self._known_failure(candidate) is not None:
                 continue  # a file that failed is not decoded again
             decoded = self.fallback.collect(self.fallback.submit([candidate], urgent=True))
-            self.counters.frames_decoded_fallback += decoded.frames_decoded or 0
+            part = self._part(decoded, [row], on_dali=False)
             if decoded.failures:
                 self._fail(decoded.failures[0])
                 continue
             self.budget.record_replacement(sample.position, candidate.position)
-            self.counters.clips_fallback += 1
-            return _Part([row], [0], decoded), candidate
+            return part, candidate
         raise NoReplacementError(sample.position, self.budget.failures)
 
     def _plan_index(self, sample: Sample) -> int:
