@@ -135,7 +135,7 @@ def test_crash_and_hang_inside_a_redecode_cost_one_sample_each(root):
     inject_faults(loader, {crash: "segv", hang: "hang"})
     started = time.monotonic()
     batches = epoch(loader)
-    assert time.monotonic() - started < 60
+    assert time.monotonic() - started < 300  # a hang bound: the injected hang never ends by itself
     check_epoch(loader, batches)
     reasons = {f.path: f.reason for f in loader.stats().failures}
     assert reasons[crash] == "worker died (signal SIGSEGV) while decoding this sample"
@@ -146,13 +146,13 @@ def test_a_dali_batch_that_never_finishes_fails_loudly_naming_its_files(root):
     loader = make_loader(root, timeout_s=0.5)
     decoder = loader._dali_decoder()
     released = threading.Event()
-    decoder._pipe.outputs = lambda: released.wait(30)  # DALI stuck inside a library call
+    decoder._pipe.outputs = lambda: released.wait(600)  # DALI stuck inside a library call, far past any bound
     try:
         first_dali_batch = next(b for b in loader.plan() if any(s.path in routes(loader)["dali"] for s in b))
         started = time.monotonic()
         with pytest.raises(DaliTimeoutError, match=r"DALI did not finish a batch of \d+ clip\(s\) within") as info:
             list(loader)
-        assert time.monotonic() - started < 15
+        assert time.monotonic() - started < 120  # a hang bound: the stuck call would take 600 s
         dali_paths = [s.path for s in first_dali_batch if s.path in routes(loader)["dali"]]
         assert all(p in str(info.value) for p in dali_paths)
         with pytest.raises(RuntimeError, match="unusable"):

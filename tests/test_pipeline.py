@@ -477,7 +477,6 @@ def test_exit_waits_briefly_for_dropped_dali_work_then_exits_without_it(tmp_path
     the interpreter finalizes aborts the process); work longer than EXIT_DRAIN_S is not waited for."""
     import subprocess
     import textwrap
-    import time
 
     script = tmp_path / "drop.py"
     script.write_text(textwrap.dedent(f"""
@@ -492,17 +491,17 @@ def test_exit_waits_briefly_for_dropped_dali_work_then_exits_without_it(tmp_path
         waiter.submit(dropped, discard=True)
         print("script ends", flush=True)
     """))
-    for seconds, finished in ((0.5, True), (30.0, False)):
+    # The unfinished work sleeps 600 s: a script that waited for it would hit run()'s 120 s limit, however
+    # busy the machine (no time is asserted beyond that).
+    for seconds, finished in ((0.5, True), (600.0, False)):
         marker = tmp_path / f"marker-{seconds}"
-        started = time.monotonic()
         run = subprocess.run([sys.executable, str(script), str(seconds), str(marker)], capture_output=True,
-                             text=True, timeout=60)
-        took = time.monotonic() - started
+                             text=True, timeout=120)
         assert run.returncode == 0, run.stderr
         assert "script ends" in run.stdout
         assert marker.exists() is finished
         if not finished:
-            assert took < 15 and "dropped batches are still decoding" in run.stderr
+            assert "dropped batches are still decoding" in run.stderr
 
 
 def test_missing_dali_raises_an_import_error_that_says_how_to_install(monkeypatch):

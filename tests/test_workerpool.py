@@ -173,7 +173,7 @@ def test_workers_that_keep_failing_to_start_give_up_with_the_reason(tmp_path, mo
     with WorkerPool(module.work, workers=2, timeout_s=10.0) as pool:
         with pytest.raises(RuntimeError, match=r"worker processes fail to start \(3 in a row\); giving up") as info:
             list(pool.imap_unordered(range(5)))
-    assert time.monotonic() - started < 30
+    assert time.monotonic() - started < 100  # a hang bound, under the default 120 s start-up limit
     assert re.search(reason, str(info.value)), str(info.value)
 
 
