@@ -9,6 +9,7 @@ construction with one line that names it and the fix.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import warnings
 from dataclasses import dataclass
@@ -216,7 +217,12 @@ def augment_and_output(crop_size, augment: AugmentSpec | None,
     elif crop_size is not None and AugmentSpec(crop_size=crop_size).output_size != augment.output_size:
         raise ValueError(f"crop_size={crop_size} disagrees with augment.crop_size={augment.crop_size}; "
                          "give the size in one place")
-    output = output if output is not None else OutputSpec(size=augment.output_size)
-    if output.size != augment.output_size:
-        raise ValueError(f"output.size {output.size} must equal the crop size {augment.output_size}")
+    if output is None:
+        output = OutputSpec(size=augment.output_size)
+    elif output.size is None:  # not set: it follows the crop size
+        output = dataclasses.replace(output, size=augment.output_size)
+    elif output.size != augment.output_size:
+        raise ValueError(f"output.size {output.size} disagrees with the crop size {augment.output_size} "
+                         f"(crop_size or augment.crop_size); give the size in one place: leave OutputSpec.size "
+                         f"unset (it follows the crop size) or pass crop_size={output.size}")
     return augment, output

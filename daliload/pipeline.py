@@ -63,7 +63,8 @@ logger = logging.getLogger(__name__)
 
 Device = Literal["cpu", "gpu"]
 
-_DALI_DTYPES = {"float16": "FLOAT16", "float32": "FLOAT", "uint8": "UINT8"}
+#: DALI has no bfloat16: such batches are normalised in float32 and cast in torch (:meth:`DaliClipDecoder.result`).
+_DALI_DTYPES = {"float32": "FLOAT", "float16": "FLOAT16", "bfloat16": "FLOAT", "uint8": "UINT8"}
 _DALI_LAYOUTS = {"CTHW": "CFHW", "TCHW": "FCHW"}
 
 
@@ -169,7 +170,7 @@ class DaliClipDecoder:
                 device_id = torch.cuda.current_device()
         else:
             device_id = None
-        self.output = output
+        self.output = output.sized()
         self.batch_size = batch_size
         self.device: Device = device
         self.device_id = device_id
@@ -326,6 +327,10 @@ class DaliClipDecoder:
             logger.debug("DALI batch failed: %s", err)
             raise DaliBatchError(entry.samples, reason, culprit=culprit) from err
         videos = self._videos_to_torch(videos_tl, entry.lengths, entry.samples[0].clip_len)
+        if self.output.dtype == "bfloat16":  # one cast, queued on the stream the outputs are bound to
+            import torch
+
+            videos = videos.to(torch.bfloat16)
         # Labels never touch the GPU (a CPU input): moving them there would cost a
         # synchronous copy per batch for a value the plan already has.
         labels = self._to_torch(labels_tl)

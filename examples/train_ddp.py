@@ -89,9 +89,7 @@ def autocast(amp_dtype: torch.dtype | None):
 
 
 def prepare(videos: torch.Tensor, labels: torch.Tensor, env: DistEnv, amp_dtype):
-    videos = videos.to(env.device, non_blocking=True)
-    if amp_dtype is None:
-        videos = videos.float()  # the loader yields float16; without autocast, run in float32
+    videos = videos.to(env.device, non_blocking=True)  # float32, the loader's default: autocast casts from there
     return videos, labels.to(env.device, non_blocking=True).long()
 
 
@@ -156,7 +154,7 @@ def validate(model, loader, amp_dtype, *, views_per_forward: int | None = None) 
     step; ``evaluate`` drops that padding (and clips that failed to decode) by
     the loader's plan, scores multi-view batches per video, and raises if the
     ranks together did not see each video of the split exactly once. It feeds
-    the model its own dtype (the loader's float16 clips become float32), and
+    the model its own dtype (float16 or bfloat16 clips would become float32), and
     rank 0 shows a progress bar on a terminal.
     """
     with autocast(amp_dtype):

@@ -228,7 +228,7 @@ class FallbackSource:
                  task_fn: Callable[..., list] = decode_rows) -> None:
         if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
             raise ValueError(f"workers must be an integer >= 0, got {workers!r}")
-        self.output = output
+        self.output = output.sized()
         self.decode = DecodeOptions(decode.threads, decode.skip_nonref, decode.timeout_s)  # hints: hint_of
         self.workers = workers
         self._hint_of = hint_of or decode.hint

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from daliload.plan import OutputSpec, Sample
 
-_DTYPES = {"float16": torch.float16, "float32": torch.float32, "uint8": torch.uint8}
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "uint8": torch.uint8}
 
 
 def apply_plan(frames: np.ndarray | torch.Tensor, sample: Sample, output: OutputSpec, *,
@@ -68,8 +68,9 @@ def crop_resize(frames: np.ndarray | torch.Tensor, sample: Sample, output: Outpu
     _, height, width, _ = clip.shape
     y0, x0, y1, x1 = sample.crop.pixels(height, width)  # the plan's one crop rule
     x = clip[:, y0:y1, x0:x1, :].permute(0, 3, 1, 2)  # TCHW view
-    if (y1 - y0, x1 - x0) != tuple(output.size):
-        x = F.interpolate(x, size=tuple(output.size), mode="bilinear", align_corners=False, antialias=True)
+    size = tuple(output.sized().size)
+    if (y1 - y0, x1 - x0) != size:
+        x = F.interpolate(x, size=size, mode="bilinear", align_corners=False, antialias=True)
     if sample.flip:
         x = x.flip(-1)
     return x
@@ -77,7 +78,7 @@ def crop_resize(frames: np.ndarray | torch.Tensor, sample: Sample, output: Outpu
 
 def clip_shape(clip_len: int, output: OutputSpec) -> tuple[int, int, int, int]:
     """The shape :func:`apply_plan` gives a clip of ``clip_len`` frames: ``(3, T, h, w)`` or ``(T, 3, h, w)``."""
-    height, width = output.size
+    height, width = output.sized().size
     return (3, clip_len, height, width) if output.layout == "CTHW" else (clip_len, 3, height, width)
 
 

@@ -193,10 +193,10 @@ class LinearOnMeans(torch.nn.Module):
 
 
 def test_float16_batches_feed_a_float32_model(seven):
-    """The loader's default output is float16; a float32 model gets float32 clips, with the same scores."""
+    """float16 output (an option; float32 is the default): a float32 model gets float32 clips, same scores."""
     loader = KineticsDALILoader(seven, "val", batch_size=2, clip_len=4, frame_stride=2,
                                 augment=AugmentSpec(crop_size=(48, 64), crop_mode="center"),
-                                output=OutputSpec(size=(48, 64)),  # float16, the default
+                                output=OutputSpec(dtype="float16"),  # its size follows the crop
                                 decode=DecodeSpec(fallback_workers=1, timeout_s=30.0))
     videos, _ = next(iter(loader))
     assert videos.dtype == torch.float16

@@ -249,13 +249,16 @@ def test_crop_and_resize_match_a_torch_reference(vp9, raw_decoder, size, box):
 def test_normalisation_dtypes_and_layouts(vp9, raw_decoder):
     samples = [sample(vp9, 5, 5)]
     raw = raw_decoder.decode_batch(samples).videos  # (1, C, T, H, W) float32 pixel values
-    default = OutputSpec(size=(96, 128))  # Kinetics mean/std, float16, CTHW
-    with DaliClipDecoder(default, batch_size=1, device="cpu", num_threads=2) as decoder:
-        normed = decoder.decode_batch(samples).videos
+    default = OutputSpec(size=(96, 128))  # Kinetics mean/std, float32, CTHW
     mean = torch.tensor(default.mean).view(1, 3, 1, 1, 1)
     std = torch.tensor(default.std).view(1, 3, 1, 1, 1)
-    assert normed.dtype == torch.float16
-    assert torch.allclose(normed.float(), (raw - mean) / std, atol=2e-3)
+    # bfloat16 keeps 8 bits of mantissa: |x| < 4 is within 2 ** -6
+    for dtype, atol in (("float32", 1e-4), ("float16", 2e-3), ("bfloat16", 2 ** -6)):
+        spec = OutputSpec(size=(96, 128), dtype=dtype)
+        with DaliClipDecoder(spec, batch_size=1, device="cpu", num_threads=2) as decoder:
+            normed = decoder.decode_batch(samples).videos
+        assert normed.dtype == getattr(torch, dtype)
+        assert torch.allclose(normed.float(), (raw - mean) / std, atol=atol), dtype
     as_uint8 = raw_output(dtype="uint8", layout="TCHW")
     with DaliClipDecoder(as_uint8, batch_size=1, device="cpu", num_threads=2) as decoder:
         pixels = decoder.decode_batch(samples).videos
@@ -276,7 +279,7 @@ def test_a_train_plan_decodes_as_planned(make_clip, counted):
     plan = [s for epoch in range(3) for s in make_train_plan(
         videos, seed=1, epoch=epoch, rank=0, world_size=1, clip=clip, augment=augment)]
     assert {s.flip for s in plan} == {True, False}
-    output = OutputSpec(size=(96, 128))  # the default float16, Kinetics-normalised output
+    output = OutputSpec(size=(96, 128), dtype="float16")  # a float16, Kinetics-normalised output
     counts = {v.path: v.num_frames for v in videos} if counted else None
     with DaliClipDecoder(output, batch_size=3, device="cpu", num_threads=2, num_frames=counts) as decoder:
         for first in range(0, len(plan), 3):
@@ -689,3 +692,9 @@ def test_a_bt709_file_gives_the_same_pixels_on_both_routes(tmp_path):
     # What is left is chroma interpolation (docs/architecture.md, Facts: measured 2.2 on this clip, against 5.9
     # for a fallback that converted this file with its own BT.709 matrix).
     assert float((dali[1] - fallback[1]).abs().mean()) < 3.0
+
+
+def test_a_decoder_on_its_own_needs_the_output_size():
+    with pytest.raises(ValueError, match=r"OutputSpec.size is not set: a decoder used on its own needs the output "
+                                         r"size, e.g. OutputSpec\(size=\(224, 224\)\)"):
+        DaliClipDecoder(OutputSpec(), batch_size=1, device="cpu")

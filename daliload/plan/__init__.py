@@ -30,12 +30,14 @@ from daliload.plan.columns import (EpochDraws, VideoColumns, draw_train_epoch, m
                                    samples_of)
 from daliload.plan.sampling import (VideoInfo, VideoLike, center_crop_box, center_start_frame, sample_crop_box,
                                     sample_start_frame, samples_per_rank, spatial_view_boxes, temporal_view_starts)
-from daliload.plan.specs import (KINETICS_MEAN, KINETICS_STD, AugmentSpec, ClipSpec, CropBox, CropMode, OutputDType,
-                                 OutputLayout, OutputSpec, Sample, check_views, clamp_frame_indices, usable_fps)
+from daliload.plan.specs import (KINETICS_MEAN, KINETICS_STD, OUTPUT_DTYPES, AugmentSpec, ClipSpec, CropBox, CropMode,
+                                 OutputDType, OutputLayout, OutputSpec, Sample, check_views, clamp_frame_indices,
+                                 usable_fps)
 from daliload.plan.streams import RandomSource
 
 __all__ = [
-    "KINETICS_MEAN", "KINETICS_STD", "LAST_BATCH_POLICIES", "AugmentSpec", "ClipSpec", "CropBox", "CropMode",
+    "KINETICS_MEAN", "KINETICS_STD", "LAST_BATCH_POLICIES", "OUTPUT_DTYPES", "AugmentSpec", "ClipSpec", "CropBox",
+    "CropMode",
     "EpochDraws", "LastBatch", "OutputDType", "OutputLayout", "OutputSpec", "RandomSource", "Sample",
     "VideoColumns", "VideoInfo", "VideoLike", "center_crop_box", "center_start_frame", "check_last_batch",
     "check_views", "clamp_frame_indices", "draw_train_epoch", "make_train_plan", "make_val_plan", "num_batches",

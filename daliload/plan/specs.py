@@ -21,7 +21,9 @@ import numpy as np
 KINETICS_MEAN = (110.2008, 100.63983, 95.99475)
 KINETICS_STD = (58.14765, 56.46975, 55.332195)
 
-OutputDType = Literal["float16", "float32", "uint8"]
+OutputDType = Literal["float32", "float16", "bfloat16", "uint8"]
+#: Every OutputDType, in the order the docs list them.
+OUTPUT_DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16", "uint8")
 OutputLayout = Literal["CTHW", "TCHW"]
 
 
@@ -82,32 +84,50 @@ class OutputSpec:
 
     Attributes:
         size: output ``(height, width)`` in pixels after crop and resize.
+            ``None`` (default): the loader's crop size (``crop_size`` /
+            ``AugmentSpec.crop_size``); a decoder built on its own needs it set.
         mean, std: per-channel RGB normalisation in 0..255 units:
             ``out = (pixel - mean) / std``. Use mean 0 and std 1 for raw pixels.
-        dtype: ``float16`` (default), ``float32`` or ``uint8`` (uint8 skips
-            normalisation and requires mean 0, std 1).
+        dtype: ``float32`` (default: what a float32 model takes as it is, and
+            what ``torch.autocast`` casts from), ``float16`` or ``bfloat16``
+            (half the bytes of a batch; feed them to a model of that dtype or
+            under autocast), or ``uint8`` (a quarter of the bytes; skips
+            normalisation and requires mean 0, std 1: normalise on the device).
+            DALI has no bfloat16 output: it normalises in float32 and the batch
+            is cast on the device.
         layout: ``CTHW`` (default, what 3D CNNs take) or ``TCHW``.
     """
 
-    size: tuple[int, int] = (224, 224)
+    size: tuple[int, int] | None = None
     mean: tuple[float, float, float] = KINETICS_MEAN
     std: tuple[float, float, float] = KINETICS_STD
-    dtype: OutputDType = "float16"
+    dtype: OutputDType = "float32"
     layout: OutputLayout = "CTHW"
 
     def __post_init__(self) -> None:
-        if len(self.size) != 2 or min(self.size) < 1:
-            raise ValueError(f"size must be (height, width) with both >= 1, got {self.size}")
+        if self.size is not None and (len(self.size) != 2 or min(self.size) < 1):
+            raise ValueError(f"size must be (height, width) with both >= 1, or None (the crop size), got {self.size}")
         if len(self.mean) != 3 or len(self.std) != 3:
             raise ValueError(f"mean and std need 3 values (RGB), got {self.mean}, {self.std}")
         if any(s <= 0 for s in self.std):
             raise ValueError(f"std values must be > 0, got {self.std}")
-        if self.dtype not in ("float16", "float32", "uint8"):
-            raise ValueError(f"dtype must be 'float16', 'float32' or 'uint8', got {self.dtype!r}")
+        if self.dtype not in OUTPUT_DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(map(repr, OUTPUT_DTYPES))}, got {self.dtype!r}")
         if self.layout not in ("CTHW", "TCHW"):
             raise ValueError(f"layout must be 'CTHW' or 'TCHW', got {self.layout!r}")
         if self.dtype == "uint8" and (any(self.mean) or any(s != 1 for s in self.std)):
             raise ValueError("dtype 'uint8' cannot hold normalised values: use mean=(0,0,0), std=(1,1,1)")
+
+    def sized(self) -> "OutputSpec":
+        """This spec, checked to have a ``size`` (what a decoder needs; the loader fills it from the crop size).
+
+        Raises:
+            ValueError: ``size`` is ``None``.
+        """
+        if self.size is None:
+            raise ValueError("OutputSpec.size is not set: a decoder used on its own needs the output size, "
+                             "e.g. OutputSpec(size=(224, 224)) (the loader sets it from crop_size)")
+        return self
 
 
 @dataclass(frozen=True)
