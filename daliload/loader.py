@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import warnings
+import weakref
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Literal
@@ -52,7 +53,8 @@ logger = logging.getLogger(__name__)
 
 DeviceChoice = Literal["auto", "gpu", "cpu"]
 
-__all__ = ["PADDING_LABEL", "DecodeSpec", "KineticsDALILoader", "LoaderStats", "ScanSpec", "split_batches"]
+__all__ = ["PADDING_LABEL", "DecodeSpec", "EpochSampler", "KineticsDALILoader", "LoaderStats", "ScanSpec",
+           "split_batches"]
 
 _MANIFEST_SUFFIXES = (".sqlite", ".sqlite3", ".db")
 
@@ -80,8 +82,9 @@ class KineticsDALILoader:
             span the same time (see :class:`daliload.plan.ClipSpec`).
         augment: crop mode, ranges and flip probability; default
             :class:`AugmentSpec` with ``crop_size``.
-        output: mean, std, dtype and layout; default float16 ``CTHW``,
-            Kinetics mean/std, ``crop_size`` square.
+        output: mean, std, dtype and layout; default float32 ``CTHW``,
+            Kinetics mean/std, ``crop_size`` (:class:`OutputSpec`; a field
+            not set follows ``crop_size``).
         device: ``"auto"`` (default: ``"gpu"`` when CUDA is available),
             ``"gpu"`` (NVDEC, tensors on ``cuda:LOCAL_RANK``) or ``"cpu"``.
         decode: threads, workers, prefetch and failure limits (:class:`DecodeSpec`).
@@ -107,13 +110,20 @@ class KineticsDALILoader:
     (else ``RANK``/``WORLD_SIZE``, else 0 of 1). Under DDP, global rank 0
     scans and the other ranks wait for its manifest.
 
-    Call :meth:`set_epoch` before each epoch, as with ``DistributedSampler``:
-    without it every epoch repeats the same plan. As with torch's
-    ``DataLoader``, every ``iter(loader)`` starts its epoch at the first
-    batch: a pass left early (``break``, a peek with ``next(iter(loader))``)
-    is not continued by the next one. The one exception is
-    :meth:`load_state_dict`, as with torchdata's ``StatefulDataLoader``: the
-    next pass over the saved epoch resumes at the saved batch.
+    Epochs: pass ``n`` of a job draws epoch ``n``, unless told otherwise.
+    The next pass draws the epoch given to :meth:`set_epoch` (or
+    ``loader.sampler.set_epoch``, where DDP scripts and PyTorch Lightning
+    call it) or :meth:`load_state_dict` since the previous pass began; when
+    neither was called, it draws the previous pass's epoch plus one. So a
+    loop that calls nothing (Hugging Face Accelerate's, a plain ``for``
+    over epochs) gets a fresh, deterministic plan each pass, as a
+    ``DataLoader`` over a ``RandomSampler`` does, and a loop that calls
+    ``set_epoch(e)`` gets epoch ``e``. A pass begins at its first batch, not
+    at ``iter()``. Every pass starts its epoch at the first batch: a pass
+    left early (``break``) is not continued by the next one; the one
+    exception is :meth:`load_state_dict`, as with torchdata's
+    ``StatefulDataLoader``: the next pass over the saved epoch resumes at
+    the saved batch.
 
     The fallback's worker processes start with the first pass that needs them
     and serve every later epoch (each pass sends them its samples); they stop
@@ -172,6 +182,13 @@ class KineticsDALILoader:
         self._load_videos(source)
         index = self.index
         check_clip_fits(index, self.clip, self.split)
+        if len(self) == 0:  # only "drop" can leave none: an epoch that silently yields nothing
+            per_rank = samples_per_rank(len(index), self.world_size) * self.clips_per_video
+            raise ValueError(
+                f"batch_size={batch_size} with last_batch='drop' leaves no batch: split {split!r} of "
+                f"{self.manifest_path} has {len(index)} decodable video(s), {per_rank} "
+                f"{'clips' if self.clips_per_video > 1 else 'samples'} per rank of {self.world_size}; use "
+                f"batch_size <= {per_rank} or last_batch='pad' or 'partial'")
         warn_upscaled(index, self.augment.output_size, self.split)
         self._routes = Routes(index.route == ROUTE_CODES["dali"] if self.dali_enabled else None)
         self._frames_of = _frames_lookup(index)
@@ -185,7 +202,12 @@ class KineticsDALILoader:
                                                                    timeout_s=self.decode.timeout_s),
                                         workers=self.decode.fallback_workers, hint_of=_hint_lookup(index))
         self._dali = None  # DaliSource, built on first use
-        self.epoch = 0
+        self._epoch = 0  # the epoch of the pass under way (or the last), or the one set for the next pass
+        self._epoch_set = True  # set_epoch()/load_state_dict() since the last pass began (or no pass yet)
+        self._pass_epoch: int | None = None  # the epoch of the pass under way or the last one
+        self._in_pass = False  # between a pass's first batch and its end
+        #: Where DDP scripts (``DistributedSampler``) and PyTorch Lightning call ``set_epoch``.
+        self.sampler = EpochSampler(self)
         self._next_batch = 0  # the batch after the last one yielded (state_dict)
         self._resume: tuple[int, int] | None = None  # (epoch, batch) load_state_dict() asked the next pass for
         self._counters = EpochCounters()
@@ -240,13 +262,22 @@ class KineticsDALILoader:
     # -- plan ---------------------------------------------------------------------
 
     def plan(self, epoch: int | None = None) -> list[list[Sample]]:
-        """This rank's batches of samples for ``epoch`` (default: the current one).
+        """This rank's batches of samples for ``epoch`` (default: :attr:`epoch`, the pass's under way or the last's).
 
         The plan a pass over that epoch uses: drawn once and kept (a copy of its
         lists is returned), so looking at it beside the pass costs no second draw.
         """
         batches = self._plans.get(self._plan_key(self.epoch if epoch is None else epoch), forget_others=False)
         return [list(batch) for batch in batches]
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the pass under way or of the last one; after :meth:`set_epoch`, the one it set."""
+        return self._epoch
+
+    def _next_epoch(self) -> int:
+        """The epoch the next pass draws: the one set since the last pass began, else that pass's plus one."""
+        return self._epoch if self._in_pass or self._epoch_set else self._epoch + 1
 
     def _plan_key(self, epoch: int) -> int:
         """Every epoch of an evaluation split has the same plan: one key for all."""
@@ -268,7 +299,12 @@ class KineticsDALILoader:
         return num_batches(samples, self.batch_size, self.last_batch)
 
     def set_epoch(self, epoch: int) -> None:
-        """Use the plan of ``epoch`` from the next iteration on, from its first batch.
+        """The next pass draws the plan of ``epoch``, from its first batch (then pass by pass ``epoch + 1`` ...).
+
+        Called by the loop before each epoch as with ``DistributedSampler``;
+        ``loader.sampler.set_epoch(epoch)`` is the same call, where PyTorch
+        Lightning and DDP scripts make it. Without it, each pass draws the
+        epoch after the previous pass's (see the class doc).
 
         After :meth:`load_state_dict`, ``set_epoch`` with the saved epoch keeps
         the resume (the usual resume loop: load the state, then ``for epoch in
@@ -282,28 +318,38 @@ class KineticsDALILoader:
                 logger.warning("set_epoch(%d): the state loaded for epoch %d (at batch %d of %d) is not resumed; "
                                "epoch %d starts at its first batch", epoch, saved, batch, len(self), epoch)
             self._resume = None
-        self.epoch = epoch
+        self._epoch, self._epoch_set = epoch, True
 
     @property
     def resumes_at(self) -> int:
         """The batch the next pass starts at: 0, or the one :meth:`load_state_dict` asked for."""
-        return self._resume[1] if self._resume is not None and self._resume[0] == self.epoch else 0
+        return self._resume[1] if self._resume is not None and self._resume[0] == self._next_epoch() else 0
 
     # -- checkpointing --------------------------------------------------------------
 
     def state_dict(self) -> dict:
         """Where the loader is: the epoch and the next batch to yield, plus what must match on resume.
 
-        During a pass (or after one was left early) ``next_batch`` is the batch
-        after the last one yielded; ``next_batch == len(self)`` means the epoch
-        is finished (a state loaded then makes the next pass start it again, and
-        :meth:`set_epoch` with the next epoch starts that one). Between
-        :meth:`load_state_dict` and the next pass it is the loaded state.
+        During a pass (or after one was left early) it is that pass's epoch and
+        the batch after the last one yielded. After a pass that finished its
+        epoch, it is the next epoch at batch 0 (what the next pass draws),
+        unless :meth:`set_epoch` said otherwise since: then it is the epoch set,
+        at batch 0 (or, for the epoch just finished, ``next_batch ==
+        len(self)``: a state loaded then makes the next pass start it again).
+        Between :meth:`load_state_dict` and the next pass it is the loaded state.
         ``videos`` is the fingerprint of the split's video list the plans are
         drawn from (:meth:`VideoIndex.fingerprint`).
         """
-        next_batch = self._resume[1] if self._resume is not None else self._next_batch
-        return {"epoch": self.epoch, "next_batch": next_batch, "seed": self.seed,
+        if self._resume is not None:
+            epoch, next_batch = self._resume
+        elif self._pass_epoch is not None and not self._epoch_set:  # nothing set since the last pass began
+            epoch, next_batch = self._pass_epoch, self._next_batch
+            if next_batch >= len(self):  # that pass finished its epoch: the next pass draws the next one
+                epoch, next_batch = epoch + 1, 0
+        else:  # an epoch no pass has begun yet starts at its first batch
+            epoch = self._epoch
+            next_batch = self._next_batch if epoch == self._pass_epoch else 0
+        return {"epoch": epoch, "next_batch": next_batch, "seed": self.seed,
                 "world_size": self.world_size, "num_videos": len(self.index), "batch_size": self.batch_size,
                 "views": list(self.views) if self.views else None, "clips_per_video": self.clips_per_video,
                 "videos": dict(self._fingerprint),
@@ -332,7 +378,7 @@ class KineticsDALILoader:
         epoch, next_batch = int(state["epoch"]), int(state["next_batch"])
         if not 0 <= next_batch <= len(self):
             raise ValueError(f"next_batch {next_batch} is outside 0..{len(self)}")
-        self.epoch = epoch
+        self._epoch, self._epoch_set = epoch, True
         self._resume = (epoch, next_batch)
 
     def _check_videos(self, saved: dict, saved_manifest: object) -> None:
@@ -380,7 +426,16 @@ class KineticsDALILoader:
         return self._active
 
     def _epoch_pass(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        batches = self._plans.get(self._plan_key(self.epoch))
+        # The pass begins here, at its first batch (a bare iter(), as Lightning's check of a loader makes, is none).
+        epoch = self._next_epoch()
+        self._epoch, self._epoch_set, self._pass_epoch, self._in_pass = epoch, False, epoch, True
+        try:
+            yield from self._pass_over(epoch)
+        finally:
+            self._in_pass = False
+
+    def _pass_over(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        batches = self._plans.get(self._plan_key(epoch))
         start = self.resumes_at
         if start >= len(batches):
             start = 0  # the saved epoch was finished: this is a new pass over it
@@ -388,7 +443,7 @@ class KineticsDALILoader:
         self._next_batch = start
         plan = [s for b in batches for s in b]
         self._counters = EpochCounters()
-        self._counters_epoch = self.epoch
+        self._counters_epoch = epoch
         self._budget.reset(len({s.video_index for s in plan}))  # the videos of this rank's epoch
         todo = batches[start:]
         uses_dali = any(self._routes.uses_dali(s) for b in todo for s in b)
@@ -406,7 +461,7 @@ class KineticsDALILoader:
                 if i == 0 and self.split == "train":
                     # After the first batch, which it would delay: the next epoch's plan, as set_epoch
                     # is usually called next (another epoch is drawn when asked for, as before).
-                    self._plans.draw_ahead(self.epoch + 1)
+                    self._plans.draw_ahead(epoch + 1)
         finally:
             passing.close()  # drops what was submitted ahead, without waiting; the sources stay for the next pass
             self._budget.warn(stacklevel=2)
@@ -447,6 +502,31 @@ class KineticsDALILoader:
                 f"rejected={len(self.rejected)}, batch_size={self.batch_size}, batches={len(self)}, "
                 f"rank={self.rank}/{self.world_size}, device={self.device!r}, routes={self.route_target!r}, "
                 f"dali={self.dali_enabled})")
+
+
+class EpochSampler:
+    """``loader.sampler``: the loader's epoch, where the training loops people have set it.
+
+    Scripts written for ``DistributedSampler`` call ``loader.sampler.set_epoch(epoch)``,
+    and PyTorch Lightning calls ``set_epoch`` on its dataloaders' ``sampler``
+    before every epoch; both reach :meth:`KineticsDALILoader.set_epoch`, so
+    those loops advance the plan with no daliload-specific code. It holds no
+    state of its own (the loader's plan is the one source of truth) and is
+    not an index sampler: a ``DataLoader`` cannot use it.
+    """
+
+    def __init__(self, loader: "KineticsDALILoader") -> None:
+        self._loader = weakref.proxy(loader)  # no reference cycle: the loader still closes when dropped
+
+    def set_epoch(self, epoch: int) -> None:
+        self._loader.set_epoch(epoch)
+
+    @property
+    def epoch(self) -> int:
+        return self._loader.epoch
+
+    def __repr__(self) -> str:
+        return f"EpochSampler(epoch={self.epoch})"
 
 
 #: The keywords the loader takes (a DataLoader habit or a typo is named against these).

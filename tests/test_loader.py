@@ -115,7 +115,8 @@ def test_epochs_reshuffle_and_resume_mid_epoch(dataset):
     state = loader.state_dict()
     assert state["epoch"] == 1 and state["next_batch"] == 1
     rest = [(v.clone(), lab.clone()) for v, lab in it]
-    assert loader.state_dict()["next_batch"] == len(plan1)  # finished, not "not started"
+    finished = loader.state_dict()  # the epoch is finished: the next pass draws epoch 2 from its first batch
+    assert (finished["epoch"], finished["next_batch"]) == (2, 0)
 
     resumed = make_loader(dataset)
     resumed.load_state_dict(state)
@@ -127,19 +128,29 @@ def test_epochs_reshuffle_and_resume_mid_epoch(dataset):
         make_loader(dataset, seed=9).load_state_dict(state)
 
 
-def test_every_pass_starts_at_the_first_batch_as_with_a_dataloader(dataset):
+def test_every_pass_starts_at_the_first_batch_and_draws_the_next_epoch_unless_told(dataset):
     loader = make_loader(dataset)
+
+    def planned(epoch: int) -> list[list[int]]:
+        return [[s.label for s in batch] for batch in loader.plan(epoch)]
+
+    assert planned(2) != planned(3)
     loader.set_epoch(2)
     full = [lab.clone() for _, lab in loader]
-    videos, labels = next(iter(loader))  # a peek at one batch
-    assert torch.equal(labels, full[0])
+    assert [lab.tolist() for lab in full] == planned(2) and loader.epoch == 2
+    assert loader.state_dict()["epoch"] == 3  # nothing said otherwise: the next pass draws the next epoch
+    videos, labels = next(iter(loader))  # a peek at one batch is a pass, of epoch 3, from its first batch
+    assert labels.tolist() == planned(3)[0] and loader.epoch == 3
+    loader.set_epoch(2)  # told: the same epoch again, whole
     again = [lab.clone() for _, lab in loader]
-    assert len(again) == len(loader) == len(full)  # the peeked batch is not lost from the epoch
+    assert len(again) == len(loader) == len(full)
     assert all(torch.equal(a, b) for a, b in zip(again, full))
-    for i, _ in enumerate(loader):
+    for i, _ in enumerate(loader):  # epoch 3, left after two batches
         if i == 1:
             break
-    assert loader.state_dict()["next_batch"] == 2
+    assert (loader.state_dict()["epoch"], loader.state_dict()["next_batch"]) == (3, 2)  # where it was left
+    _, labels = next(iter(loader))  # a pass left early does not hold the next one back: epoch 4
+    assert labels.tolist() == planned(4)[0] and loader.epoch == 4
     loader.set_epoch(2)  # the same epoch: starts it again
     third = [lab.clone() for _, lab in loader]
     assert len(third) == len(full) and all(torch.equal(a, b) for a, b in zip(third, full))
@@ -149,7 +160,7 @@ def test_a_loaded_state_resumes_once_and_survives_set_epoch_of_its_epoch(dataset
     loader = make_loader(dataset)
     loader.set_epoch(1)
     full = [lab.clone() for _, lab in loader]
-    state = {**loader.state_dict(), "next_batch": 2}
+    state = {**loader.state_dict(), "epoch": 1, "next_batch": 2}  # as if saved at batch 2 of epoch 1
     resumed = make_loader(dataset)
     resumed.load_state_dict(state)
     assert resumed.state_dict()["next_batch"] == 2 and resumed.resumes_at == 2
@@ -370,3 +381,49 @@ def test_videos_smaller_than_the_crop_are_counted_in_one_warning(dataset):
                                          r"\(height x width; first: .+, 128x96\); their clips are upscaled") as record:
         KineticsDALILoader(dataset, "train", batch_size=2, clip_len=4, crop_size=200).close()
     assert len([w for w in record if "upscaled" in str(w.message)]) == 1
+
+
+def test_a_batch_larger_than_the_split_with_drop_is_refused_naming_the_split_size(dataset):
+    videos = len(make_loader(dataset, last_batch="pad").videos)
+    with pytest.raises(ValueError, match=rf"batch_size=64 with last_batch='drop' leaves no batch: split 'train' of "
+                                         rf".+manifest.sqlite has {videos} decodable video\(s\), {videos} samples per "
+                                         rf"rank of 1; use batch_size <= {videos} or last_batch='pad' or 'partial'"):
+        make_loader(dataset, batch_size=64, last_batch="drop")
+    assert len(make_loader(dataset, batch_size=videos, last_batch="drop")) == 1  # exactly one batch is fine
+
+
+def test_the_default_batch_is_float32_and_output_fields_not_set_follow_the_crop(dataset):
+    loader = KineticsDALILoader(dataset, "train", batch_size=2, clip_len=4, crop_size=(48, 64), device="cpu")
+    videos, labels = next(iter(loader))
+    assert videos.dtype == torch.float32 and tuple(videos.shape) == (2, 3, 4, 48, 64)
+    model = torch.nn.Conv3d(3, 2, kernel_size=1)  # a float32 model takes the batch as it comes
+    assert model(videos).dtype == torch.float32
+    loader.close()
+    half = KineticsDALILoader(dataset, "train", batch_size=2, clip_len=4, crop_size=(48, 64), device="cpu",
+                              output=OutputSpec(dtype="bfloat16"))
+    assert half.output.size == (48, 64)  # not set: it follows crop_size
+    videos, _ = next(iter(half))
+    assert videos.dtype == torch.bfloat16 and tuple(videos.shape) == (2, 3, 4, 48, 64)
+    half.close()
+    with pytest.raises(ValueError, match=r"output.size \(32, 32\) disagrees with the crop size \(48, 64\) \(crop_size "
+                                         r"or augment.crop_size\); give the size in one place: leave OutputSpec.size "
+                                         r"unset \(it follows the crop size\) or pass crop_size=\(32, 32\)"):
+        KineticsDALILoader(dataset, "train", batch_size=2, clip_len=4, crop_size=(48, 64), device="cpu",
+                           output=OutputSpec(size=(32, 32)))
+    with pytest.raises(ValueError, match=r"dtype must be one of 'float32', 'float16', 'bfloat16', 'uint8', got 'half'"):
+        OutputSpec(dtype="half")
+
+
+def test_bfloat16_batches_hold_the_float32_clips_rounded_on_both_routes(dataset):
+    """DALI has no bfloat16 output: it normalises in float32 and the batch is cast, as the fallback's."""
+    kw = dict(batch_size=4, clip_len=4, frame_stride=2, augment=WHOLE, device="cpu")
+    wide = KineticsDALILoader(dataset, "train", **kw, output=OutputSpec(dtype="float32"))
+    narrow = KineticsDALILoader(dataset, "train", **kw, output=OutputSpec(dtype="bfloat16"))
+    try:
+        for (a, la), (b, lb) in zip(wide, narrow):
+            assert b.dtype == torch.bfloat16 and torch.equal(la, lb)
+            assert torch.equal(a.to(torch.bfloat16), b)
+        assert narrow.stats().clips_dali > 0 and narrow.stats().clips_fallback > 0
+    finally:
+        wide.close()
+        narrow.close()

@@ -137,7 +137,7 @@ def test_resume_and_a_broken_video_count_its_clips_as_one(roots, tmp_path):
     try:
         loader.set_epoch(3)
         full = [(v.clone(), lab.clone()) for v, lab in loader]
-        state = {**loader.state_dict(), "next_batch": 2}
+        state = {**loader.state_dict(), "epoch": 3, "next_batch": 2}  # as if saved at batch 2 of epoch 3
         assert state["clips_per_video"] == 2
         resumed = make_loader(root, 2)
         resumed.load_state_dict(state)
