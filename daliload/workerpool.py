@@ -11,10 +11,15 @@ task at a time per worker process and supervises each one:
   killed first goes once more to a fresh worker (an OOM kill or an outside
   ``kill`` is not the file's fault; a file that kills two workers is). The
   tasks queued behind it are re-sent. A worker tells the supervisor when it
-  starts a task, so only the task it was running is blamed, and the time
-  limit counts from that moment;
-- a task that runs longer than ``timeout_s`` gets its worker killed and is
-  reported as ``"timeout"``; again only that task is lost;
+  starts a task, so only the task it was running is blamed;
+- a task with no result ``timeout_s`` after it was sent (or, queued behind
+  another, after that one's result came) gets its worker killed and is
+  reported as ``"timeout"``; again only that task is lost. The time counts
+  from the send, not from the worker's word that it started: a worker
+  stopped (``SIGSTOP``) or starved of CPU before it says so is killed at the
+  same limit. Such a task is not to blame (it never ran), so it goes once
+  more to a fresh worker, with a warning, and is reported as ``"timeout"``
+  only when that one does not start it either;
 - a worker that dies while idle (or is killed while it starts) is replaced,
   with a warning and a pause that doubles with each such death; more than
   :data:`MAX_IDLE_DEATHS` of them within :data:`IDLE_DEATH_WINDOW_S` raise
@@ -113,7 +118,9 @@ class _Worker:
     startup_error: str = ""  # why it could not start, when it said so
     queue: Deque[_Task] = field(default_factory=deque)  # sent, not answered; the head runs once it says so
     running: int | None = None  # the task id it said it started, until its answer
-    head_since: float = 0.0  # when that task started
+    # When the head of the queue became the head (sent to an idle worker, or the one before it answered): its
+    # time limit counts from then, not from the worker's "started", which a stopped worker never sends.
+    head_since: float = 0.0
     sock: socket.socket | None = None  # the connection as a socket, to pass file descriptors
 
 
@@ -124,8 +131,9 @@ class WorkerPool(Generic[T, R]):
         fn: module-level function of one item (``fn(item, fds)`` for tasks
             submitted with file descriptors).
         workers: number of worker processes (>= 1).
-        timeout_s: seconds one task may run before its worker is killed;
-            ``None`` waits forever.
+        timeout_s: seconds one task may take, from its send (or from the
+            result of the task before it on the same worker), before its
+            worker is killed; ``None`` waits forever.
         start_method: ``"forkserver"`` (default where available) or ``"spawn"``.
         tasks_per_worker: tasks sent ahead to each worker (>= 1); 2 hides the
             round-trip latency, more only raises memory.
@@ -293,6 +301,8 @@ class WorkerPool(Generic[T, R]):
                 task = self._unsent.popleft()
                 if task[0] not in self._outstanding:
                     continue  # cancelled after a dead worker gave it back
+                if not worker.queue:
+                    worker.head_since = time.monotonic()
                 worker.queue.append(task)
                 try:
                     _send(worker, task)
@@ -322,12 +332,8 @@ class WorkerPool(Generic[T, R]):
         for worker in [w for w in self._workers if w is not None]:
             if not worker.ready and now - worker.started > STARTUP_TIMEOUT_S:
                 self._replace(worker, why=f"not ready after {STARTUP_TIMEOUT_S:g} s")
-            elif worker.running is not None and self._timeout_s is not None \
-                    and now - worker.head_since > self._timeout_s:
-                task_id, item, _ = worker.queue.popleft()
-                self._report(outcomes, TaskOutcome(item, "timeout", error=f"no result after {self._timeout_s:g} s",
-                                                   task_id=task_id))
-                self._replace(worker)
+            elif worker.queue and self._timeout_s is not None and now - worker.head_since > self._timeout_s:
+                self._on_time_limit(worker, outcomes)
         for slot, when in list(self._restart_at.items()):
             if now >= when:
                 del self._restart_at[slot]
@@ -342,9 +348,35 @@ class WorkerPool(Generic[T, R]):
                 continue
             if not worker.ready:
                 limits.append(worker.started + STARTUP_TIMEOUT_S)
-            elif worker.running is not None and self._timeout_s is not None:
+            elif worker.queue and self._timeout_s is not None:
                 limits.append(worker.head_since + self._timeout_s)
         return min(limits) if limits else None
+
+    def _on_time_limit(self, worker: _Worker, outcomes: list) -> None:
+        """The head of ``worker``'s queue has had its time: kill the worker, and report or retry the task.
+
+        A task the worker said it started is a hang: reported as a timeout. One
+        it never started (the worker was stopped or starved before it could
+        say so) goes back, with the rest of the queue, for one more try on a
+        fresh worker; a second such stall, or a stall on its one more try
+        after a crash, reports it as a timeout.
+        """
+        task_id, item, _ = worker.queue[0]
+        if worker.running == task_id:
+            worker.queue.popleft()
+            self._report(outcomes, TaskOutcome(item, "timeout", error=f"no result after {self._timeout_s:g} s",
+                                               task_id=task_id))
+        elif task_id in self._retried or task_id not in self._outstanding:
+            worker.queue.popleft()
+            self._report(outcomes, TaskOutcome(item, "timeout", task_id=task_id,
+                                               error=f"no result after {self._timeout_s:g} s (its worker never "
+                                                     f"started it)"))
+        else:
+            self._retried.add(task_id)
+            logger.warning("worker pid %s did not start its task within %g s of its sending (stopped, or starved "
+                           "of CPU?); killing it, the task goes to a fresh worker", worker.process.pid,
+                           self._timeout_s)
+        self._replace(worker)  # gives the tasks still queued back, in order
 
     def _report(self, outcomes: list, outcome: TaskOutcome) -> None:
         """Keep ``outcome`` unless its task was cancelled meanwhile."""
@@ -362,13 +394,14 @@ class WorkerPool(Generic[T, R]):
             self._startup_failures = 0
             return
         if isinstance(message, tuple) and message[:1] == (STARTED,):
-            worker.running, worker.head_since = message[1], time.monotonic()
+            worker.running = message[1]  # its time runs from the send already (head_since)
             return
         task_id, status, value, error = message
         head_id, item, _ = worker.queue.popleft()
         if head_id != task_id:  # cannot happen: workers run their queue in order
             raise RuntimeError(f"worker pid {worker.process.pid} answered task {task_id}, expected {head_id}")
         worker.running = None
+        worker.head_since = time.monotonic()  # the next task's time starts now, not while this one ran
         self._report(outcomes, TaskOutcome(item, status, value, error, task_id))
 
     def _on_death(self, worker: _Worker, outcomes: list) -> None:

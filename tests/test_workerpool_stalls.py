@@ -1,0 +1,100 @@
+"""A worker stopped or starved before it starts its task: the time limit counts from the send.
+
+The limit used to run only once the worker had said it started the task, so a
+``SIGSTOP`` of the only worker (or a machine too busy to schedule it) stalled
+the pool with no timeout, no kill and no message. These stop real workers.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from daliload.workerpool import TaskOutcome, WorkerPool
+
+#: A hang bound, far past the 2 s limit these pools run under: before the fix they waited forever.
+HANG_BOUND_S = 120.0
+
+
+def task(item):
+    """Module-level so workers can unpickle it: ``(kind, value)`` -> behaviour."""
+    kind, value = item
+    if kind == "double":
+        return value * 2
+    if kind == "pid":
+        return os.getpid()
+    if kind == "sleep":
+        time.sleep(value)
+        return os.getpid()
+    if kind == "crash_once":  # kills its worker the first time this marker file is met, then works
+        if not os.path.exists(value):
+            open(value, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return os.getpid()
+    raise AssertionError(kind)
+
+
+def drain_within(pool: WorkerPool, bound_s: float = HANG_BOUND_S) -> list[TaskOutcome]:
+    """Every pending outcome, or a test failure (not a hang) when they do not come within ``bound_s``."""
+    outcomes: list[TaskOutcome] = []
+    deadline = time.monotonic() + bound_s
+    while pool.pending:
+        if time.monotonic() > deadline:
+            pytest.fail(f"{pool.pending} task(s) still pending after {bound_s:g} s: a stalled worker was not killed")
+        outcomes += pool.wait(timeout=1.0)
+    return outcomes
+
+
+def is_gone(pid: int) -> bool:
+    """Whether ``pid`` no longer runs (reaped, or a zombie nobody will wait for)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def test_a_worker_stopped_before_it_starts_its_task_is_killed_and_the_task_runs_on_a_fresh_one(caplog):
+    with WorkerPool(task, workers=1, timeout_s=2.0, tasks_per_worker=2) as pool:
+        pool.submit(("pid", 0))
+        [first] = drain_within(pool)
+        stopped = first.value
+        os.kill(stopped, signal.SIGSTOP)
+        try:
+            with caplog.at_level("WARNING", logger="daliload.workerpool"):
+                ids = [pool.submit(("double", i)) for i in range(3)]  # two sent to the stopped worker, one unsent
+                outcomes = drain_within(pool)
+        finally:
+            if not is_gone(stopped):
+                os.kill(stopped, signal.SIGCONT)
+        assert sorted(o.task_id for o in outcomes) == ids  # nothing lost
+        assert all(o.ok for o in outcomes) and sorted(o.value for o in outcomes) == [0, 2, 4]
+        assert is_gone(stopped) and stopped not in pool.pids and len(pool.pids) == 1
+    assert f"worker pid {stopped} did not start its task within 2 s" in caplog.text
+
+
+def test_a_task_that_met_a_stopped_worker_on_its_one_more_try_is_reported_as_a_timeout(tmp_path):
+    """The stall costs the worker, not the task, once: a task whose one more try (here after a crash)
+    meets a stalled worker too is reported as a timeout, and the pool goes on with fresh workers."""
+    with WorkerPool(task, workers=2, timeout_s=2.0, tasks_per_worker=1, retry_crashed=True) as pool:
+        answered: set[int] = set()
+        while len(answered) < 2:  # both workers ready (busy tasks, so that one cannot take both)
+            for _ in range(2):
+                pool.submit(("sleep", 0.3))
+            answered |= {o.value for o in drain_within(pool)}
+        stopped = pool.pids[1]
+        os.kill(stopped, signal.SIGSTOP)  # idle: the crashed task's retry goes to it (its slot-mate just restarts)
+        try:
+            crashing = pool.submit(("crash_once", str(tmp_path / "marker")))
+            [outcome] = drain_within(pool)
+        finally:
+            if not is_gone(stopped):
+                os.kill(stopped, signal.SIGCONT)
+        assert outcome.task_id == crashing and outcome.status == "timeout"
+        assert outcome.error == "no result after 2 s (its worker never started it)"
+        assert is_gone(stopped) and stopped not in pool.pids
+        pool.submit(("double", 21))
+        assert [o.value for o in drain_within(pool)] == [42]
