@@ -8,12 +8,18 @@ splits or the one given; :func:`unindexed` lists what a split folder holds
 that the index does not, and why. What counts as a video file (an extension of
 :data:`VIDEO_EXTENSIONS`, not hidden, a regular file) and what a Kinetics file
 name says (``<youtube_id>_<start:06d>_<end:06d>``) are decided here.
+
+A file name need not be UTF-8: its ``str`` is the one ``os.scandir`` gives
+(bytes that are not UTF-8 decoded with ``surrogateescape``), and the CSV and
+list files are read the same way, so the bytes they hold name the same file.
 """
 
 from __future__ import annotations
 
 import csv
+import errno
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, NamedTuple
@@ -166,17 +172,17 @@ def load_folders(root: Path, split: str, classes: tuple[str, ...] | None) -> Dat
     split_dir = root / split
     if not split_dir.is_dir():
         raise FileNotFoundError(f"split folder {split_dir} does not exist")
-    names = (e.name for s in _split_dirs(root) for e in _entries(s) if e.is_dir())
+    names = (e.name for s in _split_dirs(root) for e in _entries(s) if _kind(e)[0])
     classes = _class_map(names, classes)
     lookup = {name: i for i, name in enumerate(classes)}
     records, skipped = [], []
     for class_dir in _entries(split_dir):
-        if not class_dir.is_dir():
+        if not _kind(class_dir)[0]:
             skipped.append(Skipped(class_dir.path, _UNLISTED["folders"]))
             continue
         label = None
         for entry in _entries(class_dir.path):
-            why = _why_not_a_video(entry.name, entry.is_dir(), entry.is_file())
+            why = _why_not_a_video(entry.name, *_kind(entry))
             if why:
                 skipped.append(Skipped(entry.path, why))
                 continue
@@ -198,12 +204,33 @@ def _entries(folder: str | os.PathLike) -> list[os.DirEntry]:
 
 def _not_a_video(path: Path) -> str:
     """Why an entry of a class folder cannot be a video, or ``""``."""
-    return _why_not_a_video(path.name, path.is_dir(), path.is_file())
+    return _why_not_a_video(path.name, *_kind(path))
 
 
-def _why_not_a_video(name: str, is_dir: bool, is_file: bool) -> str:
+def _kind(entry: os.DirEntry | Path) -> tuple[bool, bool, str]:
+    """``(is a folder, is a regular file, why neither can be told)`` of an entry, links followed.
+
+    ``os.DirEntry`` answers from the listing for what is not a link (no ``stat``:
+    650k files); following a link loop (``a.mp4 -> b.mp4 -> a.mp4``) or a link
+    this user may not follow raises there, where ``Path.is_file`` would answer
+    ``False`` without saying why.
+    """
+    try:
+        if isinstance(entry, os.DirEntry):
+            return entry.is_dir(), entry.is_file(), ""
+        mode = os.stat(entry).st_mode
+    except FileNotFoundError:
+        return False, False, ""  # a link to nothing: "not a regular file (... or broken link)"
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return False, False, "a symbolic link loop (too many levels of symbolic links)"
+        return False, False, f"cannot be looked at: {err.strerror}"
+    return stat.S_ISDIR(mode), stat.S_ISREG(mode), ""
+
+
+def _why_not_a_video(name: str, is_dir: bool, is_file: bool, unknown: str = "") -> str:
     """Why an entry called ``name`` cannot be a video, or ``""``: ``is_file`` says it is a regular file
-    (a link to one counts), ``is_dir`` a folder."""
+    (a link to one counts), ``is_dir`` a folder, ``unknown`` why ``stat`` could not tell (see :func:`_kind`)."""
     if name.startswith("."):
         return "hidden file"
     if is_dir:
@@ -215,7 +242,7 @@ def _why_not_a_video(name: str, is_dir: bool, is_file: bool) -> str:
     if not is_file:
         # A FIFO, socket or device named like a video (or a link to nothing): probing it would hang
         # until the probe's time limit, at every scan.
-        return "not a regular file (a FIFO, socket, device or broken link)"
+        return unknown or "not a regular file (a FIFO, socket, device or broken link)"
     return ""
 
 
@@ -241,7 +268,8 @@ def unindexed(split_dir: Path, index: DatasetIndex) -> tuple[Skipped, ...]:
 
 
 def _read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
-    with open(path, encoding="utf-8", newline="") as f:
+    # surrogateescape: bytes that are not UTF-8 name the file whose name holds them (as os.scandir decodes it)
+    with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
         reader = csv.DictReader(f)
         columns = [c.strip() for c in (reader.fieldnames or [])]
         rows = [{k.strip(): (v or "").strip() for k, v in row.items() if k is not None}
@@ -314,7 +342,7 @@ def _stems(folder: Path) -> dict[str, str]:
 def _read_list(path: Path) -> list[tuple[str, int, int]]:
     """``(relative path, label, line number)`` per non-empty line."""
     entries = []
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8", errors="surrogateescape") as f:  # as in _read_csv
         for number, line in enumerate(f, start=1):
             line = line.rstrip("\r\n")
             if not line.strip():

@@ -21,6 +21,7 @@ from typing import Sequence
 
 from daliload.prescreen.manifest import SCHEMA_VERSION, Manifest
 from daliload.prescreen.rules import RULES_VERSION
+from daliload.prescreen.sqlite_file import RAW_TEXT_KEY
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,9 @@ def _copy_rows(merged: Manifest, part: Path) -> None:
     merged._conn.execute("ATTACH DATABASE ? AS part", (str(part),))
     try:
         with merged._transaction() as conn:
+            # A part whose file names are not all UTF-8 says so (sqlite_file.RAW_TEXT_KEY); so must the merged file.
+            conn.execute("INSERT OR IGNORE INTO meta SELECT * FROM part.meta WHERE key = ?", (RAW_TEXT_KEY,))
+            merged._conn.decode_raw_text()
             try:
                 conn.execute("INSERT INTO files SELECT * FROM part.files")
             except sqlite3.IntegrityError as err:

@@ -187,10 +187,16 @@ class ScanSummary:
             counts[reason] = counts.get(reason, 0) + 1
         lines = ["", f"skipped, not scanned: {len(self.skipped)} file(s)", "", "| reason | files |", "|---|---:|"]
         lines += [f"| {reason} | {n} |" for reason, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
-        lines += [""] + [f"  {path}: {reason}" for path, reason in self.skipped[:shown]]
+        lines += [""] + [f"  {_printable(path)}: {reason}" for path, reason in self.skipped[:shown]]
         if len(self.skipped) > shown:
             lines.append(f"  ... and {len(self.skipped) - shown} more (all in --json)")
         return lines
+
+
+def _printable(path: str) -> str:
+    """``path`` as a terminal shows it: bytes of its name that are not UTF-8 as ``\\xff`` (a terminal whose
+    output is strict UTF-8 refuses the ``surrogateescape`` str of such a name); other paths as they are."""
+    return path if path.isascii() else os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def default_workers() -> int:

@@ -16,6 +16,16 @@ what the tables hold is :mod:`.manifest`.)
 - SQLite's errors that mean a damaged file or a full disk become one line
   naming the file and the fix (:func:`translated`): :class:`ManifestDamagedError`,
   or ``OSError(ENOSPC)``.
+- A POSIX file name is any bytes; Python decodes one that is not UTF-8 with
+  ``surrogateescape`` (``os.fsdecode``), and Python's ``sqlite3`` refuses
+  such a ``str``. A :class:`Connection` binds it as its own bytes cast to
+  TEXT (:func:`raw_bound`), so the column holds the name's bytes, sorts
+  by them (as :class:`~daliload.videoindex.StringColumn` expects) and
+  compares equal to them; it first records meta :data:`RAW_TEXT_KEY`, and
+  every connection to a file with that record decodes TEXT with
+  ``surrogateescape``, which gives back the ``str`` ``os.scandir`` gave.
+  Files without it keep ``sqlite3``'s own decoding, about twice as fast
+  (0.15 us a value: 0.4 s a listing of 650k files' paths and labels).
 """
 
 from __future__ import annotations
@@ -33,6 +43,11 @@ from urllib.parse import quote
 BUSY_TIMEOUT_S = 60.0
 #: Times a read is tried when the file keeps changing under it.
 READ_ATTEMPTS = 3
+#: Meta key present once a value that is not UTF-8 (a file name's bytes) was stored: TEXT is read with
+#: ``surrogateescape`` from then on (see the module docstring).
+RAW_TEXT_KEY = "raw_text"
+#: Rows a :meth:`Connection.executemany` hands to SQLite at a time (bounds the rows alive at once).
+_ROWS_AT_ONCE = 10_000
 
 T = TypeVar("T")
 
@@ -82,6 +97,7 @@ class Connection:
         self._raw = conn
         self.path = path
         self.opened = opened
+        self.decode_raw_text()
 
     @classmethod
     def writer(cls, path: Path) -> Connection:
@@ -103,8 +119,20 @@ class Connection:
         if self.opened is not None and stamp(self.path) != self.opened:
             raise ReadRace(str(self.path))
 
+    def decode_raw_text(self) -> None:
+        """Read TEXT with ``surrogateescape`` if the file records that it holds some that is not UTF-8."""
+        try:
+            stored = self._raw.execute("SELECT 1 FROM meta WHERE key = ?", (RAW_TEXT_KEY,)).fetchone()
+        except sqlite3.Error:
+            return  # a new file (no meta yet), or not a manifest: the caller's first read says which
+        if stored:
+            self._raw.text_factory = _decode_text
+
     def execute(self, sql: str, params: Sequence = ()) -> Cursor:
         self.check()
+        raw = _raw_at(params)
+        if raw:
+            sql, params = self._bind_raw(sql, params, raw)
         try:
             with translated(self.path):
                 return Cursor(self._raw.execute(sql, params), self)
@@ -114,10 +142,69 @@ class Connection:
 
     def executemany(self, sql: str, rows: Iterable) -> None:
         with translated(self.path):
-            self._raw.executemany(sql, rows)
+            plain: list = []
+            for row in rows:
+                raw = _raw_at(row)
+                if raw:  # rare (a file name's bytes): this row on its own, in order with the others
+                    if plain:
+                        self._raw.executemany(sql, plain)
+                        plain = []
+                    self._raw.execute(*self._bind_raw(sql, row, raw))
+                    continue
+                plain.append(row)
+                if len(plain) >= _ROWS_AT_ONCE:
+                    self._raw.executemany(sql, plain)
+                    plain = []
+            if plain:
+                self._raw.executemany(sql, plain)
+
+    def _bind_raw(self, sql: str, params: Sequence, raw: list[int]) -> tuple[str, list]:
+        """``sql`` and ``params`` with the values at ``raw`` bound as their bytes cast to TEXT; a writer first
+        records :data:`RAW_TEXT_KEY` (before the value, in its transaction: no reader meets such text without it)."""
+        if self.opened is None:
+            self._raw.execute("INSERT OR IGNORE INTO meta VALUES (?, '1')", (RAW_TEXT_KEY,))
+        self._raw.text_factory = _decode_text
+        return raw_bound(sql, params, raw)
 
     def close(self) -> None:
         self._raw.close()
+
+
+def _decode_text(data: bytes) -> str:
+    return data.decode("utf-8", "surrogateescape")
+
+
+def _raw_at(params: Sequence) -> list[int]:
+    """Positions of the ``str`` values of ``params`` that are not UTF-8 (``surrogateescape``-decoded bytes)."""
+    if isinstance(params, dict):
+        return []  # named parameters: none of this package's statements
+    return [i for i, value in enumerate(params)
+            if type(value) is str and not value.isascii() and not _is_utf8(value)]
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def raw_bound(sql: str, params: Sequence, raw: Sequence[int]) -> tuple[str, list]:
+    """``sql`` with its ``?`` at each of ``raw`` made ``CAST(? AS TEXT)``, and ``params`` with the value there
+    as its bytes: SQLite stores the bytes as they are, as TEXT.
+
+    Raises:
+        ValueError: ``sql`` does not hold one plain ``?`` per parameter (a ``?`` in a literal, ``?NNN``).
+    """
+    parts = sql.split("?")
+    if len(parts) != len(params) + 1 or any(part[:1].isdigit() for part in parts[1:]):
+        raise ValueError(f"cannot store {params[raw[0]]!r} (not UTF-8) with a statement that does not hold one "
+                         f"plain '?' per parameter: {sql}")
+    cast = set(raw)
+    text = "".join(part + ("CAST(? AS TEXT)" if i in cast else "?") for i, part in enumerate(parts[:-1]))
+    return text + parts[-1], [value.encode("utf-8", "surrogateescape") if i in cast else value
+                              for i, value in enumerate(params)]
 
 
 class Cursor:
