@@ -27,6 +27,8 @@ _EXPORTS = {
     "OutputSpec": "daliload.plan",
     "CropBox": "daliload.plan",
     "Sample": "daliload.plan",
+    "BatchInfo": "daliload.epoch",
+    "EpochSampler": "daliload.loader",
     "Manifest": "daliload.prescreen",
     "scan": "daliload.prescreen",
     "load_index": "daliload.index",
@@ -41,7 +43,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports
     from daliload.evaluation import EvalResult, EvaluationCountError, evaluate
     from daliload.index import load_index
     from daliload.failures import DecodeFailureWarning, FailedVideo, Failure, TooManyFailuresError
-    from daliload.loader import KineticsDALILoader
+    from daliload.epoch import BatchInfo
+    from daliload.loader import EpochSampler, KineticsDALILoader
     from daliload.options import DecodeSpec
     from daliload.stats import LoaderStats
     from daliload.plan import AugmentSpec, ClipSpec, CropBox, OutputSpec, Sample

@@ -138,6 +138,39 @@ class PassSetup:
     views: int = 0
 
 
+class BatchInfo(NamedTuple):
+    """What each row of a batch is, from the plan (``KineticsDALILoader(..., with_info=True)``).
+
+    All tensors are on the CPU, one entry per row of the batch (per video of
+    a multi-view batch). A NamedTuple, so Lightning and ``torch.utils.data``'s
+    collate helpers move and split it like the batch itself.
+
+    Attributes:
+        video_index: ``(B,)`` int64: the video whose clip fills the row, an
+            index into ``loader.videos`` (``loader.videos[i].path``, ``.label``);
+            a replaced row (see ``replaced``) holds its replacement's video.
+        clip: ``(B,)`` int64: which of its video's clips the row is
+            (``clips_per_video`` or a view of a single-view evaluation plan;
+            0 with one clip a video); ``(B, V)`` for a multi-view batch, whose
+            row holds views ``0 .. V-1``.
+        is_padding: ``(B,)`` bool: a repeat that only keeps ranks (and the
+            last batch) full; not a new sample of the epoch.
+        replaced: ``(B,)`` bool: the planned sample failed to decode and
+            another clip of the plan fills its slot (training), or its row is
+            masked (evaluation splits).
+        mask: ``(B,)`` bool: the rows to score or train on, ``labels !=
+            -1``: false for padding with ``label_padding`` and for failed
+            samples outside training. ``loss = F.cross_entropy(logits[mask],
+            labels[mask])``, or ``CrossEntropyLoss(ignore_index=-1)``.
+    """
+
+    video_index: torch.Tensor
+    clip: torch.Tensor
+    is_padding: torch.Tensor
+    replaced: torch.Tensor
+    mask: torch.Tensor
+
+
 class _Part(NamedTuple):
     """Rows of a batch that one :class:`Decoded` holds: batch row ``rows[j]`` is ``decoded.videos[src[j]]``."""
 
@@ -172,16 +205,16 @@ class EpochPass:
         self._submitted: deque[tuple[list[tuple[ClipSource, int, list[int]]], dict[int, Failure]]] = deque()
         self._held = HeldOutputs()
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, BatchInfo]]:
         try:
             for i, batch in enumerate(self.batches):
                 self._submit_ahead(i)
                 parts, replaced = self._collect(batch, *self._submitted.popleft())
                 self._count_past_end(batch)
-                videos, labels = _merge(batch, parts, replaced, self.setup, self.counters)
+                videos, labels, info = _merge(batch, parts, replaced, self.setup, self.counters)
                 if videos.is_cuda:  # DALI's buffers live until the stream's work on this batch has run
                     self._held.hold([p.decoded for p in parts], torch.cuda.current_stream(videos.device))
-                yield videos, labels
+                yield videos, labels, info
         finally:
             # Nothing waits here: an abandoned pass (an exception in the caller's loop, Ctrl-C, break,
             # the end of a script) drops what it submitted ahead.
@@ -353,8 +386,8 @@ class HeldOutputs:
 
 
 def _merge(batch: Sequence[Sample], parts: Sequence[_Part], replaced: dict[int, Sample], setup: PassSetup,
-           counters: EpochCounters) -> tuple[torch.Tensor, torch.Tensor]:
-    """Put the parts of ``batch`` in plan order into ``(videos, labels)`` on the loader's device.
+           counters: EpochCounters) -> tuple[torch.Tensor, torch.Tensor, BatchInfo]:
+    """Put the parts of ``batch`` in plan order into ``(videos, labels, info)``, the batch on the loader's device.
 
     One tensor copy per run of consecutive rows of a part (none when one part
     is the whole batch, in order); copies are asynchronous on torch's current
@@ -372,19 +405,38 @@ def _merge(batch: Sequence[Sample], parts: Sequence[_Part], replaced: dict[int, 
         counters.clips_masked += setup.mask_failed and k in replaced
         labels.append(PADDING_LABEL if masked else replaced.get(k, sample).label)
     videos = _stack(parts, n, setup.device)
+    info = _info(batch, replaced, labels)
     if setup.views:
-        videos, labels = _per_video(videos, labels, setup.views)
+        videos, labels, info = _per_video(videos, labels, info, setup.views)
     on_cpu = torch.tensor(labels, dtype=torch.int64)
     if setup.device.type == "cuda":
         on_cpu = on_cpu.pin_memory()  # so the copy to the device is truly asynchronous
-    return videos, on_cpu.to(setup.device, non_blocking=True)
+    return videos, on_cpu.to(setup.device, non_blocking=True), info
 
 
-def _per_video(videos: torch.Tensor, labels: list[int], views: int) -> tuple[torch.Tensor, list[int]]:
+def _info(batch: Sequence[Sample], replaced: dict[int, Sample], labels: list[int]) -> BatchInfo:
+    """Each row's video, clip, padding and replacement, from the samples that fill the rows."""
+    filled = [replaced.get(k, sample) for k, sample in enumerate(batch)]
+    return BatchInfo(
+        video_index=torch.tensor([s.video_index for s in filled], dtype=torch.int64),
+        clip=torch.tensor([s.view for s in filled], dtype=torch.int64),
+        is_padding=torch.tensor([s.is_padding for s in batch], dtype=torch.bool),
+        replaced=torch.tensor([k in replaced for k in range(len(batch))], dtype=torch.bool),
+        mask=torch.tensor([label != PADDING_LABEL for label in labels], dtype=torch.bool))
+
+
+def _per_video(videos: torch.Tensor, labels: list[int], info: BatchInfo,
+               views: int) -> tuple[torch.Tensor, list[int], BatchInfo]:
     """A multi-view batch as ``(B, V, ...)`` and one label per video: -1 when any of its views is masked."""
     grouped = [labels[k:k + views] for k in range(0, len(labels), views)]
     per_video = [PADDING_LABEL if PADDING_LABEL in group else group[0] for group in grouped]
-    return videos.view(len(per_video), views, *videos.shape[1:]), per_video
+    b = len(per_video)
+    # A video's views fail as one (its row is masked), so its first view's video stands for the row.
+    info = BatchInfo(video_index=info.video_index.view(b, views)[:, 0].clone(), clip=info.clip.view(b, views),
+                     is_padding=info.is_padding.view(b, views)[:, 0].clone(),
+                     replaced=info.replaced.view(b, views).any(dim=1),
+                     mask=torch.tensor([label != PADDING_LABEL for label in per_video], dtype=torch.bool))
+    return videos.view(b, views, *videos.shape[1:]), per_video, info
 
 
 def _stack(parts: Sequence[_Part], n: int, device: torch.device) -> torch.Tensor:

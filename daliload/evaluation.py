@@ -206,7 +206,7 @@ def _score_pass(model, loader, plan, tally: _RankTally, ks: list[int], reduce: s
     batches = iter(loader)
     for number, samples in enumerate(plan):
         try:
-            videos, labels = next(batches)
+            videos, labels = next(batches)[:2]  # (videos, labels[, info]): with_info loaders too
         except StopIteration:
             raise EvaluationCountError(f"the loader yielded {number} batches where its plan has {len(plan)}") from None
         if videos.dim() == 5:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Literal
 import torch
 
 from daliload import dist
-from daliload.epoch import PADDING_LABEL, EpochCounters, EpochPass, PassSetup, Routes
+from daliload.epoch import PADDING_LABEL, BatchInfo, EpochCounters, EpochPass, PassSetup, Routes
 from daliload.failures import Failure, FailureBudget
 from daliload.options import (DecodeSpec, augment_and_output, check_clip_fits, check_options, checked_clips_per_video,
                               checked_views, refuse_unknown_options, warn_upscaled)
@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DeviceChoice = Literal["auto", "gpu", "cpu"]
+#: ``(videos, labels)``, or ``(videos, labels, info)`` with ``with_info=True``.
+Batch = tuple[torch.Tensor, ...] | tuple[torch.Tensor, torch.Tensor, BatchInfo]
 
 __all__ = ["PADDING_LABEL", "DecodeSpec", "EpochSampler", "KineticsDALILoader", "LoaderStats", "ScanSpec",
            "split_batches"]
@@ -104,7 +106,17 @@ class KineticsDALILoader:
             its batch (``batch_size`` counts clips and must be a multiple).
             The fallback decodes a video's clips in one pass over the file;
             DALI reads the file once for them but decodes each clip. A broken
-            video fails its clips as one failed video. Default 1.
+            video fails its clips as one failed video. Default 1. The
+            reference scripts' other way (a video's clips spread over the
+            epoch, as separate samples) is not offered: with ``k`` clips a
+            video, ``batch_size`` must be a multiple of ``k``.
+        with_info: yield ``(videos, labels, info)``, where ``info`` is a
+            :class:`~daliload.epoch.BatchInfo` saying what each row is: its
+            video (``info.video_index``, an index into :attr:`videos`), clip
+            or view, whether it is padding or replaced, and ``info.mask`` (the
+            rows to score: ``labels != -1``). For per-video evaluation of clip
+            predictions and masked losses without zipping :meth:`plan`.
+            Default ``False``: batches are ``(videos, labels)``.
 
     Rank and world size come from ``torch.distributed`` when it is initialized
     (else ``RANK``/``WORLD_SIZE``, else 0 of 1). Under DDP, global rank 0
@@ -155,6 +167,7 @@ class KineticsDALILoader:
         scan: ScanSpec | None = None,
         views: tuple[int, int] | None = None,
         clips_per_video: int = 1,
+        with_info: bool = False,
         **unknown: object,
     ) -> None:
         refuse_unknown_options(unknown, _OPTIONS)
@@ -172,6 +185,9 @@ class KineticsDALILoader:
         self.batch_size = batch_size
         self.views = checked_views(views, split)
         self.clips_per_video = checked_clips_per_video(clips_per_video, split, batch_size)
+        if not isinstance(with_info, bool):
+            raise TypeError(f"with_info must be True or False, got {with_info!r}")
+        self.with_info = with_info
         #: clips per batch: ``batch_size`` videos times their views
         self.clips_per_batch = batch_size * (self.views[0] * self.views[1] if self.views else 1)
         self.seed = seed
@@ -418,14 +434,14 @@ class KineticsDALILoader:
 
     # -- iteration ------------------------------------------------------------------------
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def __iter__(self) -> Iterator[Batch]:
         # One live pass at a time: passes share the DALI decoder's queue of batches in flight.
         if self._active is not None:
             self._active.close()
         self._active = self._epoch_pass()
         return self._active
 
-    def _epoch_pass(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _epoch_pass(self) -> Iterator[Batch]:
         # The pass begins here, at its first batch (a bare iter(), as Lightning's check of a loader makes, is none).
         epoch = self._next_epoch()
         self._epoch, self._epoch_set, self._pass_epoch, self._in_pass = epoch, False, epoch, True
@@ -434,7 +450,7 @@ class KineticsDALILoader:
         finally:
             self._in_pass = False
 
-    def _pass_over(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _pass_over(self, epoch: int) -> Iterator[Batch]:
         batches = self._plans.get(self._plan_key(epoch))
         start = self.resumes_at
         if start >= len(batches):
@@ -457,7 +473,7 @@ class KineticsDALILoader:
                 # resumes after it. After the last batch it equals len(self): epoch finished.
                 self._next_batch = start + i + 1
                 self._counters.batches += 1
-                yield batch
+                yield batch if self.with_info else batch[:2]
                 if i == 0 and self.split == "train":
                     # After the first batch, which it would delay: the next epoch's plan, as set_epoch
                     # is usually called next (another epoch is drawn when asked for, as before).
@@ -531,7 +547,8 @@ class EpochSampler:
 
 #: The keywords the loader takes (a DataLoader habit or a typo is named against these).
 _OPTIONS = ("source", "split", "batch_size", "clip_len", "frame_stride", "crop_size", "seed", "last_batch",
-            "label_padding", "target_fps", "augment", "output", "device", "decode", "scan", "views", "clips_per_video")
+            "label_padding", "target_fps", "augment", "output", "device", "decode", "scan", "views", "clips_per_video",
+            "with_info")
 
 _warned_no_dali = False
 

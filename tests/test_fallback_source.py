@@ -51,7 +51,7 @@ def run_pass(samples: list[Sample], batch_size: int, source: FallbackSource, *, 
                       num_frames=lambda path: None)
     passing = EpochPass(setup, batches, samples, routes=routes if routes is not None else Routes(), budget=budget,
                         counters=counters, fallback=source)
-    return [(v.clone(), lab.clone()) for v, lab in passing], budget, counters
+    return [(v.clone(), lab.clone()) for v, lab, _ in passing], budget, counters
 
 
 def used_positions(samples: list[Sample], budget: FailureBudget) -> list[int]:

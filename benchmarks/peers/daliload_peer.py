@@ -124,8 +124,8 @@ class DaliloadFallback(LoaderAdapter):
 
         budget = FailureBudget(len({s.path for s in self._plan}), max_fraction=self._max_failure_fraction)
         counters, counted = EpochCounters(), 0
-        for videos, labels in EpochPass(self._setup, self._batches, self._plan, routes=Routes(), budget=budget,
-                                        counters=counters, fallback=self._source):
+        for videos, labels, _ in EpochPass(self._setup, self._batches, self._plan, routes=Routes(), budget=budget,
+                                           counters=counters, fallback=self._source):
             frames = counters.frames_decoded_fallback
             yield LoadedBatch(videos, labels, int(labels.shape[0]), frames - counted)
             counted = frames
