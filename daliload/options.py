@@ -193,7 +193,10 @@ def checked_clips_per_video(clips: object, split: str, batch_size: int) -> int:
                          f"takes several clips of a video with views=(T, S)")
     if batch_size % clips:
         raise ValueError(f"batch_size={batch_size} must be a multiple of clips_per_video={clips}, so that a video's "
-                         f"clips share a batch and one decode (batches count clips)")
+                         f"clips share a batch and one decode (batches count clips): use batch_size="
+                         f"{max(clips, batch_size - batch_size % clips)} or {batch_size + clips - batch_size % clips}; "
+                         f"for a video's clips spread over the epoch instead (torchvision's reference), use "
+                         f"clips_per_video=1 and {clips} times the epochs: each pass draws a new window per video")
     return clips
 
 

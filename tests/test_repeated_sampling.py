@@ -121,7 +121,10 @@ def test_one_plan_whatever_the_world_size_and_one_clip_is_the_plain_plan():
 
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"clips_per_video": 0}, r"clips_per_video must be an integer >= 1, got 0"),
-    ({"clips_per_video": 3, "batch_size": 4}, r"batch_size=4 must be a multiple of clips_per_video=3"),
+    ({"clips_per_video": 3, "batch_size": 4}, r"batch_size=4 must be a multiple of clips_per_video=3, so that a "
+     r"video's clips share a batch and one decode \(batches count clips\): use batch_size=3 or 6; for a video's clips "
+     r"spread over the epoch instead \(torchvision's reference\), use clips_per_video=1 and 3 times the epochs"),
+    ({"clips_per_video": 5, "batch_size": 24}, r"use batch_size=20 or 25; "),
     ({"clips_per_video": 2, "split": "val"}, r"clips_per_video=2 is for split='train' \(repeated sampling\)"),
 ])
 def test_bad_clips_per_video_are_refused(roots, kwargs, message):
