@@ -216,7 +216,8 @@ class KineticsDALILoader:
         # group it gets, the DALI pipeline at the first batch with a DALI sample.
         self._fallback = FallbackSource(self.output, DecodeOptions(threads=self.decode.fallback_threads,
                                                                    timeout_s=self.decode.timeout_s),
-                                        workers=self.decode.fallback_workers, hint_of=_hint_lookup(index))
+                                        workers=self.decode.fallback_workers, hint_of=_hint_lookup(index),
+                                        frames_of=self._frames_of)  # what a truncated file is checked against
         self._dali = None  # DaliSource, built on first use
         self._epoch = 0  # the epoch of the pass under way (or the last), or the one set for the next pass
         self._epoch_set = True  # set_epoch()/load_state_dict() since the last pass began (or no pass yet)

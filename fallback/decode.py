@@ -42,6 +42,12 @@ Worked example, a 300-frame H.264 file with keyframes at frames 0 and 250 and
 
 Without timestamps that rank frames (raw streams, AVI): a sequential decode from the start, counting frames.
 
+Given the file's frame count from the scan (``num_frames``, the count the plan was made from), a window
+that runs past what the file decodes *now* fails instead of being padded: the same request to a 300-frame
+file truncated since the scan to 120 frames raises ``DecodeError`` ("decoded only 120 of 300 frames"),
+where without the count it would give 16 copies of frame 119. Padding past the scan's count stays the plan's
+own (``[292, 296, 300, 304] -> 292, 296, 299, 299``).
+
 A :class:`StreamHint` (keyframes and frame rate, from the pre-screen) enters a long constant-rate file by a seek.
 A file with a display rotation comes out upright (FFmpeg's rule, quarter turns).
 
@@ -139,6 +145,7 @@ def decode_window(
     skip_nonref: bool = True,
     timeout_s: float | None = None,
     hint: StreamHint | None = None,
+    num_frames: int | None = None,
 ) -> DecodedClip:
     """Decode the frames ``frame_indices`` of the first video stream of ``path``.
 
@@ -158,16 +165,23 @@ def decode_window(
             A decode stuck inside FFmpeg cannot be cut from the same process:
             :class:`fallback.source.FallbackSource` kills such a worker instead.
         hint: optional :class:`StreamHint` to enter a long file by seeking.
+        num_frames: the frames the file had when it was scanned (the
+            manifest's count the plan was made from), or ``None``. Indices
+            past it repeat its last frame (the plan's own padding); an index
+            below it that the file no longer has is an error, not padding with
+            whatever frame is last now.
 
     Returns:
         :class:`DecodedClip` with ``len(frame_indices)`` frames.
 
     Raises:
-        ValueError: ``frame_indices`` is empty or has a negative index, or
-            ``threads`` < 1.
+        ValueError: ``frame_indices`` is empty or has a negative index,
+            ``threads`` < 1, or ``num_frames`` < 1.
         DecodeError: the file cannot be opened, has no video stream, has no
             decodable frame, a needed frame is missing or flagged corrupt even
-            when decoding from the start, or the timeout passed.
+            when decoding from the start, the file decodes fewer than
+            ``num_frames`` frames and the window needs one it lacks (truncated
+            since the scan), or the timeout passed.
     """
     path_str = os.fspath(path)
     wanted = [int(i) for i in frame_indices]
@@ -177,10 +191,15 @@ def decode_window(
         raise ValueError(f"{path_str}: frame indices must be >= 0, got {min(wanted)}")
     if threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
+    if num_frames is not None:
+        if num_frames < 1:
+            raise ValueError(f"{path_str}: num_frames must be >= 1 or None, got {num_frames}")
+        wanted = clamp_frame_indices(wanted, num_frames)  # the plan's padding: against the scan's count
     job = _Window(path_str, wanted, threads=threads, skip_nonref=skip_nonref,
                   deadline=None if timeout_s is None else time.monotonic() + timeout_s,
                   timeout_s=timeout_s,
-                  unsafe_seek=(hint is not None and hint.unsafe_seek) or path_str in _UNSAFE_SEEK)
+                  unsafe_seek=(hint is not None and hint.unsafe_seek) or path_str in _UNSAFE_SEEK,
+                  scanned_frames=num_frames)
     # Each strategy gets a fresh container: a seek back to the start is not
     # exact with edit lists. A hint that cannot skip anything (the window's
     # keyframe is the first, or the file is unsafe to seek) opens none: an
@@ -198,6 +217,8 @@ def decode_window(
         except (av.error.FFmpegError, OSError, ValueError) as err:
             raise DecodeError(path_str, f"decode failed: {_describe(err, path_str)}") from err
         if result is not None:
+            if result.video_num_frames is not None:
+                job.check_still_has(result.video_num_frames)  # the padding would be the file's, not the plan's
             return result
         logger.debug("%s: %s does not fit this file, trying the next way", path_str, strategy.__name__)
     raise AssertionError("by_counting always returns a result or raises")  # pragma: no cover
@@ -247,7 +268,7 @@ class _Window:
 
     def __init__(self, path: str, wanted: list[int], *, threads: int = 1, skip_nonref: bool = True,
                  deadline: float | None = None, timeout_s: float | None = None,
-                 unsafe_seek: bool = False) -> None:  # fmt: skip
+                 unsafe_seek: bool = False, scanned_frames: int | None = None) -> None:  # fmt: skip
         self.path = path
         self.wanted = wanted
         self.threads = threads
@@ -255,6 +276,7 @@ class _Window:
         self.deadline = deadline
         self.timeout_s = timeout_s
         self.unsafe_seek = unsafe_seek
+        self.scanned_frames = scanned_frames
         self.decoded = 0
         self.rotation = 0  # the display rotation of the frames converted (FFmpeg's sign)
         self.reformatter = VideoReformatter()
@@ -288,6 +310,7 @@ class _Window:
         num_frames = len(table.frame_pts)
         if num_frames == 0:
             raise DecodeError(self.path, "no video frames")
+        self.check_still_has(num_frames)  # before decoding: a truncated file's last frames may be damaged too
         wanted = clamp_frame_indices(self.wanted, num_frames)
         entries = [0] if self.unsafe_seek else table.entry_candidates(min(wanted))
         for attempt, entry in enumerate(entries):
@@ -474,6 +497,18 @@ class _Window:
         if turn:
             frames = np.ascontiguousarray(np.rot90(frames, turn, axes=(1, 2)))
         return frames, end
+
+    def check_still_has(self, frames_now: int) -> None:
+        """Raise when the window needs a frame the file no longer has: fewer than the scan counted.
+
+        Without this, the window would be padded with the last frame the file
+        decodes now, a clip the plan never meant (repeats of a frame from the
+        middle of the video) and no failure. Past the scan's count the window
+        was clamped already: that padding is the plan's.
+        """
+        if self.scanned_frames is not None and max(self.wanted) >= frames_now:
+            raise DecodeError(self.path, f"decoded only {frames_now} of {self.scanned_frames} frames: truncated "
+                                         f"or replaced since the scan (the window needs frame {max(self.wanted)})")
 
     def _check_deadline(self) -> None:
         if self.deadline is not None and time.monotonic() > self.deadline:

@@ -19,6 +19,11 @@ as the source, so a new epoch starts no process::
 What a broken file costs, whichever way it breaks:
 
 - a file that does not decode (``DecodeError``): its rows fail, with the reason;
+- a file that decodes fewer frames now than the manifest counted
+  (``frames_of``: truncated or replaced since the scan), when a window needs
+  one it lacks: its rows fail ("decoded only N of M frames") instead of
+  repeating its last frame; windows past the manifest's count are padded
+  as the plan means;
 - a decode past ``timeout_s``: the decoder's own deadline (checked between
   packets) fails it; one stuck inside FFmpeg gets its worker killed at
   :func:`hard_limit` and fails as ``"timeout"``;
@@ -58,7 +63,7 @@ from fallback.views import decode_views
 logger = logging.getLogger(__name__)
 
 #: Decodes of one file per task: a group's samples of the same video (its views, its clips).
-_Task = tuple  # (rows, samples, hint, shape, dtype name)
+_Task = tuple  # (rows, samples, hint, shape, dtype name, the manifest's frame count or None)
 
 
 @dataclass(frozen=True)
@@ -95,19 +100,31 @@ def hard_limit(timeout_s: float) -> float:
 
 
 def decode_sample(sample: Sample, output: OutputSpec, decode: DecodeOptions = DecodeOptions(), *,
-                  out: torch.Tensor | None = None) -> torch.Tensor:
+                  out: torch.Tensor | None = None, num_frames: int | None = None) -> torch.Tensor:
     """Decode one plan sample and apply its plan: ``decode_window`` + ``apply_plan`` (into ``out`` if given).
 
+    Args:
+        sample, output, decode: what to decode, what it becomes, how.
+        out: where to write the clip.
+        num_frames: the file's frame count in the manifest the plan was made
+            from (default: its seek hint's, if any); a window needing a frame
+            past what the file decodes now then fails instead of being padded.
+
     Raises:
-        DecodeError: the sample's file cannot be decoded.
+        DecodeError: the sample's file cannot be decoded, or decodes fewer
+            frames than ``num_frames`` and the window needs one of those.
     """
-    return _decode_one(sample, output, decode, decode.hint(sample.path), out)[0]
+    hint = decode.hint(sample.path)
+    if num_frames is None and hint is not None:
+        num_frames = hint.num_frames
+    return _decode_one(sample, output, decode, hint, out, num_frames)[0]
 
 
 def _decode_one(sample: Sample, output: OutputSpec, decode: DecodeOptions, hint: StreamHint | None,
-                out: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
+                out: torch.Tensor | None = None, num_frames: int | None = None) -> tuple[torch.Tensor, int]:
     clip = decode_window(sample.path, sample.frame_indices(), threads=decode.threads,
-                         skip_nonref=decode.skip_nonref, timeout_s=decode.timeout_s, hint=hint)
+                         skip_nonref=decode.skip_nonref, timeout_s=decode.timeout_s, hint=hint,
+                         num_frames=num_frames)
     return apply_plan(clip.frames, sample, output, out=out), clip.num_frames_decoded
 
 
@@ -116,9 +133,10 @@ def decode_rows(task: _Task, fds: Sequence[int] = (), *, output: OutputSpec, dec
     """Decode one video's samples of a group into their rows; a worker runs this (or the source, ``workers=0``).
 
     Args:
-        task: ``(rows, samples, hint, shape, dtype)``: the rows of the group's
-            buffer the samples fill, the samples (one video's), its seek hint,
-            and the buffer's shape and dtype.
+        task: ``(rows, samples, hint, shape, dtype, num_frames)``: the rows of
+            the group's buffer the samples fill, the samples (one video's), its
+            seek hint, the buffer's shape and dtype, and the video's frame
+            count in the manifest (``None``: unknown).
         fds: the group buffer's file descriptor (in a worker).
         output, decode: what every clip is turned into; how it is decoded.
         videos: the group buffer itself (in the calling process).
@@ -126,17 +144,17 @@ def decode_rows(task: _Task, fds: Sequence[int] = (), *, output: OutputSpec, dec
     Returns:
         Per sample, ``(frames_decoded, None)`` or ``(0, (reason, kind))``.
     """
-    rows, samples, hint, shape, dtype = task
+    rows, samples, hint, shape, dtype, num_frames = task
     if torch.get_num_threads() != 1:
         torch.set_num_threads(1)  # one decode per worker process; the workers are the parallelism
     if videos is None:
         videos = map_rows(fds[0], shape, getattr(torch, dtype), rows)
     try:
         if len(samples) == 1:
-            _, frames = _decode_one(samples[0], output, decode, hint, videos[rows[0]])
+            _, frames = _decode_one(samples[0], output, decode, hint, videos[rows[0]], num_frames)
             return [(frames, None)]
         _, frames = decode_views(samples, output, decode if hint is None else _with_hint(decode, samples, hint),
-                                 out=[videos[row] for row in rows])
+                                 out=[videos[row] for row in rows], num_frames=num_frames)
         return [(frames, None)] + [(0, None)] * (len(samples) - 1)
     except DecodeError as err:
         logger.info("%s", err)
@@ -219,12 +237,16 @@ class FallbackSource:
         workers: decoding processes (started at the first group, kept until
             :meth:`close`); 0 decodes in this process (debugging only).
         hint_of: ``path -> StreamHint | None``, the pre-screen's seek hints.
+        frames_of: ``path -> frames | None``, the manifest's frame counts (the
+            ones the plan was made from): a window that needs a frame the file
+            no longer decodes fails. Default: the count in the file's hint.
         task_fn: what a worker runs for a task (default :func:`decode_rows`);
             a test double can fail on command (:mod:`daliload.testing`).
     """
 
     def __init__(self, output: OutputSpec, decode: DecodeOptions = DecodeOptions(), *, workers: int = 2,
                  hint_of: Callable[[str], StreamHint | None] | None = None,
+                 frames_of: Callable[[str], int | None] | None = None,
                  task_fn: Callable[..., list] = decode_rows) -> None:
         if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
             raise ValueError(f"workers must be an integer >= 0, got {workers!r}")
@@ -232,6 +254,7 @@ class FallbackSource:
         self.decode = DecodeOptions(decode.threads, decode.skip_nonref, decode.timeout_s)  # hints: hint_of
         self.workers = workers
         self._hint_of = hint_of or decode.hint
+        self._frames_of = frames_of
         self._limit = None if decode.timeout_s is None else hard_limit(decode.timeout_s)
         self._task_fn = functools.partial(task_fn, output=output, decode=self.decode)
         self._pool: WorkerPool | None = None
@@ -263,7 +286,10 @@ class FallbackSource:
         else:
             group = _Group(*shared_buffer(shape, dtype), samples)
         for rows, video in _video_tasks(samples):
-            task = (rows, video, self._hint_of(video[0].path), shape, str(dtype).removeprefix("torch."))
+            hint = self._hint_of(video[0].path)
+            num_frames = self._frames_of(video[0].path) if self._frames_of is not None else \
+                (hint.num_frames if hint is not None else None)
+            task = (rows, video, hint, shape, str(dtype).removeprefix("torch."), num_frames)
             if self.workers == 0:
                 group.local.append(task)
                 continue

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
 
 def decode_views(samples: Sequence[Sample], output: OutputSpec, decode: DecodeOptions | None = None, *,
-                 out: Sequence[torch.Tensor] | None = None) -> tuple[list[torch.Tensor], int]:
+                 out: Sequence[torch.Tensor] | None = None,
+                 num_frames: int | None = None) -> tuple[list[torch.Tensor], int]:
     """Decode the views ``samples`` of one video in one pass over the file.
 
     Args:
@@ -35,6 +36,9 @@ def decode_views(samples: Sequence[Sample], output: OutputSpec, decode: DecodeOp
         output: what each clip is turned into.
         decode: threads, non-reference skipping, time limit and seek hints (default ``DecodeOptions()``).
         out: where to write each sample's clip (a worker's rows of shared memory), in the order given.
+        num_frames: the file's frame count in the manifest the plan was made
+            from (default: its seek hint's, if any): see
+            :func:`~fallback.decode.decode_window`.
 
     Returns:
         ``(clips, frames_decoded)``: one tensor per sample, in the order given,
@@ -43,7 +47,8 @@ def decode_views(samples: Sequence[Sample], output: OutputSpec, decode: DecodeOp
 
     Raises:
         ValueError: no samples, or samples of more than one file.
-        fallback.decode.DecodeError: the file cannot be decoded.
+        fallback.decode.DecodeError: the file cannot be decoded, or decodes
+            fewer frames than ``num_frames`` and a window needs one of those.
     """
     if not samples:
         raise ValueError("decode_views needs at least one sample")
@@ -57,8 +62,13 @@ def decode_views(samples: Sequence[Sample], output: OutputSpec, decode: DecodeOp
         decode = DecodeOptions()
     windows = [sample.frame_indices() for sample in samples]
     wanted = sorted({index for window in windows for index in window})
+    hint = decode.hint(path)
+    if num_frames is None and hint is not None:
+        num_frames = hint.num_frames
+    # Frames come back one per index asked for, in order, so the rows below hold even when indices past
+    # num_frames are clamped to its last frame.
     clip = decode_window(path, wanted, threads=decode.threads, skip_nonref=decode.skip_nonref,
-                         timeout_s=decode.timeout_s, hint=decode.hint(path))
+                         timeout_s=decode.timeout_s, hint=hint, num_frames=num_frames)
     row = {index: k for k, index in enumerate(wanted)}
     frames = clip.frames
     targets = out if out is not None else [None] * len(samples)
