@@ -109,7 +109,8 @@ class DaliSource:
         """Find the samples DALI fails on alone; the others keep DALI's clips (copied)."""
         started = time.perf_counter()
         samples = list(err.samples)
-        logger.warning("DALI batch of %d clip(s) failed (%s); isolating the file(s) at fault", len(samples), err.reason)
+        # Not a warning: what the user is told is the outcome (stats().rerouted, the failure warning).
+        logger.info("DALI batch of %d clip(s) failed (%s); isolating the file(s) at fault", len(samples), err.reason)
         while self._tickets:  # bisection needs DALI's queue to itself: what is in it is collected now
             ticket = self._tickets[0][0]
             outcome = self._next(ticket)

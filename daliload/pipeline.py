@@ -54,6 +54,7 @@ import numpy as np
 from daliload.dali_errors import (DaliBatchError, DaliTimeoutError, dali_error_reason, import_dali)
 from daliload.dali_wait import Waiter, exit_without_waiting_for
 from daliload.dist import require_cuda
+from daliload.native_logs import quiet_dali
 from daliload.plan import OutputSpec, Sample, clamp_frame_indices
 
 if TYPE_CHECKING:
@@ -162,6 +163,7 @@ class DaliClipDecoder:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         pipeline_mod, fn, types = import_dali()
+        quiet_dali()  # DALI's own log lines name no file; the loader reports a bad file once, with its path
         if device == "gpu":
             import torch
 

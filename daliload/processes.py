@@ -16,6 +16,11 @@ inside :func:`main_script_hidden`:
   library's child that re-runs such a script into daliload, naming the fix.
 - Workers die with their parent (:func:`die_with_parent`), so a ``kill -9``
   of the training process leaves none behind.
+
+The one other process, the relay of :mod:`daliload.native_logs` that keeps
+DALI's own lines off a DALI process's stderr, is not a worker: it must
+outlive a crash of that process to pass on its last words, and ends with
+the pipe it reads.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ import sys
 from multiprocessing.connection import Connection
 from types import FrameType
 from typing import Iterator, Literal
+
+from daliload.native_logs import configure_worker
 
 logger = logging.getLogger(__name__)
 
@@ -170,6 +177,7 @@ def worker_main(conn: Connection) -> None:
     # Ctrl-C goes to the whole process group; the supervisor decides what to stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     die_with_parent()
+    configure_worker()  # FFmpeg (PyAV) prints nothing here unless DALILOAD_NATIVE_LOGS asks
     try:
         fn = conn.recv()
     except EOFError:

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from daliload.dali_errors import dali_error_reason, import_dali
+from daliload.native_logs import quiet_dali
 from daliload.prescreen.probe import ProbeResult
 from daliload.prescreen.rules import Device, Route
 
@@ -93,6 +94,7 @@ def _dali_pipeline(device: Device, device_id: int) -> Any:
     key = ("mixed" if device == "gpu" else "cpu", device_id if device == "gpu" else None)
     if key not in _pipelines:
         pipeline_mod, fn, types = import_dali()  # lazy: only deep checks need DALI
+        quiet_dali()  # the check's verdict names the file; DALI's own lines do not
 
         @pipeline_mod.pipeline_def(batch_size=2, num_threads=1, device_id=key[1], prefetch_queue_depth=1)
         def window_pipeline():
