@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import warnings
 from datetime import timedelta
@@ -611,3 +612,50 @@ def test_a_process_waiting_for_another_ones_scan_says_whose_and_how_far(dataset,
     assert f"{dataset} by pid {first.pid} on " in waits[0]
     assert any(re.search(r": \d+ of 6 files probed$", line) for line in waits), waits
     assert "finished after" in second.stderr and "scan cpu" not in second.stderr  # it probed nothing itself
+
+
+def _read_until(stream, marker: bytes, then: bytes = b"") -> bytes:
+    """What ``stream`` gives up to and with ``marker`` (and the first ``then`` after it), or all it gave before
+    it closed."""
+    seen = b""
+    while marker not in seen or then not in seen[seen.index(marker) + len(marker):]:
+        chunk = stream.read1(4096)
+        if not chunk:
+            break
+        seen += chunk
+    return seen
+
+
+def test_two_daliload_scans_of_one_root_take_turns_and_the_second_probes_nothing(small_kinetics, tmp_path):
+    """The second `daliload scan` waits for the first one's (saying for which process), then finds every file
+    probed. The first is stopped (SIGSTOP) while it holds the turn, so the second meets it whatever the speeds."""
+    root = tmp_path / "k"
+    shutil.copytree(small_kinetics, root, ignore=shutil.ignore_patterns(".daliload"))
+    total = len(load_index(root, "train")) + len(load_index(root, "val"))
+    command = [sys.executable, "-m", "daliload.cli", "scan", str(root), "--device", "cpu", "--workers", "1",
+               "--timeout", "600"]
+    env = {**os.environ, FAULT_ENV: "slow:*"}  # the first is still probing when it is stopped
+    first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # Should the second never say it waits, the first goes on after a while and the test fails, not hangs.
+    resume = threading.Timer(120, lambda: first.poll() is None and first.send_signal(signal.SIGCONT))
+    try:
+        started = _read_until(first.stderr, b"scan cpu")  # its progress bar: it is probing, in its turn
+        assert b"scan cpu" in started, started.decode(errors="replace")[-2000:]
+        first.send_signal(signal.SIGSTOP)
+        resume.start()
+        second = subprocess.Popen(command + ["--quiet"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        waiting = _read_until(second.stderr, b"daliload: waiting for the scan of", b"\n").decode()
+        first.send_signal(signal.SIGCONT)
+        second_out, second_err = second.communicate(timeout=300)
+    finally:
+        resume.cancel()
+        if first.poll() is None:
+            first.send_signal(signal.SIGCONT)
+    first_out, first_err = first.communicate(timeout=300)
+    second_err = waiting + second_err.decode()
+    assert first.returncode == 0 and second.returncode == 0, first_err.decode()[-2000:] + second_err[-2000:]
+    assert f"daliload: waiting for the scan of {root} by pid {first.pid} on " in second_err, second_err[-2000:]
+    assert f"the scan of {root} by another process finished after " in second_err
+    probed = [re.search(r"^files: (\d+) \((\d+) probed, (\d+) unchanged", out.decode(), re.M).groups()
+              for out in (first_out, second_out)]
+    assert probed == [(str(total), str(total), "0"), (str(total), "0", str(total))]

@@ -6,6 +6,7 @@ import argparse
 import errno
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -14,7 +15,8 @@ from daliload.prescreen.gpus import resolve_gpu
 from daliload.prescreen.manifest import Manifest
 from daliload.prescreen.merge import merge_manifests
 from daliload.prescreen.ensure import copy_to_cache, writable
-from daliload.prescreen.scan import cache_manifest_path, default_manifest_path, scan
+from daliload.prescreen.scan import cache_manifest_path, check_root, default_manifest_path, scan
+from daliload.prescreen.scan_lock import scan_lock
 from daliload.shard import parse_shard
 
 HELP = "probe every video, route it to DALI, the PyAV fallback or out (bad); cache it in a manifest"
@@ -200,21 +202,27 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as err:
             print(f"daliload scan: {err}", file=sys.stderr)
             return 2
-    manifest_path = args.manifest or _default_manifest(args.root)
+    manifest_path = Path(os.path.abspath(args.manifest or _default_manifest(args.root)))
     try:
-        summary = scan(
-            args.root,
-            manifest_path=manifest_path,
-            device=device,
-            deep=args.deep,
-            workers=args.workers,
-            splits=_splits(args.split),
-            progress=not args.quiet,
-            timeout_s=args.timeout,
-            gpu_model=args.gpu_model if device == "gpu" else None,
-            retry_bad=args.retry_bad,
-            shard=shard,
-        )
+        root = check_root(args.root)
+        manifest_path.parent.mkdir(parents=True, exist_ok=True)
+        # Takes turns with every other scan of this manifest (another `daliload scan`, a loader's): the one
+        # that waits says for whom, even with --quiet (it may wait for hours), then probes only what is left.
+        with scan_lock(manifest_path, root, job=None, progress=True) as note:
+            summary = scan(
+                root,
+                manifest_path=manifest_path,
+                device=device,
+                deep=args.deep,
+                workers=args.workers,
+                splits=_splits(args.split),
+                progress=not args.quiet,
+                timeout_s=args.timeout,
+                gpu_model=args.gpu_model if device == "gpu" else None,
+                retry_bad=args.retry_bad,
+                shard=shard,
+                on_progress=note,
+            )
     except (ValueError, FileNotFoundError) as err:  # refused options, a damaged manifest, a root that is a file
         print(f"daliload scan: {err}", file=sys.stderr)
         return 2
