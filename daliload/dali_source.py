@@ -12,6 +12,12 @@ every sample fails alone too, nothing singles a file out (a driver or library
 problem): the rows get kind ``"dali_batch"`` and keep their route; the pass
 gives DALI up after a few such batches in a row.
 
+With a :class:`~daliload.dali_cutter.WindowCutter`, DALI gets per sample only
+the packets its window needs (``fallback.cut``): a batch's cuts are made in
+worker processes while the batches before it decode, and the batch is fed to
+DALI once they are in (at the latest when it is collected). A sample whose
+cut fails, or gains nothing, gets its whole file as before.
+
 A batch that does not finish within its time limit raises
 :class:`~daliload.pipeline.DaliTimeoutError` from :meth:`DaliSource.collect`:
 a thread stuck inside DALI cannot be stopped, so the run ends, loudly.
@@ -28,6 +34,7 @@ from typing import Sequence
 
 import torch
 
+from daliload.dali_cutter import WindowCutter
 from daliload.failures import Failure
 from daliload.pipeline import DaliBatchError, DaliClipDecoder, DecodedBatch
 from daliload.plan import Sample
@@ -43,13 +50,23 @@ class DaliSource:
         decoder: the DALI decoder (its ``prefetch_queue_depth`` bounds the batches in flight).
         clip_timeout_s: how long one clip may take; a batch of ``n`` clips may
             take ``clip_timeout_s * (1 + ceil(n / decoder.num_threads))``.
+        cutter: makes the cuts that DALI decodes instead of whole files
+            (the decoder needs ``num_frames``); ``None``: whole files.
     """
 
-    def __init__(self, decoder: DaliClipDecoder, *, clip_timeout_s: float) -> None:
+    def __init__(self, decoder: DaliClipDecoder, *, clip_timeout_s: float,
+                 cutter: WindowCutter | None = None) -> None:
+        if cutter is not None and decoder.num_frames is None:
+            raise ValueError("cutting windows needs the decoder's num_frames (the frames DALI is asked for)")
         self.decoder = decoder
         self.clip_timeout_s = clip_timeout_s
+        self.cutter = cutter
         self.isolation_s = 0.0  # spent finding the files that broke batches
+        self.clips_cut = 0  # clips DALI decoded from a cut, not the whole file
         self._tickets: deque[tuple[int, tuple[Sample, ...]]] = deque()  # in DALI's queue, oldest first
+        self._cutting: deque[tuple[int, tuple[Sample, ...], int]] = deque()  # (ticket, samples, cuts), not fed yet
+        # ticket -> (frames DALI decodes for it, from each clip's entry; its clips fed as cuts)
+        self._frames: dict[int, tuple[int, int]] = {}
         self._early: dict[int, DecodedBatch | DaliBatchError] = {}  # collected ahead while isolating (copies)
         self._next_ticket = 0
 
@@ -62,8 +79,12 @@ class DaliSource:
         """Queue ``samples`` as one DALI batch (``urgent`` changes nothing: DALI runs batches in order)."""
         ticket, self._next_ticket = self._next_ticket, self._next_ticket + 1
         samples = tuple(samples)
-        self.decoder.submit(samples)
-        self._tickets.append((ticket, samples))
+        if self.cutter is None:
+            self._feed(ticket, samples, None)
+        else:
+            frames = self.decoder.frames_for(samples)
+            self._cutting.append((ticket, samples, self.cutter.submit(list(zip((s.path for s in samples), frames)))))
+            self._feed_cut(until=None)
         return ticket
 
     def collect(self, ticket: int) -> Decoded:
@@ -72,24 +93,52 @@ class DaliSource:
         Raises:
             DaliTimeoutError: DALI did not finish it in time; the run cannot go on.
         """
+        self._feed_cut(until=ticket)
+        frames, cut = self._frames.pop(ticket, (None, 0))
         outcome = self._early.pop(ticket, None)
         if outcome is None:
             outcome = self._next(ticket)
         if isinstance(outcome, DaliBatchError):
-            return self._isolate(outcome)
-        return Decoded(outcome.videos, {}, None, outcome.outputs)
+            return self._isolate(outcome)  # its clips are decoded again from whole files
+        self.clips_cut += cut
+        return Decoded(outcome.videos, {}, frames, outcome.outputs)
 
     def cancel(self) -> None:
-        """Drop every batch not collected yet, without waiting for DALI."""
+        """Drop every batch not collected yet, without waiting for DALI or for cuts."""
+        if self.cutter is not None:
+            self.cutter.cancel([handle for _, _, handle in self._cutting])
+        self._cutting.clear()
         self._tickets.clear()
         self._early.clear()
+        self._frames.clear()
         self.decoder.discard_pending()
 
     def close(self) -> None:
         self.cancel()
+        if self.cutter is not None:
+            self.cutter.close()
         self.decoder.close()
 
     # -- internals --------------------------------------------------------------------------
+
+    def _feed(self, ticket: int, samples: tuple[Sample, ...], cuts: list | None) -> None:
+        """Queue the batch in DALI, with its cuts (``None``: whole files), counting what DALI decodes."""
+        self.decoder.submit(samples, cuts)
+        self._tickets.append((ticket, samples))
+        frames = self.decoder.frames_for(samples)
+        if frames is not None:  # DALI decodes from each clip's entry (its cut's first frame, else frame 0)
+            starts = [0 if cut is None else cut.first_frame for cut in (cuts or [None] * len(samples))]
+            self._frames[ticket] = (sum(max(ids) + 1 - start for ids, start in zip(frames, starts)),
+                                    sum(start > 0 for start in starts))
+
+    def _feed_cut(self, until: int | None) -> None:
+        """Feed DALI the batches whose cuts are in, in order; up to ``until`` waiting for cuts still being made."""
+        while self._cutting:
+            ticket, samples, handle = self._cutting[0]
+            if (until is None or ticket > until) and not self.cutter.ready(handle):
+                return
+            self._cutting.popleft()
+            self._feed(ticket, samples, self.cutter.take(handle))
 
     def _timeout(self, n: int) -> float:
         return self.clip_timeout_s * (1 + math.ceil(n / self.decoder.num_threads))

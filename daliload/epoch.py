@@ -106,6 +106,8 @@ class EpochCounters:
     clips_masked: int = 0
     clips_past_end: int = 0
     frames_decoded_fallback: int = 0
+    frames_decoded_dali: int = 0
+    clips_dali_cut: int = 0
     dali_wait_s: float = 0.0
     fallback_wait_s: float = 0.0
     isolation_s: float = 0.0
@@ -259,12 +261,14 @@ class EpochPass:
         for source, ticket, rows in shares:
             on_dali = source is self.dali
             started, isolating = time.perf_counter(), getattr(source, "isolation_s", 0.0)
+            cut = getattr(source, "clips_cut", 0)
             decoded = source.collect(ticket)
             waited = time.perf_counter() - started
             if on_dali:
                 isolated = source.isolation_s - isolating  # finding the files that broke a batch
                 c.isolation_s += isolated
                 c.dali_wait_s += waited - isolated
+                c.clips_dali_cut += source.clips_cut - cut
             else:
                 c.fallback_wait_s += waited
             parts.append(self._part(decoded, rows, on_dali=on_dali))
@@ -293,6 +297,7 @@ class EpochPass:
         ok = [j for j in range(len(rows)) if j not in decoded.failures]
         if on_dali:
             self.counters.clips_dali += len(ok)
+            self.counters.frames_decoded_dali += decoded.frames_decoded or 0
         else:
             self.counters.clips_fallback += len(ok)
             self.counters.frames_decoded_fallback += decoded.frames_decoded or 0

@@ -20,14 +20,16 @@ never change whatever fails, so DDP ranks stay in step.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import warnings
 import weakref
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Literal
+from typing import TYPE_CHECKING, Callable, Iterator, Literal, Sequence
 
+import numpy as np
 import torch
 
 from daliload import dist
@@ -43,6 +45,7 @@ from daliload.plans import EpochPlans
 from daliload.stats import LoaderStats
 from daliload.processes import refuse_bootstrapping_main
 from daliload.videoindex import ROUTE_CODES, VideoIndex, VideoRow
+from fallback.cut import cut_task
 from fallback.numbering import StreamHint
 from fallback.source import DecodeOptions, FallbackSource
 
@@ -206,7 +209,7 @@ class KineticsDALILoader:
                 f"{'clips' if self.clips_per_video > 1 else 'samples'} per rank of {self.world_size}; use "
                 f"batch_size <= {per_rank} or last_batch='pad' or 'partial'")
         warn_upscaled(index, self.augment.output_size, self.split)
-        self._routes = Routes(index.route == ROUTE_CODES["dali"] if self.dali_enabled else None)
+        self._routes = Routes(self._dali_videos(index) if self.dali_enabled else None)
         self._frames_of = _frames_lookup(index)
         self._setup = PassSetup(
             output=self.output, device=self.torch_device, label_padding=self.label_padding,
@@ -269,6 +272,18 @@ class KineticsDALILoader:
                              f"({len(self.rejected)} rejected by the pre-screen)")
         if self.rejected and self.rank == 0:
             logger.info("%d file(s) of split %r rejected by the pre-screen", len(self.rejected), self.split)
+
+    def _dali_videos(self, index: VideoIndex) -> np.ndarray:
+        """By video, whether DALI decodes it: route ``dali`` and frames no larger than ``dali_max_pixels``."""
+        on_dali = index.route == ROUTE_CODES["dali"]
+        limit = self.decode.dali_max_pixels
+        if limit is not None:
+            large = on_dali & (index.width.astype(np.int64) * index.height.astype(np.int64) > limit)
+            if large.any():
+                on_dali &= ~large
+                logger.info("%d video(s) of route dali are larger than dali_max_pixels=%d: the fallback decodes "
+                            "them", int(large.sum()), limit)
+        return on_dali
 
     @property
     def videos(self) -> VideoIndex:
@@ -431,6 +446,7 @@ class KineticsDALILoader:
             clips_masked=c.clips_masked,
             clips_past_end=c.clips_past_end, frames_decoded_fallback=c.frames_decoded_fallback,
             isolation_s=c.isolation_s, dali_disabled=self._routes.dali_disabled,
+            frames_decoded_dali=c.frames_decoded_dali, clips_dali_cut=c.clips_dali_cut,
         )
 
     # -- iteration ------------------------------------------------------------------------
@@ -493,7 +509,13 @@ class KineticsDALILoader:
                 num_threads=self.decode.dali_threads_for(self.device, self.clips_per_batch),
                 prefetch_queue_depth=self._setup.prefetch, pipelines=self.decode.dali_pipelines,
                 num_frames=self._frames_of)
-            self._dali = DaliSource(decoder, clip_timeout_s=self.decode.timeout_s)
+            cutter = None
+            if self.decode.dali_feed == "window":
+                from daliload.dali_cutter import WindowCutter
+
+                cutter = WindowCutter(cut_task, item_of=_cut_item(_hint_lookup(self.index)),
+                                      workers=self.decode.fallback_workers, timeout_s=self.decode.timeout_s)
+            self._dali = DaliSource(decoder, clip_timeout_s=self.decode.timeout_s, cutter=cutter)
         return self._dali
 
     def _dali_decoder(self):
@@ -582,6 +604,20 @@ def _hint_lookup(index: VideoIndex) -> Callable[[str], StreamHint | None]:
         i = index.find(path)
         return _hint(index[i]) if i >= 0 else None
     return hint_of
+
+
+def _cut_item(hint_of: Callable[[str], StreamHint | None]) -> Callable[[str, Sequence[int]], tuple | None]:
+    """``(path, frames) -> a cut task's item`` (``fallback.cut.cut_task``), or ``None`` when no cut can gain:
+    the window's entry is the file's first frame, or the file has no usable seek hint."""
+    def item_of(path: str, frames: Sequence[int]) -> tuple | None:
+        hint = hint_of(path)
+        if hint is None or hint.unsafe_seek:
+            return None
+        keys = hint.keyframe_indices
+        if keys[bisect.bisect_right(keys, min(frames)) - 1] == 0:
+            return None
+        return path, tuple(frames), hint
+    return item_of
 
 
 def _hint(entry: VideoRow) -> StreamHint | None:

@@ -25,6 +25,7 @@ from daliload.processes import usable_cores
 from daliload.videoindex import VideoIndex
 
 DecoderChoice = Literal["auto", "fallback"]
+DaliFeed = Literal["window", "file"]
 
 
 @dataclass(frozen=True)
@@ -46,9 +47,24 @@ class DecodeSpec:
             threads, taking batches in turn (batches still come in plan
             order). More keep more NVDEC sessions busy at once; 1 (default)
             until a GPU run picks a better default.
+        dali_feed: what DALI gets per sample: ``"window"`` (default) the
+            packets from the clean keyframe at or before the window to its
+            last frame, cut from the file without re-encoding (``fallback.cut``;
+            DALI then decodes from that keyframe, not from frame 0), or
+            ``"file"``, the whole file (DALI decodes from frame 0 up to the
+            window). A file the cut cannot be proven exact for (no keyframe
+            index, a variable frame rate) gets its whole file either way.
+        dali_max_pixels: the largest frame (width x height) DALI decodes;
+            larger files go to the fallback. NVDEC opens a decoder per clip of
+            a batch at once, each with its decode surfaces (about 124 MB a clip
+            at 1080p, four times that at 4K), so a batch of 32 4K clips would
+            need about 16 GB of device memory for decoders alone. Default
+            ``1920 * 1088`` (1080p, coded height; at most about 4 GB for 32
+            clips); ``None``: no limit (the routes allow up to 4096x4096).
         fallback_workers: PyAV decoding processes. Default 2. 0 decodes in the
             training process: a debugging mode in which a crash inside FFmpeg
-            ends the run and a hang inside it is not cut.
+            ends the run and a hang inside it is not cut. DALI's cuts are made
+            in as many processes of their own (0: in the training process).
         fallback_threads: FFmpeg threads per fallback decode. Default 1.
         timeout_s: per-clip decode limit, seconds. Default 60. A fallback
             decode past it fails (its worker is killed at ``1.25 * timeout_s +
@@ -65,6 +81,8 @@ class DecodeSpec:
     dali_threads: int | None = None
     prefetch_batches: int = 2
     dali_pipelines: int = 1
+    dali_feed: DaliFeed = "window"
+    dali_max_pixels: int | None = 1920 * 1088
     fallback_workers: int = 2
     fallback_threads: int = 1
     timeout_s: float = 60.0
@@ -73,6 +91,13 @@ class DecodeSpec:
     def __post_init__(self) -> None:
         if self.decoder not in ("auto", "fallback"):
             raise ValueError(f"decoder must be 'auto' or 'fallback', got {self.decoder!r}")
+        if self.dali_feed not in ("window", "file"):
+            raise ValueError(f"dali_feed must be 'window' or 'file', got {self.dali_feed!r}")
+        if self.dali_max_pixels is not None and (not isinstance(self.dali_max_pixels, int)
+                                                 or isinstance(self.dali_max_pixels, bool)
+                                                 or self.dali_max_pixels < 1):
+            raise ValueError(f"dali_max_pixels must be an integer >= 1 (width x height) or None, "
+                             f"got {self.dali_max_pixels!r}")
         for name in ("dali_threads", "prefetch_batches", "dali_pipelines", "fallback_threads"):
             value = getattr(self, name)
             if name == "dali_threads" and value is None:

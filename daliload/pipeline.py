@@ -249,11 +249,19 @@ class DaliClipDecoder:
         """Batches submitted and not yet collected with :meth:`result`."""
         return len(self._pending)
 
-    def submit(self, samples: Sequence[Sample]) -> None:
+    def frames_for(self, samples: Sequence[Sample]) -> list[list[int]] | None:
+        """The frames DALI is asked for, per sample (``None`` without ``num_frames``: DALI pads)."""
+        return None if self._frames_of is None else _frames_to_decode(tuple(samples), self._frames_of)
+
+    def submit(self, samples: Sequence[Sample], cuts: Sequence[Any] | None = None) -> None:
         """Read the files of ``samples`` and queue them for decoding; does not wait for DALI.
 
         Args:
             samples: 1 to ``batch_size`` samples with the same ``clip_len``.
+            cuts: per sample, a ``fallback.cut.WindowCut`` to decode instead of
+                the whole file (its ``data``, frames numbered from its
+                ``first_frame``), or ``None`` for the whole file. Only with
+                ``num_frames``; default: every whole file.
 
         Raises:
             ValueError: empty or oversized batch, mixed clip lengths; with
@@ -267,7 +275,10 @@ class DaliClipDecoder:
         """
         samples = tuple(samples)
         self._check_batch(samples)
-        frame_ids = None if self._frames_of is None else _frames_to_decode(samples, self._frames_of)
+        frame_ids = self.frames_for(samples)
+        cuts = [None] * len(samples) if cuts is None else list(cuts)
+        if len(cuts) != len(samples) or (frame_ids is None and any(c is not None for c in cuts)):
+            raise ValueError("cuts need num_frames and one entry (a cut or None) per sample")
         if self._pipe is None:
             raise RuntimeError("this DaliClipDecoder is closed")
         if self._stuck is not None:
@@ -277,7 +288,8 @@ class DaliClipDecoder:
                 f"{len(self._pending)} batches are already pending (prefetch_queue_depth="
                 f"{self.prefetch_queue_depth}); call result() before submitting more"
             )
-        paths = list(dict.fromkeys(s.path for s in samples))  # one read per file: a video's views share it
+        # One read per whole file: a video's views share it.
+        paths = list(dict.fromkeys(s.path for s, cut in zip(samples, cuts) if cut is None))
         try:
             by_path = dict(zip(paths, self._reader.map(_read_file, paths)))
         except OSError as err:
@@ -285,9 +297,14 @@ class DaliClipDecoder:
             error = DaliBatchError(samples, f"cannot read file: {err}", culprit=bad)
             self._pending.append(_Pending(samples, error))
             return
+        encoded = [by_path[s.path] if cut is None else np.frombuffer(cut.data, dtype=np.uint8)
+                   for s, cut in zip(samples, cuts)]
+        if frame_ids is not None:  # a cut's frame 0 is its first_frame of the file
+            frame_ids = [ids if cut is None else [i - cut.first_frame for i in ids]
+                         for ids, cut in zip(frame_ids, cuts)]
         pipe = self._pipes[self._next_pipe]
         self._next_pipe = (self._next_pipe + 1) % len(self._pipes)
-        self._feed(pipe, samples, [by_path[s.path] for s in samples], frame_ids)
+        self._feed(pipe, samples, encoded, frame_ids)
         pipe.schedule_run()
         lengths = tuple(s.clip_len for s in samples) if frame_ids is None else tuple(map(len, frame_ids))
         self._pending.append(_Pending(samples, None, pipe, lengths))

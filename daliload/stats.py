@@ -43,7 +43,13 @@ class LoaderStats:
         clips_past_end: clips whose window runs past the end of their video
             (the last frame is repeated, as ``pad_mode="edge"``).
         frames_decoded_fallback: frames the fallback's decoders produced
-            (window frames plus GOP waste; DALI cannot tell its own).
+            (window frames plus GOP waste).
+        frames_decoded_dali: frames DALI decoded, counted from what it was
+            fed (DALI reports none): from each clip's entry (its cut's first
+            frame, or frame 0 for a whole file) to its window's last frame.
+        clips_dali_cut: DALI clips decoded from a cut of their file (the
+            packets from the keyframe before the window; ``DecodeSpec.dali_feed``)
+            instead of the whole file.
         isolation_s: seconds spent finding which files broke DALI batches.
         dali_disabled: why DALI was given up for the rest of the run (several
             failed batches in a row with no single file to blame), or ``None``.
@@ -69,6 +75,8 @@ class LoaderStats:
     frames_decoded_fallback: int = 0
     isolation_s: float = 0.0
     dali_disabled: str | None = None
+    frames_decoded_dali: int = 0
+    clips_dali_cut: int = 0
 
     @property
     def dali_share(self) -> float:
@@ -84,6 +92,9 @@ class LoaderStats:
             f"waiting: DALI {self.dali_wait_s:.2f} s, fallback {self.fallback_wait_s:.2f} s; "
             f"re-decoded after a DALI failure: {self.clips_redecoded}; replaced: {self.replaced}",
         ]
+        if self.clips_dali:
+            lines.append(f"DALI: {self.clips_dali_cut} of {self.clips_dali} clips from a cut of their file; "
+                         f"{self.frames_decoded_dali / self.clips_dali:.0f} frames decoded per clip")
         if self.clips_masked or self.clips_past_end:
             lines.append(f"failed and masked (label -1): {self.clips_masked}; "
                          f"windows past the end of their video: {self.clips_past_end}")
