@@ -151,7 +151,7 @@ def check_loader(loader: KineticsDALILoader, epochs=(0,)) -> list[int]:
     starts = []
     for epoch in epochs:
         loader.set_epoch(epoch)
-        for (videos, labels), batch in zip(loader, loader.plan()):
+        for (videos, _), batch in zip(loader, loader.plan()):
             views = videos.flatten(0, 1) if videos.ndim == 6 else videos
             for k, sample in enumerate(batch):
                 codes = [read_code(views[k][:, t], layout="CHW").index for t in range(views.shape[2])]
