@@ -27,6 +27,7 @@ name            codec        size     GOP   why
 h264-gop250     H.264 High   340x256  250   as Kinetics downloads arrive
 h264-gop16      H.264 High   340x256   16   the same re-encoded for seeking
 vp9             VP9          340x256  250   the codec DALI also decodes on CPU
+vp9-gop16       VP9          340x256   16   what DALI gains from a short GOP (its cut)
 h264-720p       H.264 High  1280x720  250   resolution scaling
 ==============  ===========  =======  ====  ======================================
 """
@@ -43,13 +44,14 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Literal, Sequence
 
-DatasetName = Literal["h264-gop250", "h264-gop16", "vp9", "h264-720p"]
+DatasetName = Literal["h264-gop250", "h264-gop16", "vp9", "vp9-gop16", "h264-720p"]
 
 #: name -> (codec, width, height, gop, why it is here)
 STANDARD: dict[str, tuple[str, int, int, int, str]] = {
     "h264-gop250": ("h264", 340, 256, 250, "as Kinetics downloads arrive"),
     "h264-gop16": ("h264", 340, 256, 16, "re-encoded with short GOPs"),
     "vp9": ("vp9", 340, 256, 250, "the codec DALI also decodes on the CPU"),
+    "vp9-gop16": ("vp9", 340, 256, 16, "re-encoded with short GOPs: DALI decodes from the keyframe before a window"),
     "h264-720p": ("h264", 1280, 720, 250, "resolution scaling"),
 }
 _CODEC_NAMES = {"h264": "H.264", "vp9": "VP9", "hevc": "HEVC", "vp8": "VP8", "av1": "AV1", "mpeg4": "MPEG-4",
