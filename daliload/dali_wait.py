@@ -2,7 +2,9 @@
 
 DALI's ``Pipeline.outputs()`` blocks until a batch is done, with no time
 limit. :class:`Waiter` runs those calls on one daemon thread, in order, so
-that the caller can give a wait up (:class:`~daliload.dali_errors.DaliTimeoutError`); a thread
+that the caller can give a wait up (:class:`~daliload.dali_errors.DaliTimeoutError`),
+and every other call on a pipeline too (feeding a batch and scheduling its
+run), so that a pipeline is only ever called from that one thread; a thread
 stuck inside DALI cannot be stopped, so the decoder is unusable afterwards
 and the run ends, loudly. At exit DALI shuts every pipeline down and waits
 for the batches it is running, forever for a stuck one:
@@ -29,7 +31,7 @@ logger = logging.getLogger(__name__)
 
 
 class Waiter:
-    """One daemon thread that runs the waits for DALI, one at a time, in order.
+    """One daemon thread that runs every call on DALI's pipelines (the waits among them), one at a time, in order.
 
     A daemon, unlike ``ThreadPoolExecutor``'s threads (joined at interpreter
     exit), so a wait stuck inside DALI cannot keep the process from exiting.

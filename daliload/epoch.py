@@ -16,7 +16,8 @@ walks a clip through it)::
            any other kind -> the epoch's FailureBudget, then the replacement
              loop: the next sample of the plan that decodes fills the slot
       -> merge: the rows in plan order into one (videos, labels) batch on the
-         loader's device: no copy when one share is the whole batch
+         loader's device: on the CPU no copy when one share is the whole batch;
+         on the GPU always torch's own memory (fallback clips from page-locked memory)
 
 Which source decodes a sample is decided by :class:`Routes` when its batch is
 submitted: the one place a routing policy lives (a hybrid one, sending DALI's
@@ -30,7 +31,7 @@ import time
 import warnings
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Iterator, NamedTuple, Sequence
+from typing import Callable, Iterator, Literal, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -213,9 +214,13 @@ class EpochPass:
                 self._submit_ahead(i)
                 parts, replaced = self._collect(batch, *self._submitted.popleft())
                 self._count_past_end(batch)
-                videos, labels, info = _merge(batch, parts, replaced, self.setup, self.counters)
-                if videos.is_cuda:  # DALI's buffers live until the stream's work on this batch has run
-                    self._held.hold([p.decoded for p in parts], torch.cuda.current_stream(videos.device))
+                host = HostTransfer() if self.setup.device.type != "cpu" else None  # cuda (tests: meta)
+                try:
+                    videos, labels, info = _merge(batch, parts, replaced, self.setup, self.counters, host)
+                finally:
+                    if host is not None:  # what the batch's copies read lives until they have run
+                        self._held.hold([p.decoded for p in parts], torch.cuda.current_stream(self.setup.device),
+                                        on_release=host.release)
                 yield videos, labels, info
         finally:
             # Nothing waits here: an abandoned pass (an exception in the caller's loop, Ctrl-C, break,
@@ -347,19 +352,25 @@ class EpochPass:
 
 
 class HeldOutputs:
-    """DALI outputs kept alive until the GPU copies that read them have run: no host-side wait.
+    """What a batch's GPU copies read, kept alive until they have run: no host-side wait.
 
-    A batch's DALI rows are views into DALI's output (zero-copy, DLPack): an
-    all-DALI batch is handed out as DALI's output itself, other batches get
-    them copied into a new tensor on torch's current stream, asynchronously
-    (and a batch with short clips was copied once inside the decoder). DALI
-    must not free or reuse that memory before the stream's work on it has
-    run. Holding the outputs keeps DALI's reference-counted buffers alive, and
-    an event recorded on the stream after the batch's copies says when they
-    may go. Outputs are let go once their event has
-    completed, checked with ``query()`` at each new batch, so the CPU never
-    waits for the GPU here. Only the end of a pass waits (``release_all``) for
-    at most the last few batches.
+    A batch on the GPU is always torch's own memory, copied on torch's
+    current stream, asynchronously: from DALI's output (DLPack views; a batch
+    with short clips was copied once inside the decoder already) and from the
+    fallback's shared memory. Handing out DALI's output itself would let DALI
+    reuse it too early: when the user's last reference goes, DALI frees it in
+    order on its own stream, not after the work the training step queued on
+    the consumer stream (``docs/architecture.md``, "Output buffers"); torch's
+    allocator tracks the consumer stream. The sources of the copies must not
+    be freed, reused or unmapped before the copies have run. Holding them
+    keeps DALI's reference-counted buffers and the fallback's mappings alive,
+    and an event recorded on the stream after the batch's copies says when
+    they may go; ``on_release`` runs first (it undoes the host memory's
+    registration, :class:`HostTransfer`, which must happen before its mapping
+    goes). They are let go once their event has completed, checked with
+    ``query()`` at each new batch, so the CPU never waits for the GPU here.
+    Only the end of a pass waits (``release_all``) for at most the last few
+    batches.
 
     Args:
         new_event: makes an event (default ``torch.cuda.Event``); for tests.
@@ -372,31 +383,132 @@ class HeldOutputs:
     def __len__(self) -> int:
         return len(self._held)
 
-    def hold(self, outputs: object, stream) -> None:
+    def hold(self, outputs: object, stream, on_release: Callable[[], None] | None = None) -> None:
         event = self._new_event()
         event.record(stream)
-        self._held.append((event, outputs))
+        self._held.append((event, outputs, on_release))
         self.prune()
 
     def prune(self) -> None:
         """Let go of the outputs whose copies have run (never waits)."""
         while self._held and self._held[0][0].query():
-            self._held.popleft()
+            self._let_go(self._held.popleft())
 
     def release_all(self) -> None:
         """Wait for every held output's copies, then let go of all (end of a pass)."""
         while self._held:
-            event, _ = self._held.popleft()
-            event.synchronize()
+            entry = self._held.popleft()
+            entry[0].synchronize()
+            self._let_go(entry)
+
+    @staticmethod
+    def _let_go(entry: tuple) -> None:
+        _, outputs, on_release = entry
+        if on_release is not None:
+            on_release()  # before the outputs (and the mappings they hold) go: the caller drops them after
+
+
+#: How a batch's fallback clips reach the GPU (:class:`HostTransfer`): ``"register"`` page-locks the
+#: shared-memory mapping the workers wrote for the copy, ``"staging"`` copies through torch's pinned
+#: staging buffers, ``"pageable"`` leaves the copy to the driver (synchronous: a staging copy inside
+#: the driver). Which one costs the training loop least is measured on a GPU visit
+#: (``benchmarks/gpu/merge_time.py``); not yet run.
+HostTransferMode = Literal["register", "staging", "pageable"]
+HOST_TRANSFER: HostTransferMode = "register"
+
+
+class HostTransfer:
+    """Host memory a batch's copies to the GPU read, page-locked for as long as the copies run.
+
+    A fallback clip lives in a shared-memory mapping (:func:`fallback.source.shared_buffer`)
+    that is not page-locked. From such memory a ``non_blocking`` copy is not
+    asynchronous: the driver copies it through a staging buffer of its own
+    and returns when that is done, so the training loop waits for the whole
+    transfer. Registered with ``cudaHostRegister`` (``mode="register"``), the
+    mapping is pinned memory and the copy is a DMA queued on the stream.
+
+    The registration must be undone (``cudaHostUnregister``) after the copies
+    have run and before the mapping is unmapped: the mapping goes when the
+    last tensor over it does, and the epoch pass keeps the batch's
+    :class:`~daliload.source.Decoded` parts (which hold those tensors) in
+    :class:`HeldOutputs` until an event after the copies has completed, then
+    calls :meth:`release` before letting them go. A registration that fails
+    (memory the driver will not pin) leaves that copy pageable, logged once.
+
+    Args:
+        mode: see :data:`HOST_TRANSFER` (the default).
+        cudart: the CUDA runtime (default ``torch.cuda.cudart()``); a test double.
+    """
+
+    _warned = False
+
+    def __init__(self, mode: HostTransferMode | None = None, cudart=None) -> None:
+        self.mode: HostTransferMode = mode or HOST_TRANSFER
+        if self.mode not in ("register", "staging", "pageable"):
+            raise ValueError(f"mode must be 'register', 'staging' or 'pageable', got {self.mode!r}")
+        self._cudart = cudart
+        self.registered: dict[int, int] = {}  # storage address -> bytes, until release()
+
+    def source(self, tensor: torch.Tensor) -> torch.Tensor:
+        """What to copy ``tensor`` (on the CPU) to the GPU from: ``tensor`` itself, registered, or a pinned copy."""
+        if self.mode == "pageable" or tensor.is_pinned():
+            return tensor
+        if self.mode == "staging":  # torch's pinned allocator keeps it until the copy that reads it has run
+            return torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True).copy_(tensor)
+        storage = tensor.untyped_storage()
+        address, size = storage.data_ptr(), storage.nbytes()
+        if address in self.registered or not size:
+            return tensor
+        cudart = self._cudart if self._cudart is not None else torch.cuda.cudart()
+        code = int(getattr(error := cudart.cudaHostRegister(address, size, 0), "value", error))
+        if code != 0:
+            _clear_cuda_error()
+            if not HostTransfer._warned:
+                HostTransfer._warned = True
+                logger.info("cudaHostRegister of %d bytes of fallback clips failed (CUDA error %d); their copies "
+                            "to the GPU stay pageable", size, code)
+            return tensor
+        self.registered[address] = size
+        return tensor
+
+    def release(self) -> None:
+        """Undo the registrations (the copies have run; the mappings are still there)."""
+        if not self.registered:
+            return
+        cudart = self._cudart if self._cudart is not None else torch.cuda.cudart()
+        while self.registered:
+            address, _ = self.registered.popitem()
+            if int(getattr(error := cudart.cudaHostUnregister(address), "value", error)) != 0:
+                _clear_cuda_error()
+
+
+def _clear_cuda_error() -> None:
+    """Reset the CUDA runtime's last error after a call whose failure was handled here.
+
+    Torch checks ``cudaGetLastError`` after its kernel launches: left there, the
+    error of a refused registration would be raised by an unrelated kernel.
+    Torch's runtime module has no ``cudaGetLastError``; the runtime library it
+    loaded has (found by its name, already loaded: the same instance).
+    """
+    import ctypes
+
+    for name in ("libcudart.so.13", "libcudart.so.12", "libcudart.so"):
+        try:
+            ctypes.CDLL(name).cudaGetLastError()
+            return
+        except (OSError, AttributeError):
+            continue
+    logger.info("no CUDA runtime library found to clear a handled error with; torch may report it later")
 
 
 def _merge(batch: Sequence[Sample], parts: Sequence[_Part], replaced: dict[int, Sample], setup: PassSetup,
-           counters: EpochCounters) -> tuple[torch.Tensor, torch.Tensor, BatchInfo]:
+           counters: EpochCounters, host: HostTransfer | None = None) -> tuple[torch.Tensor, torch.Tensor, BatchInfo]:
     """Put the parts of ``batch`` in plan order into ``(videos, labels, info)``, the batch on the loader's device.
 
-    One tensor copy per run of consecutive rows of a part (none when one part
-    is the whole batch, in order); copies are asynchronous on torch's current
-    stream (the caller keeps DALI's outputs alive until they ran:
+    One tensor copy per run of consecutive rows of a part (none on the CPU
+    when one part is the whole batch, in order; one on the GPU); copies are
+    asynchronous on torch's current stream, CPU clips read from what ``host``
+    makes of them (the caller keeps what they read alive until they ran:
     :class:`HeldOutputs`). Labels come from the plan (a replaced slot has its
     replacement's, or :data:`PADDING_LABEL` outside training), on the CPU,
     and go to the device with one non-blocking copy.
@@ -409,7 +521,7 @@ def _merge(batch: Sequence[Sample], parts: Sequence[_Part], replaced: dict[int, 
         masked = (setup.label_padding and sample.is_padding) or (setup.mask_failed and k in replaced)
         counters.clips_masked += setup.mask_failed and k in replaced
         labels.append(PADDING_LABEL if masked else replaced.get(k, sample).label)
-    videos = _stack(parts, n, setup.device)
+    videos = _stack(parts, n, setup.device, host)
     info = _info(batch, replaced, labels)
     if setup.views:
         videos, labels, info = _per_video(videos, labels, info, setup.views)
@@ -444,16 +556,27 @@ def _per_video(videos: torch.Tensor, labels: list[int], info: BatchInfo,
     return videos.view(b, views, *videos.shape[1:]), per_video, info
 
 
-def _stack(parts: Sequence[_Part], n: int, device: torch.device) -> torch.Tensor:
-    """The batch's videos: one part's own tensor when it is the whole batch, else copies into a new one."""
+def _stack(parts: Sequence[_Part], n: int, device: torch.device, host: HostTransfer | None = None) -> torch.Tensor:
+    """The batch's videos: on the CPU one part's own tensor when it is the whole batch, else copies into a new one.
+
+    On the GPU always a tensor of torch's own memory, copied on the current
+    stream: DALI's output is never handed out itself (:class:`HeldOutputs`
+    says why), and CPU clips are copied from what ``host`` makes of them
+    (page-locked: :class:`HostTransfer`).
+    """
     whole = [p for p in parts if p.rows]
     first = whole[0].decoded.videos
     if len(whole) == 1 and whole[0].rows == whole[0].src == list(range(n)) and len(first) == n:
-        return first.to(device, non_blocking=True)
+        if first.device.type != "cpu":
+            return first.to(device, copy=True, non_blocking=True)
+        return first.to(device, non_blocking=True) if host is None else host.source(first).to(device, non_blocking=True)
     videos = torch.empty((n, *first.shape[1:]), dtype=first.dtype, device=device)
     for part in whole:
+        clips = part.decoded.videos
+        if host is not None and clips.device.type == "cpu":
+            clips = host.source(clips)
         for row, src, length in _runs(part.rows, part.src):
-            videos[row:row + length].copy_(part.decoded.videos[src:src + length], non_blocking=True)
+            videos[row:row + length].copy_(clips[src:src + length], non_blocking=True)
     return videos
 
 

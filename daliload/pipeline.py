@@ -101,6 +101,7 @@ class _Pending:
     error: DaliBatchError | None  # set when the batch never reached DALI (unreadable file)
     pipe: Any = None  # the DALI pipeline the batch went to
     lengths: tuple[int, ...] = ()  # frames asked of DALI per sample (< clip_len: repeat the last)
+    fed: concurrent.futures.Future | None = None  # feed_input + schedule_run, run on the waiting thread
 
 
 class DaliClipDecoder:
@@ -304,10 +305,10 @@ class DaliClipDecoder:
                          for ids, cut in zip(frame_ids, cuts)]
         pipe = self._pipes[self._next_pipe]
         self._next_pipe = (self._next_pipe + 1) % len(self._pipes)
-        self._feed(pipe, samples, encoded, frame_ids)
-        pipe.schedule_run()
+        # Fed and run on the waiting thread, where every call on a pipeline runs (_feed_and_run).
+        fed = self._waiter.submit(functools.partial(_feed_and_run, self._feed, pipe, samples, encoded, frame_ids))
         lengths = tuple(s.clip_len for s in samples) if frame_ids is None else tuple(map(len, frame_ids))
-        self._pending.append(_Pending(samples, None, pipe, lengths))
+        self._pending.append(_Pending(samples, None, pipe, lengths, fed))
 
     def result(self, timeout_s: float | None = None) -> DecodedBatch:
         """Wait for the oldest pending batch and return it.
@@ -330,7 +331,7 @@ class DaliClipDecoder:
         entry = self._pending.popleft()
         if entry.error is not None:
             raise entry.error
-        waiting = self._waiter.submit(self._outputs_call(entry.pipe))
+        waiting = self._waiter.submit(_once_fed(entry.fed, self._outputs_call(entry.pipe)))
         try:
             videos_tl, labels_tl = waiting.result(timeout=timeout_s)
         except concurrent.futures.TimeoutError:
@@ -400,7 +401,7 @@ class DaliClipDecoder:
             entry = self._pending.popleft()
             dropped += 1
             if entry.error is None and self._stuck is None:
-                self._waiter.submit(entry.pipe.outputs, discard=True)
+                self._waiter.submit(_once_fed(entry.fed, entry.pipe.outputs), discard=True)
         return dropped
 
     def close(self) -> None:
@@ -490,6 +491,31 @@ class DaliClipDecoder:
         with torch.cuda.device(self.device_id) if on_gpu else contextlib.nullcontext():
             tensors = [torch.from_dlpack(p) for p in parts]
         return tensors[0] if dense else torch.stack(tensors)
+
+
+def _feed_and_run(feed: Callable[..., None], pipe: Any, *batch: Any) -> None:
+    """Feed one batch to ``pipe`` and schedule its run; the waiting thread runs this.
+
+    Every call on a pipeline (``feed_input``, ``schedule_run``, ``outputs``)
+    runs on that one thread, in submission order: after a pass is left early
+    its batches are still taken off DALI's queue there (``discard_pending``)
+    while the next pass submits, and DALI's executor queue and its Python
+    counters (``Pipeline._batches_to_consume``) are not locked for two threads.
+    """
+    feed(pipe, *batch)
+    pipe.schedule_run()
+
+
+def _once_fed(fed: concurrent.futures.Future | None, call: Callable[[], Any]) -> Callable[[], Any]:
+    """``call`` for the waiting thread, raising the batch's feed error instead when its feed failed.
+
+    The feed ran before it on the same thread, so ``fed`` is done by then.
+    """
+    def run() -> Any:
+        if fed is not None:
+            fed.result(timeout=0)
+        return call()
+    return run
 
 
 def _read_file(path: str) -> np.ndarray:

@@ -38,8 +38,11 @@ class Decoded(NamedTuple):
     Attributes:
         videos: ``(n, ...)`` clips in submission order (layout, dtype and size
             of the output spec), on the CPU or the source's GPU. Nothing else
-            writes into this memory while it is referenced, so it can be handed
-            out as a batch without a copy.
+            writes into this memory while it is referenced, so on the CPU it can
+            be handed out as a batch without a copy. On the GPU the merge copies
+            it: DALI reuses its memory in the order of its own stream once the
+            last reference goes, not after the consumer stream's work
+            (:class:`daliload.epoch.HeldOutputs`).
         failures: row -> why that row has no clip.
         frames_decoded: frames the decoder produced for the group (window
             frames plus GOP waste), when the source can tell (``None``: DALI).
