@@ -211,9 +211,17 @@ class KineticsDALILoader:
         warn_upscaled(index, self.augment.output_size, self.split)
         self._routes = Routes(self._dali_videos(index) if self.dali_enabled else None)
         self._frames_of = _frames_lookup(index)
+        #: DALI pipelines (``DecodeSpec.dali_pipelines``; "auto": one per NVDEC engine of this GPU's model)
+        self.dali_pipelines = self.decode.dali_pipelines_for(self.device, self.gpu.nvdec_engines if self.gpu else None)
+        if self.decode.dali_pipelines == "auto" and self.gpu is not None and self.dali_enabled:
+            engines = self.gpu.nvdec_engines
+            logger.info("%d DALI pipeline(s): %s", self.dali_pipelines,
+                        f"one per NVDEC engine of {self.gpu.describe()}" if engines else
+                        f"the NVDEC engines of {self.gpu.describe()} are not in daliload.prescreen.gpus")
         self._setup = PassSetup(
             output=self.output, device=self.torch_device, label_padding=self.label_padding,
-            mask_failed=split != "train", prefetch=self.decode.batches_ahead(self.clips_per_batch),
+            mask_failed=split != "train",
+            prefetch=self.decode.batches_ahead(self.clips_per_batch, pipelines=self.dali_pipelines),
             num_frames=self._frames_of, views=self.clips_per_batch // batch_size if self.views else 0)
         # The two clip sources live as long as the loader: the fallback's workers start at the first
         # group it gets, the DALI pipeline at the first batch with a DALI sample.
@@ -507,7 +515,7 @@ class KineticsDALILoader:
             decoder = DaliClipDecoder(
                 self.output, batch_size=self.clips_per_batch, device=self.device, device_id=self.device_id,
                 num_threads=self.decode.dali_threads_for(self.device, self.clips_per_batch),
-                prefetch_queue_depth=self._setup.prefetch, pipelines=self.decode.dali_pipelines,
+                prefetch_queue_depth=self._setup.prefetch, pipelines=self.dali_pipelines,
                 num_frames=self._frames_of)
             cutter = None
             if self.decode.dali_feed == "window":

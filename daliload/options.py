@@ -45,8 +45,13 @@ class DecodeSpec:
             (:meth:`batches_ahead`).
         dali_pipelines: DALI pipelines per rank, each with ``dali_threads``
             threads, taking batches in turn (batches still come in plan
-            order). More keep more NVDEC sessions busy at once; 1 (default)
-            until a GPU run picks a better default.
+            order). More keep more NVDEC sessions busy at once. ``"auto"``
+            (default): on a GPU one per NVDEC engine of its model, read when
+            the loader starts (``daliload.prescreen.gpus.NVDEC_ENGINES``: 7 on
+            an H100/H200, 5 on an A100; 1 for a model not listed), on the CPU
+            1. Provisional: one pipeline kept about one engine busy in DALI's
+            issue 6387; the first GPU visit's sweep of threads and pipelines
+            (``benchmarks/gpu/README.md``) sets the rule. An integer overrides it.
         dali_feed: what DALI gets per sample: ``"window"`` (default) the
             packets from the clean keyframe at or before the window to its
             last frame, cut from the file without re-encoding (``fallback.cut``;
@@ -80,7 +85,7 @@ class DecodeSpec:
     decoder: DecoderChoice = "auto"
     dali_threads: int | None = None
     prefetch_batches: int = 2
-    dali_pipelines: int = 1
+    dali_pipelines: int | Literal["auto"] = "auto"
     dali_feed: DaliFeed = "window"
     dali_max_pixels: int | None = 1920 * 1088
     fallback_workers: int = 2
@@ -100,10 +105,11 @@ class DecodeSpec:
                              f"got {self.dali_max_pixels!r}")
         for name in ("dali_threads", "prefetch_batches", "dali_pipelines", "fallback_threads"):
             value = getattr(self, name)
-            if name == "dali_threads" and value is None:
+            if (name == "dali_threads" and value is None) or (name == "dali_pipelines" and value == "auto"):
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+                either = "; or 'auto' (one per NVDEC engine of the GPU)" if name == "dali_pipelines" else ""
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}{either}")
         if not isinstance(self.fallback_workers, int) or self.fallback_workers < 0:
             raise ValueError(f"fallback_workers must be an integer >= 0, got {self.fallback_workers!r}")
         if not self.timeout_s > 0:
@@ -111,13 +117,22 @@ class DecodeSpec:
         if not 0 <= self.max_failure_fraction <= 1:
             raise ValueError(f"max_failure_fraction must be in [0, 1], got {self.max_failure_fraction!r}")
 
-    def batches_ahead(self, clips_per_batch: int) -> int:
-        """Batches submitted ahead of the one consumed: ``prefetch_batches``, raised to ``dali_pipelines`` and
-        to enough batches that every fallback worker has :data:`CLIPS_AHEAD_PER_WORKER` clips to go on with
-        (with two batches of two clips, two workers waited between batches: ``benchmarks/RESULTS.md``,
-        "Before and after a change")."""
+    def batches_ahead(self, clips_per_batch: int, *, pipelines: int | None = None) -> int:
+        """Batches submitted ahead of the one consumed: ``prefetch_batches``, raised to the DALI pipelines
+        (``pipelines``, the count :meth:`dali_pipelines_for` resolved; default ``dali_pipelines``, ``"auto"``
+        counting 1) and to enough batches that every fallback worker has :data:`CLIPS_AHEAD_PER_WORKER` clips
+        to go on with (with two batches of two clips, two workers waited between batches:
+        ``benchmarks/RESULTS.md``, "Before and after a change")."""
+        if pipelines is None:
+            pipelines = 1 if self.dali_pipelines == "auto" else self.dali_pipelines
         fill = -(-CLIPS_AHEAD_PER_WORKER * self.fallback_workers // clips_per_batch)
-        return max(self.prefetch_batches, self.dali_pipelines, fill)
+        return max(self.prefetch_batches, pipelines, fill)
+
+    def dali_pipelines_for(self, device: str, nvdec_engines: int | None) -> int:
+        """DALI pipelines: as given, else (``"auto"``) ``nvdec_engines`` on a GPU (1 when unknown), 1 on the CPU."""
+        if self.dali_pipelines != "auto":
+            return self.dali_pipelines
+        return (nvdec_engines or 1) if device == "gpu" else 1
 
     def dali_threads_for(self, device: str, batch_size: int) -> int:
         """DALI threads: as given, else ``min(batch_size, 16)`` on a GPU and one per core on the CPU."""

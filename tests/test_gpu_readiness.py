@@ -239,3 +239,25 @@ def test_av1_on_this_gpu_decodes_as_the_nvdec_table_says(make_clip):
     table = "decodes AV1" if target.decodes_av1 else "does not decode AV1"
     assert outcome.startswith(table), (f"{target.describe()}: the NVDEC table says it {table}, DALI on this GPU "
                                        f"{outcome}: change AV1_GENERATIONS in daliload/prescreen/gpus.py")
+
+
+# --- DALI pipelines per NVDEC engine (dali_pipelines="auto") ----------------------------------------------
+
+
+def test_auto_pipelines_are_one_per_nvdec_engine_of_the_gpu_model_and_stay_overridable():
+    """Provisional until the first GPU visit's sweep: one pipeline kept about one engine busy (DALI issue 6387)."""
+    from daliload.prescreen.gpus import NVDEC_ENGINES
+
+    assert DecodeSpec().dali_pipelines == "auto"
+    assert (resolve_gpu("H200").nvdec_engines, resolve_gpu("NVIDIA A100-SXM4-80GB").nvdec_engines) == (7, 5)
+    assert resolve_gpu("RTX 4090").nvdec_engines is None  # a model whose engines are not listed
+    assert resolve_gpu("hopper").nvdec_engines is None and resolve_gpu(None).nvdec_engines is None  # no model
+    assert set(NVDEC_ENGINES) <= set(GPU_MODELS)
+    auto = DecodeSpec()
+    assert [auto.dali_pipelines_for("gpu", 7), auto.dali_pipelines_for("gpu", None), auto.dali_pipelines_for("cpu", 7)
+            ] == [7, 1, 1]
+    assert DecodeSpec(dali_pipelines=3).dali_pipelines_for("gpu", 7) == 3
+    # Every pipeline has a batch in flight: the prefetch follows the pipelines the loader resolved.
+    assert auto.batches_ahead(32, pipelines=7) == 7 and auto.batches_ahead(32) == 2
+    with pytest.raises(ValueError, match=r"dali_pipelines must be an integer >= 1, got 'many'; or 'auto'"):
+        DecodeSpec(dali_pipelines="many")

@@ -19,6 +19,10 @@ generation     GPU models (names accepted by ``--gpu-model``)         AV1   engi
 ``blackwell``  B100, B200, GB200, RTX5090, RTXPRO6000                 yes   2-4
 =============  =====================================================  ====  =======
 
+How many engines a model has (:data:`NVDEC_ENGINES`, from NVIDIA's data
+sheets) decides how many DALI pipelines the loader runs by default
+(``DecodeSpec(dali_pipelines="auto")``: one per engine).
+
 A route is decided for a *route target*: ``"cpu"``, or ``"gpu:<generation>"``.
 ``"gpu"`` alone is :data:`DEFAULT_GPU_GENERATION` (``hopper``): without a GPU
 and without ``--gpu-model``, a scan assumes the most common training GPUs,
@@ -55,6 +59,16 @@ GPU_MODELS: dict[str, str] = {
     "RTX5090": "blackwell", "RTX5080": "blackwell", "RTXPRO6000": "blackwell",
 }
 
+#: NVDEC engines per model, from NVIDIA's data sheets ("video decoders") and the NVDEC application note;
+#: models not listed are unknown (``GpuTarget.nvdec_engines`` is then None). What the driver itself reports
+#: (``cuvidGetDecoderCaps``' ``nNumNVDECs``) the GPU visit's preflight records; for the H200 not yet seen.
+NVDEC_ENGINES: dict[str, int] = {
+    "A100": 5, "A30": 4,
+    "H100": 7, "H200": 7, "H800": 7, "H20": 7, "GH200": 7,
+    "A10": 2, "A10G": 2, "A40": 2, "T4": 2,
+    "L4": 4, "L40": 3, "L40S": 3,
+}
+
 
 @dataclass(frozen=True)
 class GpuTarget:
@@ -82,6 +96,11 @@ class GpuTarget:
     @property
     def decodes_av1(self) -> bool:
         return self.generation in AV1_GENERATIONS
+
+    @property
+    def nvdec_engines(self) -> int | None:
+        """NVDEC engines of the model (:data:`NVDEC_ENGINES`), or None when the model is unknown or was assumed."""
+        return None if self.model is None or self.assumed else NVDEC_ENGINES.get(self.model)
 
     def describe(self) -> str:
         """One phrase for summaries, e.g. ``"H200 (NVDEC hopper, no AV1)"``."""
