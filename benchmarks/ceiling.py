@@ -8,7 +8,8 @@
   (:mod:`benchmarks.summary`).
 - GPU (:class:`DaliWholeFiles`): ``fn.decoders.video`` (``device="mixed"``:
   NVDEC) over the bytes of whole files, batches of 32 files, 16 or more
-  threads, several pipelines running at once, nothing else in the pipeline.
+  threads, one pipeline per NVDEC engine running at once (as many as the
+  files fill), nothing else in the pipeline.
   This is what the GPU's decoders give when nothing else gets in the way; the
   NVML decoder utilisation of its row says how busy NVDEC was.
 
@@ -119,12 +120,14 @@ class DaliWholeFiles(LoaderAdapter):
     """GPU ceiling: what NVDEC gives when nothing else gets in the way.
 
     The files are dealt round-robin to ``ceil(files / 32)`` pipelines (at most
-    :attr:`max_pipelines`), each decoding batches of :attr:`batch_size` whole
-    files with at least :attr:`min_threads` threads; the pipelines run at once,
-    each from its own thread, so several NVDEC engines work together (one
-    pipeline's decoder mostly keeps one engine busy). The run's 64 clips make
-    two pipelines of one batch each. The harness samples the decoder
-    utilisation through NVML during every timed epoch (the table's NVDEC %).
+    :attr:`max_pipelines`: by default one per NVDEC engine of the GPU,
+    :data:`daliload.prescreen.gpus.NVDEC_ENGINES`, 4 for a model not listed),
+    each decoding batches of :attr:`batch_size` whole files with at least
+    :attr:`min_threads` threads; the pipelines run at once, each from its own
+    thread, so the engines work together (one pipeline's decoder mostly keeps
+    one engine busy). 256 files make 7 pipelines on an H200. The harness
+    samples the decoder utilisation through NVML during every timed epoch (the
+    table's NVDEC %).
     ``decoder_device="cpu"`` runs the same pipelines on DALI's CPU decoder
     (VP8/VP9/MJPEG only).
     """
@@ -138,7 +141,7 @@ class DaliWholeFiles(LoaderAdapter):
     #: files per batch; a decoded 10 s 340x256 file is 78 MB, a 720p one 0.8 GB (26 GB per batch).
     batch_size = 32
     min_threads = 16
-    max_pipelines = 4
+    max_pipelines: int | None = None  # one per NVDEC engine of the GPU
     decoder_device = "mixed"
 
     @classmethod
@@ -158,7 +161,12 @@ class DaliWholeFiles(LoaderAdapter):
 
             device_id = torch.cuda.current_device()
         paths = [video.path for video in dataset.videos]
-        count = max(1, min(self.max_pipelines, math.ceil(len(paths) / self.batch_size)))
+        most = self.max_pipelines
+        if most is None:
+            from daliload.prescreen.gpus import detect_gpu
+
+            most = detect_gpu().nvdec_engines or 4
+        count = max(1, min(most, math.ceil(len(paths) / self.batch_size)))
         self.num_threads = max(self.min_threads, config.workers)
 
         @pipeline_def(batch_size=self.batch_size, num_threads=self.num_threads, device_id=device_id,
@@ -202,5 +210,6 @@ class DaliWholeFilesCPU(DaliWholeFiles):
     name = "ceiling-dali-cpu"
     summary = "fn.decoders.video(device='cpu') over whole files (VP8/VP9/MJPEG only)"
     decoder_device = "cpu"
+    max_pipelines = 4
     uses_nvdec = False
     codecs = ("vp8", "vp9", "mjpeg")

@@ -96,7 +96,8 @@ def _epoch(adapter, name: str, device: str, output_shape, monitor) -> tuple[floa
     for batch in adapter.epoch():
         _check_batch(batch, output_shape, name)
         if device == "cuda" and batch.videos is not None and batch.videos.device.type != "cuda":
-            batch.videos.to("cuda")  # what a training loop does with CPU batches
+            # What a training loop does with CPU batches: asynchronous when they are pinned (DataLoader peers).
+            batch.videos.to("cuda", non_blocking=True)
         clips += batch.num_clips
         decoded = None if decoded is None or batch.frames_decoded is None else decoded + batch.frames_decoded
     if device == "cuda":

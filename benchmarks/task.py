@@ -227,16 +227,20 @@ class PlanDataset:
         return video, sample.label, -1 if decoded is None else int(decoded)
 
 
-def plan_dataloader(dataset: PlanDataset, *, batch_size: int, workers: int):
+def plan_dataloader(dataset: PlanDataset, *, batch_size: int, workers: int, pin_memory: bool = False):
     """A DataLoader over ``dataset`` in plan order, with ``workers`` spawned worker processes.
 
     Workers persist across epochs (the harness times epochs after a warm-up, so
     the start-up of spawned workers lands in the warm-up, as it would be
-    amortised over a real epoch of many thousands of clips).
+    amortised over a real epoch of many thousands of clips). ``pin_memory``
+    (a GPU run): batches come in page-locked memory, so the harness's
+    ``non_blocking`` copy to the GPU is asynchronous, as the DataLoader's
+    documentation advises for CUDA training.
     """
     from torch.utils.data import DataLoader
 
     if workers < 0:
         raise ValueError(f"workers must be >= 0, got {workers}")
     extra = {"multiprocessing_context": "spawn", "persistent_workers": True, "prefetch_factor": 2} if workers else {}
-    return DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=workers, **extra)
+    return DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=workers, pin_memory=pin_memory,
+                      **extra)

@@ -41,15 +41,21 @@ def plan() -> visit.Plan:
     return visit.make_plan(rows)
 
 
-def test_the_visit_with_one_retry_of_its_last_step_fits_the_hosts_limits(plan):
+def test_the_visit_with_its_retry_slot_fits_the_hosts_limits(plan):
     """The arithmetic, step by step, against the limits the host's documentation states."""
     limits, assumed = visit.HostLimits(), visit.Assumptions()
     assert (limits.device_s, limits.warm_s, limits.min_start_left_s, limits.command_s, limits.call_bytes) == (
         900, 30, 240, 600, 64 * MIB)
     calls = plan.calls
     pieces_sent = [c for c in calls if c.piece]
-    assert [c.kind for c in calls] == ["preflight"] + ["receive"] * (len(pieces_sent) - 2) + ["smoke", "last", "last"]
-    assert calls[-1].retry and not calls[-2].retry and calls[-1].command == calls[-2].command
+    assert [c.kind for c in calls] == ["preflight"] + ["receive"] * (len(pieces_sent) - 2) + ["tests", "sweep", "sweep"]
+    # The receive calls generate the sweeps' datasets, in order; the tests call is the visit's first test call.
+    assert [c.args for c in calls if c.kind == "receive"] == [f"--generate {name}" for name in visit.SWEEPS]
+    sweep, slot = calls[-2], calls[-1]
+    assert sweep.command.endswith(f"--sweep {visit.SWEEPS[0]}") and not sweep.retry
+    assert slot.retry and slot.command == sweep.command and slot.alternative.endswith(f"--sweep {visit.SWEEPS[1]}")
+    assert sweep.expected_s == slot.expected_s == sweep.timeout_s == plan.sweep_s >= assumed.min_sweep_s
+    assert plan.tests_call_s == assumed.smoke_s + assumed.merge_s + assumed.tests_s
     # What each call costs: the start once, a gap before every call after the first, its transfer, its command.
     expected = limits.start_s + limits.warm_s  # the start, and the idle time before the machine goes back
     for call in calls:
@@ -57,18 +63,19 @@ def test_the_visit_with_one_retry_of_its_last_step_fits_the_hosts_limits(plan):
         expected += call.expected_s
     assert plan.total_s == pytest.approx(expected)
     assert plan.total_s + assumed.margin_s <= limits.device_s
-    assert plan.without_retry_s == pytest.approx(plan.total_s - assumed.gap_s - calls[-1].transfer_s(assumed)
-                                                 - plan.last_step_s)
-    # The last step is all that is left, halved: one more second would not fit with its retry.
+    assert plan.without_retry_s == pytest.approx(plan.total_s - assumed.gap_s - slot.transfer_s(assumed)
+                                                 - plan.sweep_s)
+    # The two sweeps are all that is left, halved: one more second each would not fit.
     assert plan.total_s + assumed.margin_s + 2 > limits.device_s
-    assert plan.last_step_s >= assumed.tests_s + 60  # a minute of benchmark after the tests at least
     # Every call: within a command's limit, a call's bytes, a gap the machine survives, what comes back.
     assert assumed.gap_s <= limits.warm_s
     for call in calls:
         assert call.expected_s <= call.timeout_s <= limits.command_s
         assert call.carried_bytes <= limits.call_bytes
-        assert len(visit.OUT_FILES[call.kind]) <= limits.out_files
-    # Even if every call before the last step runs to its timeout, the last step still fits once.
+        assert len(call.out_files) <= limits.out_files
+    assert sweep.out_files[1:3] == ("nvdec-h264-gop250.json", "nvdec-h264-gop250.md")
+    assert slot.out_files[1] == "nvdec-h264-720p.json"  # what the slot brings back when it runs the second sweep
+    # Even if every call before the first sweep runs to its timeout, that sweep still fits once.
     worst = limits.start_s + limits.warm_s + sum(
         c.transfer_s(assumed) + c.timeout_s for c in calls if not c.retry) + assumed.gap_s * (len(calls) - 2)
     assert worst <= limits.device_s
@@ -79,17 +86,25 @@ def test_the_plan_check_names_what_breaks_the_limits(plan):
     rows = pieces.read_transfer("cuda13")
     piece = next(r for r in rows if r.kind == "piece")
     many = [dataclasses.replace(piece, name=f"p{i}") for i in range(9)]  # nine full calls
-    problems = visit.check_plan(visit.make_plan(many))  # the last step shrinks to what is left: too little
-    assert any(re.match(r"the last step's \d+ s leave the benchmark under a minute", p) for p in problems), problems
+    problems = visit.check_plan(visit.make_plan(many))  # the sweeps shrink to what is left: too little
+    assert any(re.match(r"a sweep call's -?\d+ s are under the 90 s a sweep needs", p) for p in problems), problems
     assert any(re.match(r"with every call at its timeout the visit takes \d+ s", p) for p in problems), problems
     longer = dataclasses.replace(plan, steps=plan.steps + (("a slower start", 61.0),))
     assert any("more than the 900 s of device time" in p for p in visit.check_plan(longer))
-    big = [dataclasses.replace(piece, size=63 * MIB)]  # with the 4 MiB checkout: over a call
+    big = [dataclasses.replace(piece, size=63 * MIB), dataclasses.replace(piece, name="p2")]  # 63 + the 4 MiB checkout
     assert any("carries 67.0 MiB, more than 64 MiB" in p for p in visit.check_plan(visit.make_plan(big)))
     slow = dataclasses.replace(plan, assumed=dataclasses.replace(plan.assumed, gap_s=31))
     assert any("loses the machine" in p for p in visit.check_plan(slow))
     with pytest.raises(ValueError, match="the transfer plan has no pieces"):
         visit.make_plan([])
+    with pytest.raises(ValueError, match="two pieces at least"):
+        visit.make_plan([piece])
+
+
+def test_the_budget_the_script_reads_is_the_plans(plan):
+    done = subprocess.run([sys.executable, str(GPU / "visit.py"), "--budget"], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.split() == [f"{plan.sweep_s:.0f}", f"{plan.assumed.tests_s:.0f}", f"{plan.tests_call_s:.0f}"]
 
 
 def test_the_checkout_that_travels_with_every_call_stays_under_its_allowance():
@@ -131,9 +146,12 @@ def test_plan_and_check_run_on_a_cpu_host(tmp_path):
     assert "Fits the host's limits." in out and "DOES NOT FIT" not in out
     assert re.search(r"0:00-\d+:\d\d call 1 \[preflight\] .*: carry benchmarks/gpu/wheels/wheels-cuda13.tar.part-aa",
                      out)
-    assert "call 6 [RETRY of the last step, only if call 5 failed]" in out
-    assert 'benchmarks/gpu/run_gpu_bench.sh --out "$OUT" --smoke' in out
-    assert re.search(r"total with the retry", out) and "completes and installs: nvidia_dali_cuda130 2.4.0" in out
+    assert "call 6 [last slot: call 5 again if it failed, else the second sweep]" in out
+    assert 'benchmarks/gpu/run_gpu_bench.sh --out "$OUT" --tests' in out
+    assert 'if call 5 exited 0:  benchmarks/gpu/run_gpu_bench.sh --out "$OUT" --sweep h264-720p' in out
+    assert 'benchmarks/gpu/run_gpu_bench.sh --out "$OUT" --receive --generate h264-gop250' in out
+    assert "run_gpu_bench.sh --prepare" in out and "engines busy" in out
+    assert re.search(r"total with the last slot", out) and "completes and installs: nvidia_dali_cuda130 2.4.0" in out
     done = _script("--check", "--wheels", str(tmp_path), lock=_empty_lock(tmp_path))
     assert done.returncode == 0, done.stderr
     assert "4 of 4 pieces missing" in done.stdout and "MISSING wheels-cuda13.tar.part-aa" in done.stdout
@@ -439,3 +457,197 @@ def test_the_smoke_on_a_cpu_host_says_the_decoder_cannot_start(tmp_path):
     assert checks_run["import nvidia.dali"]["state"] == "ok"
     assert checks_run["decode h264"]["state"] == "FAIL" and "needs a CUDA GPU" in checks_run["decode h264"]["detail"]
     assert "daliload's table says" in checks_run["decode av1"]["detail"]
+
+
+# --- preparing the pieces here (--prepare) ------------------------------------------------------------
+
+
+def test_prepare_keeps_pieces_that_are_as_planned_and_repacks_the_same_ones(packed, monkeypatch, capsys):
+    here, rows, _, transfer = packed
+    assert wheelhouse.prepare(here, "cuda13", piece_bytes=MIB) == 0
+    assert "3 pieces of transfer-cuda13.tsv are in" in capsys.readouterr().out  # nothing to do
+    for piece in (r for r in rows if r.kind == "piece"):
+        (here / piece.name).unlink()
+    monkeypatch.setattr(wheelhouse.subprocess, "call", lambda *a, **k: pytest.fail("nothing to download"))
+    assert wheelhouse.prepare(here, "cuda13", piece_bytes=MIB) == 0  # the wheels are here: packed again
+    out = capsys.readouterr().out
+    assert "3 wheels match wheels.lock; packing" in out and "ready: the pieces are the committed plan's" in out
+    assert pieces.read_transfer("cuda13") == rows and not list(here.glob("*.packed.tsv"))
+
+
+def test_prepare_downloads_what_is_missing_and_refuses_what_differs(packed, monkeypatch, capsys):
+    here, rows, _, transfer = packed
+    for piece in (r for r in rows if r.kind == "piece"):
+        (here / piece.name).unlink()
+    tiny = here / "tinypkg-0.1-py3-none-any.whl"
+    kept = tiny.read_bytes()
+    tiny.unlink()
+    asked = []
+
+    def pip(command, **kwargs):  # stands in for PyPI: "downloads" the wheel it was asked for
+        asked.append(command)
+        tiny.write_bytes(kept)
+        return 0
+    monkeypatch.setattr(wheelhouse.subprocess, "call", pip)
+    assert wheelhouse.prepare(here, "cuda13", piece_bytes=MIB) == 0
+    (command,) = asked
+    assert command[3:5] == ["download", "--no-deps"] and "tinypkg==0.1" in command and "3.12" in command
+    assert command[command.index("-d") + 1] == str(here)
+    capsys.readouterr()
+    for piece in (r for r in rows if r.kind == "piece"):
+        (here / piece.name).unlink()
+    tiny.write_bytes(kept + b"x")  # not the locked file; a download that fails
+    monkeypatch.setattr(wheelhouse.subprocess, "call", lambda *a, **k: 1)
+    assert wheelhouse.prepare(here, "cuda13", piece_bytes=MIB) == 3
+    assert "pip download failed" in capsys.readouterr().err
+    tiny.write_bytes(kept)
+    changed = [dataclasses.replace(r, sha256="0" * 64) if r.kind == "piece" else r for r in rows]
+    pieces.write_rows(transfer, changed, "# another pack\n")
+    assert wheelhouse.prepare(here, "cuda13", piece_bytes=MIB) == 2
+    assert "differ from transfer-cuda13.tsv" in capsys.readouterr().err
+
+
+# --- what a call reports when NVDEC is missing ------------------------------------------------------------
+
+
+def test_a_missing_nvdec_is_reported_without_stopping_the_visit(tmp_path, capsys):
+    report = checks.Report("preflight")
+    report.add("torch", "ok", "sees the GPU")
+    report.add("libnvcuvid", "FAIL", "does not load", fatal=False)
+    assert report.write(tmp_path) == 0 and report.failed == [] and report.degraded == ["libnvcuvid"]
+    assert "no fatal failure; libnvcuvid failed: the visit goes on" in capsys.readouterr().out
+    assert json.loads((tmp_path / "preflight.json").read_text())["degraded"] == ["libnvcuvid"]
+    report.add("driver", "FAIL", "too old")
+    assert report.write(None) == 1 and report.failed == ["driver"]
+
+
+def test_a_sweep_call_without_nvdec_measures_nothing_and_says_a_rerun_cannot_help(tmp_path):
+    """On this CPU host: the sweep reports itself unavailable (exit 6: give the machine back), its JSON and table
+    in $OUT; no dataset is generated for it."""
+    out, results = tmp_path / "out", tmp_path / "results"
+    env = dict(os.environ, PYTHON=sys.executable, DALILOAD_WHEELS=str(tmp_path / "w"), DALILOAD_DALI_FLAVOUR="cuda13",
+               DALILOAD_BENCH_SITE=str(tmp_path / "site"), DALILOAD_BENCH_LOCK=str(_empty_lock(tmp_path)),
+               DALILOAD_BENCH_TRANSFER=str(tmp_path / "none.tsv"), DALILOAD_BENCH_RESULTS=str(results),
+               DALILOAD_BENCH_BUDGET_S="50")
+    (tmp_path / "w").mkdir()
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    done = subprocess.run(["bash", str(GPU_SCRIPT), "--out", str(out), "--sweep", "h264-gop250"], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert done.returncode == 6, done.stdout + done.stderr
+    result = json.loads((out / "nvdec-h264-gop250.json").read_text())
+    assert result["status"] == "unavailable" and "no CUDA device" in result["reason"]
+    assert "Not measured: torch sees no CUDA device" in (out / "nvdec-h264-gop250.md").read_text()
+    assert "== peers: only" in (out / "visit.log").read_text()  # too little left for them in 50 s
+
+
+# --- the sweep, on DALI's CPU decoder -----------------------------------------------------------------------
+
+
+def test_timed_epochs_give_every_pipeline_whole_rounds_of_at_least_two_batches():
+    from benchmarks.bench_nvdec import timed_clips
+
+    assert [timed_clips(p, 32, 256) for p in (1, 2, 4, 7)] == [256, 256, 256, 448]
+    assert timed_clips(7, 32, 1000) == 1120 and timed_clips(2, 2, 8) == 8 and timed_clips(4, 2, 1) == 16
+
+
+def _sweep(tmp_path, *extra: str) -> dict:
+    from benchmarks import bench_nvdec
+
+    out = tmp_path / "nvdec.json"
+    args = ["--device", "cpu", "--dataset", "vp9", "--files", "3", "--duration", "1", "--size", "128x96",
+            "--min-clips", "8", "--threads", "1,2", "--pipelines", "1,2", "--batch-size", "2", "--crop-size", "32",
+            "--data-dir", str(tmp_path / "data"), "--json", str(out), "--results-md", str(tmp_path / "RESULTS.md"),
+            *extra]
+    assert bench_nvdec.main(args) == 0
+    return json.loads(out.read_text())
+
+
+@pytest.mark.dali
+def test_the_sweep_measures_every_setting_through_the_loaders_dali_path(tmp_path):
+    pytest.importorskip("nvidia.dali")
+    result = _sweep(tmp_path)
+    ceiling = result["ceiling"]
+    assert ceiling["status"] == "ok" and ceiling["files"] == 9 and ceiling["frames"] == 9 * 30  # 3 files, 3 rounds
+    assert [(r["pipelines"], r["threads"]) for r in result["rows"]] == [(2, 1), (2, 2), (1, 1), (1, 2)]
+    for row in result["rows"]:
+        assert row["status"] == "ok" and row["clips"] == row["clips_dali"] == 8 and row["failures"] == 0
+        assert row["prefetch"] == 2 and row["frames_estimated"] > 0
+        assert row["engines_busy"] is None  # no NVML on a CPU run: no NVDEC figure, none made up
+    assert result["best"]["clips_per_s"] == max(r["clips_per_s"] for r in result["rows"])
+    text = (tmp_path / "RESULTS.md").read_text()
+    assert "## NVDEC sweep: `python -m benchmarks.bench_nvdec`" in text and "| 1 (ceiling: whole files) |" in text
+    assert (tmp_path / "nvdec.md").read_text() in text
+
+
+@pytest.mark.dali
+def test_the_sweep_starts_no_setting_past_its_time_budget(tmp_path):
+    pytest.importorskip("nvidia.dali")
+    result = _sweep(tmp_path, "--time-budget", "0")
+    assert [r["status"] for r in result["rows"]] == ["skipped"] * 4 and result["best"] is None
+    assert result["rows"][0]["reason"] == "would end past the time budget of 0 s"
+
+
+def test_engines_busy_is_the_decoder_utilisation_times_the_engines():
+    from benchmarks.bench_nvdec import _resources
+    from benchmarks.metrics import RunResources
+
+    figures = _resources(RunResources(cpu_s=1.0, peak_rss_mb=10.0, gpu_mem_peak_mb=900.0, gpu_mem_base_mb=500.0,
+                                      nvdec_util_pct=14.0, gpu_util_pct=30.0), engines=7)
+    assert figures["engines_busy"] == pytest.approx(0.98) and figures["gpu_mem_peak_mb"] == 400.0
+
+
+# --- the peers in their best mode on a GPU ---------------------------------------------------------------
+
+
+def test_dataloader_peers_pin_their_batches_on_a_gpu_run():
+    from types import SimpleNamespace
+
+    from benchmarks.loaders import LoaderConfig
+    from benchmarks.peers.blog_pyav import BlogPyAV
+    from benchmarks.task import TaskSpec
+
+    dataset = SimpleNamespace(videos=[SimpleNamespace(num_frames=10)])
+    for device, pinned in (("cuda", True), ("cpu", False)):
+        peer = BlogPyAV(dataset, [], LoaderConfig(task=TaskSpec(), workers=0, device=device))
+        assert peer._loader.pin_memory is pinned
+
+
+def test_torchcodec_on_cuda_seeks_approximately_on_a_pool_of_threads(monkeypatch):
+    import types
+
+    import torch
+
+    from benchmarks.peers import torchcodec_peer
+    from daliload.plan import CropBox, OutputSpec, Sample
+
+    made = []
+
+    class FakeDecoder:
+        def __init__(self, path, **kwargs):
+            made.append(kwargs)
+
+        def get_frames_at(self, indices):
+            return types.SimpleNamespace(data=torch.zeros(len(indices), 8, 8, 3, dtype=torch.uint8))
+    fake = types.ModuleType("torchcodec.decoders")
+    fake.VideoDecoder = FakeDecoder
+    monkeypatch.setitem(sys.modules, "torchcodec.decoders", fake)
+    sample = Sample(position=0, video_index=0, path="a.mp4", label=0, start_frame=0, frame_stride=1, clip_len=2,
+                    crop=CropBox.full())
+    clip = torchcodec_peer.decode_clip_cuda("a.mp4", [0, 1], sample, OutputSpec(size=(8, 8)))
+    assert made == [{"device": "cuda", "dimension_order": "NHWC", "seek_mode": "approximate"}]
+    assert tuple(clip.shape) == (3, 2, 8, 8)
+    assert torchcodec_peer.TorchCodecCUDA.knob == "decoding threads"
+
+
+# --- the merge's timing ------------------------------------------------------------------------------------
+
+
+def test_the_merge_timing_runs_dry_on_the_cpu_and_checks_the_batch():
+    import merge_time
+
+    result = merge_time.measure(4, 2, 16, 2, device="cpu", modes=("pageable",))
+    assert result["batch_shape"] == [4, 3, 2, 16, 16] and result["modes"]["pageable"]["runs"] == 2
+    assert merge_time.MODES == ("pageable", "register", "staging", "pinned")

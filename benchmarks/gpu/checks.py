@@ -11,7 +11,9 @@ the first call, for what would fail everything later:
 
 - the driver against the DALI build (``cuda13``: driver >= 580, CUDA 13.0);
 - ``libcuda.so.1`` and ``libnvcuvid.so.1``: DALI opens NVDEC's library only at
-  its first GPU decode, so without it every NVDEC row would fail at the end;
+  its first GPU decode, so without it every NVDEC row would fail at the end.
+  Not fatal: the visit goes on with what needs no NVDEC (the fallback's and
+  the merge's GPU tests, the merge's timing, the CPU peers);
 - the packages the transfer plan leaves out because the host's image has them;
 - ``nvidia`` as one namespace: a package put first on ``sys.path`` beside the
   machine's own ``nvidia.*`` must import with each of them;
@@ -24,7 +26,8 @@ H.264 clip and an AV1 clip on NVDEC through daliload's decoder, checking the
 frames; the AV1 outcome is set against daliload's NVDEC table for this GPU.
 
 Each prints one line per check (``ok``, ``FAIL`` or ``info``) and writes
-``preflight.json`` / ``smoke.json`` to ``--out``. Exit 0 when nothing failed, 1 otherwise.
+``preflight.json`` / ``smoke.json`` to ``--out``. Exit 0 when nothing fatal
+failed (a missing NVDEC is reported, not fatal), 1 otherwise.
 """
 
 from __future__ import annotations
@@ -59,21 +62,32 @@ class Report:
         self.name = name
         self.checks: list[dict] = []
 
-    def add(self, check: str, state: str, detail: str, **facts) -> None:
-        self.checks.append({"check": check, "state": state, "detail": detail, **facts})
+    def add(self, check: str, state: str, detail: str, *, fatal: bool = True, **facts) -> None:
+        """One check's line; a ``FAIL`` that is not ``fatal`` is reported and the visit goes on."""
+        self.checks.append({"check": check, "state": state, "detail": detail, "fatal": fatal, **facts})
         print(f"  {state:<4} {check}: {detail}", flush=True)
 
     @property
     def failed(self) -> list[str]:
-        return [c["check"] for c in self.checks if c["state"] == "FAIL"]
+        """The fatal checks that failed."""
+        return [c["check"] for c in self.checks if c["state"] == "FAIL" and c["fatal"]]
+
+    @property
+    def degraded(self) -> list[str]:
+        """The checks that failed without stopping the visit (no NVDEC: its rows cannot run)."""
+        return [c["check"] for c in self.checks if c["state"] == "FAIL" and not c["fatal"]]
 
     def write(self, out: Path | None) -> int:
         verdict = f"{len(self.failed)} check(s) failed: {', '.join(self.failed)}" if self.failed else "all ok"
+        if self.degraded and not self.failed:
+            verdict = (f"no fatal failure; {', '.join(self.degraded)} failed: the visit goes on with what needs no "
+                       f"NVDEC")
         print(f"== {self.name}: {verdict}", flush=True)
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
-            (out / f"{self.name}.json").write_text(json.dumps({"checks": self.checks, "failed": self.failed},
-                                                              indent=1), encoding="utf-8")
+            (out / f"{self.name}.json").write_text(json.dumps({"checks": self.checks, "failed": self.failed,
+                                                               "degraded": self.degraded}, indent=1),
+                                                   encoding="utf-8")
         return 1 if self.failed else 0
 
 
@@ -153,7 +167,8 @@ def _nvcuvid(report: Report) -> None:
     except OSError as err:
         report.add("libnvcuvid", "FAIL", f"libnvcuvid.so.1 does not load ({err}): DALI opens it at its first GPU "
                    "decode, so every NVDEC row would fail; the container needs the driver's video libraries "
-                   "(NVIDIA_DRIVER_CAPABILITIES including 'video')")
+                   "(NVIDIA_DRIVER_CAPABILITIES including 'video'). The visit goes on with the tests and "
+                   "measurements that need no NVDEC", fatal=False)
         return
     report.add("libnvcuvid", "ok", "libnvcuvid.so.1 loads")
     try:

@@ -2,23 +2,29 @@
 # daliload GPU tests and benchmarks on a GPU machine that has torch but no DALI and no package
 # registry, reached by remote calls that each carry one piece of the wheels. See README.md beside this.
 #
+#   benchmarks/gpu/run_gpu_bench.sh --prepare       (here) download the locked wheels, check, pack (when missing)
 #   benchmarks/gpu/run_gpu_bench.sh --plan          the visit: its calls, what each carries, seconds (changes nothing)
 #   benchmarks/gpu/run_gpu_bench.sh --check         which pieces and wheels are here or missing (changes nothing)
 #   benchmarks/gpu/run_gpu_bench.sh --preflight     call 1: receive piece 1, install what it completes, preflight
-#   benchmarks/gpu/run_gpu_bench.sh --receive       calls 2, 3: receive the piece, install what it completes
-#   benchmarks/gpu/run_gpu_bench.sh --smoke         call 4: receive the last piece, install DALI, smoke decodes
-#   benchmarks/gpu/run_gpu_bench.sh                 the last step: GPU tests, then the benchmark (rerun to retry)
+#   benchmarks/gpu/run_gpu_bench.sh --receive [--generate DATASET]
+#                                                   calls 2, 3: receive the piece, install what it completes,
+#                                                   generate the dataset of a later sweep (PyAV, no GPU)
+#   benchmarks/gpu/run_gpu_bench.sh --tests         call 4: receive the last piece, install DALI, smoke decodes,
+#                                                   the merge's timing, the GPU tests
+#   benchmarks/gpu/run_gpu_bench.sh --sweep DATASET calls 5, 6: the NVDEC sweep, then peers in what is left
+#   benchmarks/gpu/run_gpu_bench.sh --smoke         receive the last piece, install DALI, smoke decodes only
+#   benchmarks/gpu/run_gpu_bench.sh                 everything left, in one go: GPU tests, then the h264-gop250 sweep
 #   benchmarks/gpu/run_gpu_bench.sh --install-only  receive and install everything here, import check, stop
-#   benchmarks/gpu/run_gpu_bench.sh --no-tests      the last step without the GPU tests
+#   benchmarks/gpu/run_gpu_bench.sh --no-tests      the one-go run without the GPU tests
 #   benchmarks/gpu/run_gpu_bench.sh --out DIR ...   also copy the log and results to DIR (the call's $OUT)
 #   benchmarks/gpu/run_gpu_bench.sh --pack          (here) cut the wheels into pieces, write the transfer plan
 #   benchmarks/gpu/run_gpu_bench.sh --split FILE    (here) cut another file into pieces + FILE.sha256
-#   benchmarks/gpu/run_gpu_bench.sh -- ARGS...      extra arguments for python -m benchmarks
+#   benchmarks/gpu/run_gpu_bench.sh -- ARGS...      extra arguments for python -m benchmarks.bench_nvdec
 #
 # Environment: PYTHON (default python3: the one with torch), DALILOAD_WHEELS (wheel folder, default
 # wheels/ beside this script, git-ignored), DALILOAD_BENCH_SITE (where wheels are installed, default
-# /tmp/daliload-bench-site), DALILOAD_BENCH_BUDGET_S (the last step, default from the visit plan),
-# DALILOAD_DALI_FLAVOUR (cuda13 | cuda12; default from the driver version).
+# /tmp/daliload-bench-site), DALILOAD_BENCH_BUDGET_S (seconds of a --tests or --sweep call, default from the
+# visit plan), DALILOAD_DALI_FLAVOUR (cuda13 | cuda12; default from the driver version).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -29,16 +35,22 @@ SITE="${DALILOAD_BENCH_SITE:-/tmp/daliload-bench-site}"
 TESTS=1
 MODE=run
 OUT_DIR=""
+GENERATE=""
+DATASET=h264-gop250
 START_S=$SECONDS
 BENCH_ARGS=()
 ARGS=("$@")
 
 while [ $# -gt 0 ]; do
     case "$1" in
+        --prepare) MODE=prepare ;;
         --plan) MODE=plan ;;
         --check) MODE=check ;;
         --preflight) MODE=preflight ;;
         --receive) MODE=receive ;;
+        --generate) [ $# -ge 2 ] || { echo "--generate needs a DATASET" >&2; exit 1; }; GENERATE="$2"; shift ;;
+        --tests) MODE=tests ;;
+        --sweep) [ $# -ge 2 ] || { echo "--sweep needs a DATASET" >&2; exit 1; }; MODE=sweep; DATASET="$2"; shift ;;
         --smoke) MODE=smoke ;;
         --install-only) MODE=install ;;
         --no-tests) TESTS=0 ;;
@@ -48,7 +60,7 @@ while [ $# -gt 0 ]; do
             [ $# -ge 2 ] || { echo "--split needs a FILE" >&2; exit 1; }
             exec "$PY" "$HERE/wheelhouse.py" split "$2" ;;
         --wheels) WHEELS="$2"; shift ;;
-        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
         --) shift; BENCH_ARGS=("$@"); break ;;
         *) echo "unknown option $1 (see --help)" >&2; exit 1 ;;
     esac
@@ -73,7 +85,7 @@ if [ -z "$FLAVOUR" ]; then
     MAJOR="${DRIVER%%.*}"
     if [ -z "$MAJOR" ]; then
         FLAVOUR=cuda13
-        case "$MODE" in run|preflight|smoke) echo "warning: nvidia-smi gave no driver version; assuming a CUDA 13 driver" >&2 ;; esac
+        case "$MODE" in run|preflight|smoke|tests|sweep) echo "warning: nvidia-smi gave no driver version; assuming a CUDA 13 driver" >&2 ;; esac
     elif [ "$MAJOR" -ge 580 ]; then FLAVOUR=cuda13
     elif [ "$MAJOR" -ge 525 ]; then FLAVOUR=cuda12
     else echo "driver $DRIVER is older than 525: no DALI 2.x wheel runs on it" >&2; exit 1
@@ -82,7 +94,7 @@ fi
 
 case "$MODE" in
     plan) exec "$PY" "$HERE/visit.py" --flavour "$FLAVOUR" ;;
-    check|pack) exec "$PY" "$HERE/wheelhouse.py" "$MODE" --wheels "$WHEELS" --flavour "$FLAVOUR" ;;
+    check|pack|prepare) exec "$PY" "$HERE/wheelhouse.py" "$MODE" --wheels "$WHEELS" --flavour "$FLAVOUR" ;;
 esac
 
 # SITE first (the carried wheels), then the checkout (daliload, benchmarks), then the machine's packages.
@@ -90,8 +102,34 @@ mkdir -p "$SITE"
 export PYTHONPATH="$SITE:$REPO${PYTHONPATH:+:$PYTHONPATH}"
 echo "== $(date -u +%H:%M:%S) $MODE: wheels $WHEELS (DALI flavour $FLAVOUR), installing into $SITE"
 
+# Seconds of this call (--tests, --sweep, the one-go run) and the GPU tests' share, from the visit plan (one
+# source of truth); the script ends 10 s inside them. Without a transfer plan: one call of up to 8 minutes.
+if PLAN="$("$PY" "$HERE/visit.py" --flavour "$FLAVOUR" --budget 2>/dev/null)"; then
+    read -r SWEEP_S TESTS_S CALL4_S <<< "$PLAN"
+else
+    SWEEP_S=470 TESTS_S=150 CALL4_S=470
+    echo "no transfer plan for $FLAVOUR: $SWEEP_S s a call (set DALILOAD_BENCH_BUDGET_S to change it)"
+fi
+case "$MODE" in tests) CALL_S=$CALL4_S ;; sweep) CALL_S=$SWEEP_S ;; *) CALL_S=$((CALL4_S + SWEEP_S)) ;; esac
+BUDGET_S="${DALILOAD_BENCH_BUDGET_S:-$((CALL_S - 10))}"
+left() { echo $((BUDGET_S - (SECONDS - START_S))); }
+
+copy_out() {  # what a call brings back: at most the files visit.OUT_FILES names for its kind
+    [ -n "$OUT_DIR" ] || return 0
+    local f
+    for f in "$@"; do [ -f "$f" ] && cp "$f" "$OUT_DIR/" || true; done
+}
+
 case "$MODE" in
-    receive) exec "$PY" "$HERE/wheelhouse.py" receive --wheels "$WHEELS" --flavour "$FLAVOUR" --site "$SITE" ;;
+    receive)
+        RC=0
+        "$PY" "$HERE/wheelhouse.py" receive --wheels "$WHEELS" --flavour "$FLAVOUR" --site "$SITE" || RC=$?
+        if [ -n "$GENERATE" ]; then  # the dataset of a later sweep, with the sweep's own options (a cache hit there)
+            echo "== generating $GENERATE ($((SECONDS - START_S)) s so far)"
+            (cd "$REPO" && "$PY" -m benchmarks.bench_nvdec --dataset "$GENERATE" --generate-only) || RC=$((RC ? RC : 1))
+        fi
+        echo "== receive done in $((SECONDS - START_S)) s, exit $RC"
+        exit "$RC" ;;
     preflight|smoke)
         RC=0
         "$PY" "$HERE/wheelhouse.py" receive --wheels "$WHEELS" --flavour "$FLAVOUR" --site "$SITE" || RC=$?
@@ -105,11 +143,16 @@ case "$MODE" in
         exit "$RC" ;;
 esac
 
-# install | run: everything here installed (receiving whatever pieces came), or exactly what is missing.
-"$PY" "$HERE/wheelhouse.py" install --wheels "$WHEELS" --flavour "$FLAVOUR" --site "$SITE"
+# install | tests | sweep | run: everything here installed (receiving whatever pieces came), or what is missing.
+INSTALL_RC=0
+"$PY" "$HERE/wheelhouse.py" install --wheels "$WHEELS" --flavour "$FLAVOUR" --site "$SITE" || INSTALL_RC=$?
+case "$MODE" in install|run) [ "$INSTALL_RC" = 0 ] || exit "$INSTALL_RC" ;; esac  # a visit's call goes on
 
+IMPORT_RC=0
+if [ "$MODE" != sweep ]; then  # a sweep call comes after the tests call checked this: its seconds are the sweep's
 echo "== import check"
-if ! "$PY" - <<'EOF'
+"$PY" - <<'EOF' || IMPORT_RC=$?
+import ctypes
 import sys
 import torch
 import av
@@ -122,68 +165,97 @@ import pynvml  # the NVDEC proof: every GPU row samples the decoder utilisation 
 pynvml.nvmlInit()
 handle = pynvml.nvmlDeviceGetHandleByIndex(0)
 print(f"NVML: decoder utilisation now {pynvml.nvmlDeviceGetDecoderUtilization(handle)[0]} %")
+try:
+    ctypes.CDLL("libnvcuvid.so.1")
+except OSError as err:
+    print(f"libnvcuvid.so.1 does not load ({err}): no NVDEC; the rows that need it are reported unavailable")
 EOF
-then
+if [ "$IMPORT_RC" != 0 ]; then
     echo "import check failed (see above)" >&2
-    exit 4
+    # Only the one-go run and --install-only stop here; a visit's call goes on with what can run.
+    case "$MODE" in install|run) exit 4 ;; esac
 fi
-[ "$MODE" = install ] && exit 0
+fi
+[ "$INSTALL_RC" = 0 ] || echo "installing failed with exit $INSTALL_RC (see above); going on with what is installed" >&2
+[ "$MODE" = install ] && exit "$INSTALL_RC"
 cd "$REPO"
 
-# The last step's budget and the tests' share of it come from the visit plan (one source of truth);
-# the script ends 10 s inside it. Without a transfer plan there is no visit: one call of up to 8 minutes.
-if PLAN="$("$PY" "$HERE/visit.py" --flavour "$FLAVOUR" --budget 2>/dev/null)"; then
-    read -r PLAN_S TESTS_S <<< "$PLAN"
-    PLAN_S=$((PLAN_S - 10))
-else
-    PLAN_S=470 TESTS_S=150
-    echo "no transfer plan for $FLAVOUR: budget $PLAN_S s (set DALILOAD_BENCH_BUDGET_S to change it)"
-fi
-BUDGET_S="${DALILOAD_BENCH_BUDGET_S:-$PLAN_S}"
-
-copy_results() {  # what the call brings back: at most the files visit.OUT_FILES names for the last step
-    [ -n "$OUT_DIR" ] || return 0
-    local results="$REPO/benchmarks/results"
-    for f in "$results/gpu.json" "$results/gpu-loaders.png" "$results/gpu-scaling.png" "$REPO/benchmarks/RESULTS.md"; do
-        [ -f "$f" ] && cp "$f" "$OUT_DIR/" || true
-    done
-    local runs="$REPO/bench_out/datasets/runs"
-    [ -d "$runs" ] && tar -czf "$OUT_DIR/bench-logs.tar.gz" -C "$runs" . 2>/dev/null || true
-}
-trap copy_results EXIT
-
-# The GPU tests (``cuda``-marked) must run, not skip: DALILOAD_FAIL_WITHOUT_CUDA=1.
-TESTS_RC=0
-if [ "$TESTS" = 1 ]; then
-    echo "== GPU tests ($((BUDGET_S - (SECONDS - START_S))) s of $BUDGET_S left, at most $TESTS_S)"
+# The GPU tests (``cuda``-marked) must run, not skip: DALILOAD_FAIL_WITHOUT_CUDA=1. The batch hand-off tests
+# (a GPU batch stays valid; fallback clips through registered memory) first: they are this visit's news.
+gpu_tests() {
+    echo "== GPU tests ($(left) s of $BUDGET_S left, at most $TESTS_S)"
     set +e
     DALILOAD_FAIL_WITHOUT_CUDA=1 timeout --signal=INT --kill-after=10 "$TESTS_S" \
         "$PY" -m pytest -q -rA -m cuda -p no:cacheprovider \
-        tests/test_pipeline.py tests/test_gpu_readiness.py tests/test_loader.py 2>&1 \
+        tests/test_batch_handoff.py tests/test_gpu_readiness.py tests/test_pipeline.py tests/test_loader.py 2>&1 \
         | tee ${OUT_DIR:+"$OUT_DIR/tests.log"}
     TESTS_RC=${PIPESTATUS[0]}
     set -e
     echo "== GPU tests: exit code $TESTS_RC"
+}
+
+if [ "$MODE" = tests ]; then
+    set +e
+    "$PY" "$HERE/checks.py" smoke ${OUT_DIR:+--out "$OUT_DIR"}
+    SMOKE_RC=$?
+    echo "== merge timing ($(left) s left)"
+    timeout --signal=INT 60 "$PY" "$HERE/merge_time.py" ${OUT_DIR:+--out "$OUT_DIR"}
+    MERGE_RC=$?
+    set -e
+    TESTS_RC=0
+    gpu_tests
+    echo "== tests call done in $((SECONDS - START_S)) s: install $INSTALL_RC, import $IMPORT_RC, smoke $SMOKE_RC," \
+         "merge timing $MERGE_RC, GPU tests $TESTS_RC"
+    [ "$TESTS_RC" = 0 ] && [ "$SMOKE_RC" = 0 ] && [ "$MERGE_RC" = 0 ] && [ "$INSTALL_RC" = 0 ] || exit 5
+    exit 0
 fi
 
-# What is left goes to the benchmark. It starts no new measurement past --time-budget (leaving
-# room for the last one, --timeout at most, and the report); `timeout` is the backstop, and the
-# JSON is rewritten after every measurement, so a cut run still makes its table (--report-from).
-# Ceilings first (the NVDEC ceiling shows the decoders work), then the DALI loaders; the peers
-# the visit does not carry (torchcodec-cuda, decord-cpu) last: they are listed as unavailable.
-LEFT=$((BUDGET_S - (SECONDS - START_S)))
-[ "$LEFT" -gt 60 ] || { echo "only ${LEFT} s of the ${BUDGET_S} s budget left; no benchmark" >&2; exit 1; }
-echo "== benchmark (${LEFT} s left)"
-BENCH_RC=0
-timeout --signal=INT --kill-after=5 "$((LEFT - 5))" \
-    "$PY" -m benchmarks --device cuda --datasets h264-gop250 --clips 32 --runs 2 --warmup 1 --no-sweeps \
-    --profile-clips 0 \
-    --loaders daliload-dali-gpu,dali-readers-video,daliload,blog-pyav,daliload-fallback,torchcodec-cuda,decord-cpu \
-    --time-budget "$((LEFT - 45))" --timeout 35 --machine "${DALILOAD_BENCH_MACHINE:-GPU machine}" \
-    ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"} || BENCH_RC=$?
-if [ "$BENCH_RC" != 0 ] && [ -f benchmarks/results/gpu.json ]; then
-    "$PY" -m benchmarks --report-from benchmarks/results/gpu.json || true
+TESTS_RC=0
+if [ "$MODE" = run ] && [ "$TESTS" = 1 ]; then
+    gpu_tests
 fi
-echo "== done in $((SECONDS - START_S)) s: GPU tests exit $TESTS_RC, benchmark exit $BENCH_RC"
-[ "$BENCH_RC" = 0 ] || exit "$BENCH_RC"
+
+# The sweep: the NVDEC ceiling and every DALI threads x pipelines setting (benchmarks.bench_nvdec), its JSON
+# rewritten after every row; then, in what is left, the peers (python -m benchmarks; they are listed as
+# skipped past its --time-budget). `timeout` is the backstop of both.
+RESULTS="${DALILOAD_BENCH_RESULTS:-$REPO/benchmarks/results}"
+sweep_out() {
+    copy_out "$RESULTS/nvdec-$DATASET.json" "$RESULTS/nvdec-$DATASET.md" "$RESULTS/gpu.json" "$REPO/benchmarks/RESULTS.md"
+    local runs="$REPO/bench_out/datasets/runs"
+    if [ -n "$OUT_DIR" ] && [ -d "$runs" ]; then tar -czf "$OUT_DIR/bench-logs.tar.gz" -C "$runs" . 2>/dev/null || true; fi
+}
+trap sweep_out EXIT
+LEFT=$(left)
+[ "$LEFT" -gt 30 ] || { echo "only ${LEFT} s of the ${BUDGET_S} s budget left; no sweep" >&2; exit 1; }
+echo "== NVDEC sweep on $DATASET (${LEFT} s left)"
+SWEEP_RC=0
+timeout --signal=INT --kill-after=5 "$((LEFT - 5))" \
+    "$PY" -m benchmarks.bench_nvdec --dataset "$DATASET" --time-budget "$((LEFT - 15))" --json "$RESULTS/nvdec-$DATASET.json" \
+    --machine "${DALILOAD_BENCH_MACHINE:-GPU machine}" ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"} || SWEEP_RC=$?
+if [ "$SWEEP_RC" != 0 ] && [ -f "$RESULTS/nvdec-$DATASET.json" ]; then  # cut short: its table from its JSON
+    "$PY" -m benchmarks.bench_nvdec --dataset "$DATASET" --report-from "$RESULTS/nvdec-$DATASET.json" \
+        --json "$RESULTS/nvdec-$DATASET.json" >/dev/null || true
+fi
+
+LEFT=$(left)
+PEERS_RC=0
+if [ "$LEFT" -gt 60 ]; then
+    echo "== peers on $DATASET (${LEFT} s left)"
+    timeout --signal=INT --kill-after=5 "$((LEFT - 5))" \
+        "$PY" -m benchmarks --device cuda --datasets "$DATASET" --clips 256 --clips-hd 128 --duration-hd 4 \
+        --workers 16 --runs 1 --warmup 1 --no-sweeps --profile-clips 0 \
+        --loaders daliload,dali-readers-video,blog-pyav,daliload-fallback,torchcodec-cuda,decord-cpu \
+        --time-budget "$((LEFT - 45))" --timeout 35 --results-dir "$RESULTS" \
+        --machine "${DALILOAD_BENCH_MACHINE:-GPU machine}" || PEERS_RC=$?
+    if [ "$PEERS_RC" != 0 ] && [ -f "$RESULTS/gpu.json" ]; then
+        "$PY" -m benchmarks --report-from "$RESULTS/gpu.json" || true
+    fi
+else
+    echo "== peers: only ${LEFT} s left, not run"
+fi
+echo "== done in $((SECONDS - START_S)) s: GPU tests exit $TESTS_RC, sweep exit $SWEEP_RC, peers exit $PEERS_RC"
+# 6: no NVDEC here (bench_nvdec measured nothing, by design): a rerun cannot do better.
+[ "$SWEEP_RC" = 1 ] && grep -q '"status": "unavailable"' "$RESULTS/nvdec-$DATASET.json" 2>/dev/null && exit 6
+[ "$SWEEP_RC" = 0 ] || exit "$SWEEP_RC"
 [ "$TESTS_RC" = 0 ] || exit 5
+exit 0

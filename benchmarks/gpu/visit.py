@@ -1,7 +1,7 @@
 """The first GPU visit, planned to fit the host's limits: its calls, what each carries and runs, and how long.
 
 Standard library only (it runs before anything is installed). ``run_gpu_bench.sh --plan``
-prints the plan; ``tests/test_gpu_readiness.py`` checks its arithmetic against :class:`HostLimits`.
+prints the plan; ``tests/test_gpu_visit.py`` checks its arithmetic against :class:`HostLimits`.
 
 The host (one H200 lent through the device tool of this project) has no package
 index; files reach it only with a call, at most 64 MiB per call with the
@@ -11,13 +11,14 @@ counted. So the visit is a chain of calls, each started within the warm window
 of the one before, that each carry one piece of the wheels and do useful work
 with what has arrived::
 
-    call 1   piece 1 + preflight: what would fail everything later (driver, libnvcuvid,
-             the nvidia namespace, the host's own packages), NVDEC's capabilities;
-             installs the wheels complete in piece 1 (DALI's small dependencies, PyAV)
-    call 2,3 piece 2, 3: checked on arrival
-    call 4   piece 4: DALI complete, installed; smoke: import it, decode H.264 and AV1 on NVDEC
-    call 5   the last step: GPU tests, then the benchmark in what is left (no transfer)
-    call 6   the same again, once, if call 5 failed (budgeted: the visit fits with it)
+    call 1   piece 1 + preflight: what would fail everything later (driver, the nvidia
+             namespace, the host's own packages), NVDEC's capabilities (a missing NVDEC is
+             reported, not fatal); installs the wheels complete in piece 1 (DALI's small
+             dependencies, PyAV)
+    call 2,3 piece 2, 3: checked on arrival; each generates a dataset of a sweep with PyAV
+    call 4   piece 4: DALI complete, installed; smoke decodes, the merge's timing, the GPU tests
+    call 5   the NVDEC sweep on 340x256 H.264 (no transfer), then peers in what is left
+    call 6   call 5 again if it failed; else the same sweep on 720p (budgeted: the visit fits with it)
 
 Figures no visit has measured yet are :class:`Assumptions`; each call's reply
 (``wall_s``, ``lease.held_s``) measures them on the first visit.
@@ -76,7 +77,13 @@ class Assumptions:
             every call); a test holds the checkout under it.
         margin_s: device time the plan leaves unallocated.
         preflight_s, receive_s, smoke_s: expected seconds of those commands.
-        tests_s: the most the GPU tests of the last step may take.
+        generate_s: seconds to generate each sweep's dataset on the host's 16
+            cores (measured here: 0.85 s per 10 s 340x256 clip and 2.85 s per
+            4 s 720p clip on one core of the 2-core VM).
+        merge_s: the merge's timing (``merge_time.py``).
+        tests_s: the most the GPU tests may take.
+        min_sweep_s: the least a sweep call needs to be worth its place (the
+            ceiling and a few settings).
     """
 
     transfer_s_per_mib: float = 0.25
@@ -86,7 +93,10 @@ class Assumptions:
     preflight_s: float = 30.0
     receive_s: float = 5.0
     smoke_s: float = 60.0
+    generate_s: tuple[tuple[str, float], ...] = (("h264-gop250", 20.0), ("h264-720p", 30.0))
+    merge_s: float = 10.0
     tests_s: float = 75.0
+    min_sweep_s: float = 90.0
 
 
 LIMITS = HostLimits()
@@ -101,20 +111,30 @@ HOST_PACKAGES = frozenset({
     "pytest-timeout", "psutil", "nvidia-ml-py", "tqdm", "pyyaml",
 })
 
-#: Command line of each kind of call (run from the checkout's root on the host).
+#: Command line of each kind of call (run from the checkout's root on the host); a call adds its ``args``.
 COMMANDS = {
     "preflight": 'benchmarks/gpu/run_gpu_bench.sh --out "$OUT" --preflight',
     "receive": 'benchmarks/gpu/run_gpu_bench.sh --out "$OUT" --receive',
-    "smoke": 'benchmarks/gpu/run_gpu_bench.sh --out "$OUT" --smoke',
-    "last": 'benchmarks/gpu/run_gpu_bench.sh --out "$OUT"',
+    "tests": 'benchmarks/gpu/run_gpu_bench.sh --out "$OUT" --tests',
+    "sweep": 'benchmarks/gpu/run_gpu_bench.sh --out "$OUT" --sweep',
 }
+#: The sweeps, in order: the first call's dataset, then the one the last slot runs when the first succeeded.
+SWEEPS = ("h264-gop250", "h264-720p")
 #: Files each kind of call leaves in $OUT (at most HostLimits.out_files).
 OUT_FILES = {
     "preflight": ("visit.log", "preflight.json"),
     "receive": ("visit.log",),
-    "smoke": ("visit.log", "smoke.json"),
-    "last": ("visit.log", "tests.log", "bench-logs.tar.gz", "gpu.json", "RESULTS.md", "gpu-loaders.png",
-             "gpu-scaling.png"),
+    "tests": ("visit.log", "smoke.json", "merge.json", "tests.log"),
+    "sweep": ("visit.log", "nvdec-DATASET.json", "nvdec-DATASET.md", "gpu.json", "RESULTS.md", "bench-logs.tar.gz"),
+}
+#: What each kind of call measures or checks, for the plan's lines (README.md says more).
+MEASURES = {
+    "preflight": "driver, libnvcuvid (not fatal), torch, the nvidia namespace, host packages, NVDEC caps",
+    "receive": "piece checked; wheels it completes installed",
+    "tests": "smoke decodes on NVDEC; the merge's host time per transfer mode; the GPU tests "
+             "(batch hand-off first)",
+    "sweep": "NVDEC ceiling (one pipeline per engine) and DALI threads {8,16,32} x pipelines {1,2,4,7}, >= 256 "
+             "clips a timed epoch: clips/s, frames/s, engines busy, SM %, peak memory; then peers",
 }
 
 
@@ -124,14 +144,17 @@ class Call:
 
     Attributes:
         number: 1-based.
-        kind: ``preflight``, ``receive``, ``smoke`` or ``last`` (:data:`COMMANDS`).
+        kind: ``preflight``, ``receive``, ``tests`` or ``sweep`` (:data:`COMMANDS`).
         piece: the transfer piece it carries (``carry``), or ``""``.
         piece_bytes: that piece's bytes (0 without one).
         checkout_bytes: the checkout's bytes, which travel with every call.
         expected_s: the command's expected seconds.
         timeout_s: the call's ``timeout_s``.
         installs: wheels that become complete with this call's piece.
-        retry: True for the budgeted second try of the last step.
+        retry: True for the last slot: call ``number - 1`` again if it failed.
+        args: what the call adds to its kind's command (the dataset it generates or sweeps).
+        otherwise: for the last slot, the arguments it runs when the call before it succeeded
+            (the second sweep).
     """
 
     number: int
@@ -143,10 +166,22 @@ class Call:
     timeout_s: float
     installs: tuple[str, ...] = ()
     retry: bool = False
+    args: str = ""
+    otherwise: str = ""
 
     @property
     def command(self) -> str:
-        return COMMANDS[self.kind]
+        return f"{COMMANDS[self.kind]} {self.args}".rstrip()
+
+    @property
+    def alternative(self) -> str:
+        """The last slot's command when the call before it succeeded ('' for other calls)."""
+        return f"{COMMANDS[self.kind]} {self.otherwise}" if self.otherwise else ""
+
+    @property
+    def out_files(self) -> tuple[str, ...]:
+        dataset = (self.otherwise or self.args).split()[-1] if self.kind == "sweep" else ""
+        return tuple(name.replace("DATASET", dataset) for name in OUT_FILES[self.kind])
 
     @property
     def carried_bytes(self) -> int:
@@ -161,14 +196,16 @@ class Plan:
     """A visit: its calls and the budget they add up to (:func:`make_plan`).
 
     Attributes:
-        calls: in order, the retry last.
-        last_step_s: seconds of the last step (its command's budget and timeout).
+        calls: in order, the retry slot last.
+        sweep_s: seconds of a sweep call (its command's budget and timeout).
+        tests_call_s: seconds of the tests call's command (smoke, merge timing, GPU tests).
         steps: ``(what, seconds)`` of every part of the visit, in order; they
             sum to ``total_s``.
     """
 
     calls: tuple[Call, ...]
-    last_step_s: float
+    sweep_s: float
+    tests_call_s: float
     steps: tuple[tuple[str, float], ...]
     limits: HostLimits = field(default=LIMITS)
     assumed: Assumptions = field(default=ASSUMED)
@@ -179,7 +216,7 @@ class Plan:
 
     @property
     def without_retry_s(self) -> float:
-        return sum(seconds for what, seconds in self.steps if not what.startswith("retry"))
+        return sum(seconds for what, seconds in self.steps if not what.startswith("last slot"))
 
 
 def pieces_and_members(rows) -> tuple[list, dict[str, list[str]]]:
@@ -203,42 +240,64 @@ def short_name(wheel: str) -> str:
     return f"{parts[0]} {parts[1]}" if len(parts) > 1 else wheel
 
 
+#: Time limits of the calls before the sweeps (each above its expected seconds; the worst case must fit).
+TIMEOUTS = {"preflight": 90.0, "receive": 30.0, "tests": 200.0}
+#: A receive call that generates a dataset gets this much over its expected seconds.
+GENERATE_SLACK_S = 30.0
+
+
 def make_plan(rows, limits: HostLimits = LIMITS, assumed: Assumptions = ASSUMED,
               checkout_bytes: int | None = None) -> Plan:
-    """The visit for a transfer plan's ``rows`` (pieces in sending order): calls, seconds, last-step budget.
+    """The visit for a transfer plan's ``rows`` (pieces in sending order): calls, seconds, the sweeps' budget.
 
-    The last step gets what is left once everything else, one full retry of
-    it and the margin are counted: ``(device_s - margin - the rest) / 2``.
+    The first piece's call is the preflight, the last piece's the tests call,
+    those between receive and generate the sweeps' datasets in turn (one
+    each; a dataset no receive call makes is generated by its sweep). Two
+    sweep calls of equal length get what is left once everything else and the
+    margin are counted: ``(device_s - margin - the rest) / 2``; the second is
+    the retry slot (the first sweep again if it failed, else the second sweep).
     """
     checkout = assumed.checkout_bytes if checkout_bytes is None else checkout_bytes
     pieces, completes = pieces_and_members(rows)
     if not pieces:
         raise ValueError("the transfer plan has no pieces: make one with wheelhouse.py pack")
+    if len(pieces) < 2:
+        raise ValueError("the visit needs two pieces at least: one for the preflight, one for the tests call")
+    generate = dict(assumed.generate_s)
+    to_generate = [name for name in SWEEPS if name in generate]
+    tests_call = assumed.smoke_s + assumed.merge_s + assumed.tests_s
     calls: list[Call] = []
     for number, piece in enumerate(pieces, 1):
-        kind = "preflight" if number == 1 else "smoke" if number == len(pieces) else "receive"
-        expected = {"preflight": assumed.preflight_s, "smoke": assumed.smoke_s}.get(kind, assumed.receive_s)
-        timeout = {"preflight": 90.0, "smoke": 120.0}.get(kind, 30.0)
+        kind = "preflight" if number == 1 else "tests" if number == len(pieces) else "receive"
+        args, expected, timeout = "", {"preflight": assumed.preflight_s, "tests": tests_call}.get(
+            kind, assumed.receive_s), TIMEOUTS[kind]
+        if kind == "receive" and to_generate:
+            dataset = to_generate.pop(0)
+            args = f"--generate {dataset}"
+            expected += generate[dataset]
+            timeout = max(timeout, expected + GENERATE_SLACK_S)
         calls.append(Call(number, kind, piece.name, piece.size, checkout, expected, timeout,
-                          tuple(completes[piece.name])))
+                          tuple(completes[piece.name]), args=args))
     steps: list[tuple[str, float]] = [("start the machine", limits.start_s)]
     for call in calls:
         if call.number > 1:
             steps.append((f"gap before call {call.number}", assumed.gap_s))
         steps.append((f"call {call.number}: transfer", call.transfer_s(assumed)))
-        steps.append((f"call {call.number}: {call.kind}", call.expected_s))
+        steps.append((f"call {call.number}: {call.kind}{' ' + call.args if call.args else ''}", call.expected_s))
     last_transfer = checkout / MIB * assumed.transfer_s_per_mib
     fixed = sum(s for _, s in steps) + 2 * (assumed.gap_s + last_transfer) + limits.warm_s
-    last_step = math.floor((limits.device_s - assumed.margin_s - fixed) / 2)
+    sweep = math.floor((limits.device_s - assumed.margin_s - fixed) / 2)
     number = len(calls) + 1
-    for retry in (False, True):
-        label = "retry: " if retry else ""
-        calls.append(Call(number + retry, "last", "", 0, checkout, last_step, last_step, retry=retry))
-        steps += [(f"{label}gap before call {number + retry}", assumed.gap_s),
-                  (f"{label}call {number + retry}: transfer (checkout only)", last_transfer),
-                  (f"{label}call {number + retry}: GPU tests and benchmark", float(last_step))]
+    first, second = SWEEPS
+    calls.append(Call(number, "sweep", "", 0, checkout, sweep, sweep, args=first))
+    calls.append(Call(number + 1, "sweep", "", 0, checkout, sweep, sweep, retry=True, args=first, otherwise=second))
+    for call in calls[-2:]:
+        label = "last slot: " if call.retry else ""
+        steps += [(f"{label}gap before call {call.number}", assumed.gap_s),
+                  (f"{label}call {call.number}: transfer (checkout only)", last_transfer),
+                  (f"{label}call {call.number}: sweep", float(sweep))]
     steps.append(("idle until the machine is given back", limits.warm_s))
-    return Plan(tuple(calls), float(last_step), tuple(steps), limits, assumed)
+    return Plan(tuple(calls), float(sweep), tests_call, tuple(steps), limits, assumed)
 
 
 def check_plan(plan: Plan) -> list[str]:
@@ -246,14 +305,13 @@ def check_plan(plan: Plan) -> list[str]:
     limits, assumed = plan.limits, plan.assumed
     problems = []
     if plan.total_s + assumed.margin_s > limits.device_s:
-        problems.append(f"the visit with its retry takes {plan.total_s:.0f} s + {assumed.margin_s:.0f} s margin, "
+        problems.append(f"the visit with its last slot takes {plan.total_s:.0f} s + {assumed.margin_s:.0f} s margin, "
                         f"more than the {limits.device_s:.0f} s of device time")
     if assumed.gap_s > limits.warm_s:
         problems.append(f"a gap of {assumed.gap_s:.0f} s between calls loses the machine (warm {limits.warm_s:.0f} s)")
-    if plan.last_step_s < assumed.tests_s + 60:
-        problems.append(f"the last step's {plan.last_step_s:.0f} s leave the benchmark under a minute after "
-                        f"{assumed.tests_s:.0f} s of tests")
-    # Worst case without the retry: every earlier call runs to its timeout; the last step must still fit.
+    if plan.sweep_s < assumed.min_sweep_s:
+        problems.append(f"a sweep call's {plan.sweep_s:.0f} s are under the {assumed.min_sweep_s:.0f} s a sweep needs")
+    # Worst case without the last slot: every earlier call runs to its timeout; the first sweep must still fit.
     worst = (limits.start_s + sum(c.transfer_s(assumed) + c.timeout_s for c in plan.calls if not c.retry)
              + assumed.gap_s * (len(plan.calls) - 2) + limits.warm_s)
     if worst > limits.device_s:
@@ -269,8 +327,8 @@ def check_plan(plan: Plan) -> list[str]:
         if call.expected_s > call.timeout_s:
             problems.append(f"call {call.number} expects {call.expected_s:.0f} s, over its timeout "
                             f"{call.timeout_s:.0f} s")
-        if len(OUT_FILES[call.kind]) > limits.out_files:
-            problems.append(f"call {call.number} leaves {len(OUT_FILES[call.kind])} files in $OUT, more than "
+        if len(call.out_files) > limits.out_files:
+            problems.append(f"call {call.number} leaves {len(call.out_files)} files in $OUT, more than "
                             f"{limits.out_files}")
     return problems
 
@@ -289,35 +347,49 @@ def checkout_size(repo: Path = REPO) -> int | None:
 def format_plan(plan: Plan, flavour: str, checkout: int | None = None) -> str:
     """The plan as the README shows it: one line per call, then the budget."""
     limits, assumed = plan.limits, plan.assumed
-    lines = [f"GPU visit for the {flavour} wheels: {len(plan.calls) - 1} calls and one retry of the last; "
-             f"device time {limits.device_s:.0f} s, a call's files <= {limits.call_bytes / MIB:.0f} MiB, "
-             f"warm {limits.warm_s:.0f} s between calls.",
+    last = plan.calls[-1]
+    lines = [f"GPU visit for the {flavour} wheels: {len(plan.calls)} calls, the last a retry slot (call "
+             f"{last.number - 1} again if it failed, else the second sweep); device time {limits.device_s:.0f} s, "
+             f"a call's files <= {limits.call_bytes / MIB:.0f} MiB, warm {limits.warm_s:.0f} s between calls.",
+             "Before the visit, here: benchmarks/gpu/run_gpu_bench.sh --prepare (downloads the locked wheels and "
+             "packs them when the pieces are missing; sha256 checked against wheels.lock and this transfer plan).",
              "Each call: run(command=..., carry=[piece], timeout_s=...) from the checkout's root, started within "
-             f"{limits.warm_s:.0f} s of the previous reply; save what comes back from $OUT.",
+             f"{limits.warm_s:.0f} s of the previous reply; save what comes back from $OUT. A call that fails "
+             "still returns what it measured; the next call goes ahead.",
              ""]
     ends = _call_ends(plan)
     for call in plan.calls:
         begins = 0.0 if call.number == 1 else ends[call.number - 1] + assumed.gap_s
         carry = (f"carry benchmarks/gpu/wheels/{call.piece} ({call.piece_bytes / MIB:.1f} MiB)"
                  if call.piece else "carry nothing (the pieces are on the machine)")
-        what = "RETRY of the last step, only if call " + str(call.number - 1) + " failed" if call.retry else call.kind
+        if call.retry:
+            what = f"last slot: call {call.number - 1} again if it failed, else the second sweep"
+        else:
+            what = call.kind + (f" {call.args.split()[-1]}" if call.args else "")
         started = f" (the machine's start, {limits.start_s:.0f} s, included)" if call.number == 1 else ""
         lines.append(f"{_clock(begins)}-{_clock(ends[call.number])} call {call.number} [{what}]{started}: {carry}; "
                      f"timeout_s={call.timeout_s:.0f}, expected {call.expected_s:.0f} s")
-        lines.append(f"    {call.command}")
+        if call.retry:
+            lines.append(f"    if call {call.number - 1} exited 0:  {call.alternative}")
+            lines.append(f"    if it exited 6 (no NVDEC): give the machine back; otherwise: {call.command}")
+        else:
+            lines.append(f"    {call.command}")
+        lines.append(f"    does: {MEASURES[call.kind]}" + (f"; generates {call.args.split()[-1]}"
+                                                             if call.kind == "receive" and call.args else ""))
         if call.installs:
             lines.append(f"    completes and installs: {', '.join(short_name(w) for w in call.installs)}")
-        lines.append(f"    $OUT: {', '.join(OUT_FILES[call.kind])}")
+        lines.append(f"    $OUT: {', '.join(call.out_files)}")
     lines += ["", "Budget (seconds):"]
     lines += [f"  {seconds:6.1f}  {what}" for what, seconds in plan.steps]
-    lines += [f"  {plan.total_s:6.1f}  total with the retry; {plan.without_retry_s:.1f} without it",
+    lines += [f"  {plan.total_s:6.1f}  total with the last slot; {plan.without_retry_s:.1f} without it",
               f"  {limits.device_s - plan.total_s:6.1f}  left of {limits.device_s:.0f} (margin "
               f"{assumed.margin_s:.0f})",
               "",
               f"Assumed until a visit measures them: transfer {assumed.transfer_s_per_mib} s/MiB, start "
               f"{limits.start_s:.0f} s, {assumed.gap_s:.0f} s between calls, preflight {assumed.preflight_s:.0f} s, "
-              f"smoke {assumed.smoke_s:.0f} s, GPU tests <= {assumed.tests_s:.0f} s of the last step's "
-              f"{plan.last_step_s:.0f} s."]
+              f"generating {', '.join(f'{name} {seconds:.0f} s' for name, seconds in assumed.generate_s)}, smoke "
+              f"{assumed.smoke_s:.0f} s, merge timing {assumed.merge_s:.0f} s, GPU tests <= {assumed.tests_s:.0f} s; "
+              f"each sweep call gets {plan.sweep_s:.0f} s."]
     if checkout is not None:
         state = "ok" if checkout <= assumed.checkout_bytes else "TOO BIG: a piece and the checkout exceed a call"
         lines.append(f"Checkout that travels with every call: {checkout / MIB:.2f} MiB (allowed "
@@ -325,11 +397,10 @@ def format_plan(plan: Plan, flavour: str, checkout: int | None = None) -> str:
     problems = check_plan(plan)
     lines.append("Fits the host's limits." if not problems else "DOES NOT FIT: " + "; ".join(problems))
     latest = limits.device_s - plan.without_retry_s
-    ends = _call_ends(plan)
     recoverable = [c.number for c in plan.calls if not c.retry and ends[c.number] + assumed.gap_s <= latest]
     lines.append(f"A pause over {limits.warm_s:.0f} s between calls loses the machine and every piece on it (the next "
-                 f"call starts a bare one: its receive lists piece 1 MISSING). Starting over without a retry takes "
-                 f"{plan.without_retry_s:.0f} s, so it fits only if the loss comes by {latest:.0f} s: "
+                 f"call starts a bare one: its receive lists piece 1 MISSING). Starting over without the last slot "
+                 f"takes {plan.without_retry_s:.0f} s, so it fits only if the loss comes by {latest:.0f} s: "
                  + (f"after call {recoverable[-1]} at the latest." if recoverable else
                     "never; give the rest of the time back."))
     return "\n".join(lines)
@@ -342,7 +413,7 @@ def _clock(seconds: float) -> str:
 
 
 def _call_ends(plan: Plan) -> dict[int, float]:
-    """Expected device time at the end of each call (the retry's after the last step's)."""
+    """Expected device time at the end of each call (the last slot's after the first sweep's)."""
     ends, elapsed = {}, plan.limits.start_s
     for call in plan.calls:
         elapsed += (0.0 if call.number == 1 else plan.assumed.gap_s) + call.transfer_s(plan.assumed) + call.expected_s
@@ -354,7 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--flavour", choices=("cuda13", "cuda12"), default="cuda13")
     parser.add_argument("--budget", action="store_true",
-                        help="print only the last step's seconds and the GPU tests' share of them")
+                        help="print only a sweep call's seconds, the GPU tests' share of the tests call, and the "
+                             "tests call's seconds")
     parser.add_argument("--readme", type=Path, default=None, metavar="README",
                         help="also write the plan into README between its <!-- visit-plan --> markers")
     args = parser.parse_args(argv)
@@ -369,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     checkout = checkout_size()
     plan = make_plan(rows)  # counted with the checkout's allowance, which the real one must stay under
     if args.budget:
-        print(f"{plan.last_step_s:.0f} {plan.assumed.tests_s:.0f}")
+        print(f"{plan.sweep_s:.0f} {plan.assumed.tests_s:.0f} {plan.tests_call_s:.0f}")
         return 0
     print(format_plan(plan, args.flavour, checkout))
     if args.readme is not None:

@@ -3,6 +3,7 @@
 Standard library only: it runs on the GPU machine before anything is installed.
 ``run_gpu_bench.sh`` beside it drives it; it also runs on its own::
 
+    python3 wheelhouse.py prepare --wheels DIR [--flavour cuda13]   # here: download, check, pack (if missing)
     python3 wheelhouse.py pack --wheels DIR [--flavour cuda13]   # here: the pieces + transfer-FLAVOUR.tsv
     python3 wheelhouse.py split FILE [--piece-bytes N]   # here: any other file in pieces + FILE.sha256
     python3 wheelhouse.py receive --wheels DIR --site SITE   # there, each call: new pieces in, wheels installed
@@ -16,7 +17,7 @@ pieces that each fill one call (:data:`visit.PIECE_BYTES`), and writes
 ``transfer-FLAVOUR.tsv`` (tracked in git, it travels with the checkout). On
 the host, ``receive`` checks each piece as it arrives and installs every wheel
 the arrived pieces hold whole (:mod:`pieces`), so by the last piece only DALI
-is left to install, and the last step only tests and benchmarks.
+is left to install, and the calls after it only test and measure.
 
 ``wheels.lock`` beside this file lists every package the GPU run needs, with
 the exact file (for CPython 3.12 on x86-64) and its sha256. A package already
@@ -128,11 +129,12 @@ def carried_entries(flavour: str, host: frozenset[str] = HOST_PACKAGES) -> tuple
 
 
 def pack(folder: Path, flavour: str, piece_bytes: int = PIECE_BYTES,
-         host: frozenset[str] = HOST_PACKAGES) -> list[TransferRow]:
+         host: frozenset[str] = HOST_PACKAGES, plan_path: Path | None = None) -> list[TransferRow]:
     """Put the wheels a visit carries, smallest first, into one stream cut into pieces; write the transfer plan.
 
     Every carried wheel of wheels.lock must be in ``folder`` with its locked
-    sha256 (ValueError names the ones that are not).
+    sha256 (ValueError names the ones that are not). The plan goes to
+    ``plan_path`` (default: the flavour's ``transfer-FLAVOUR.tsv``).
     """
     carried, left_out = carried_entries(flavour, host)
     absent = [e.file for e in carried if not (folder / e.file).is_file()]
@@ -149,8 +151,74 @@ def pack(folder: Path, flavour: str, piece_bytes: int = PIECE_BYTES,
               "# in the stream, smallest first, with the offset of their bytes. Left out:\n"
               + "".join(f"#   {why}\n" for why in left_out)
               + "#kind\tname\tbytes\tsha256\tpart_of\toffset\n")
-    write_rows(transfer_path(flavour), rows, header)
+    write_rows(plan_path or transfer_path(flavour), rows, header)
     return rows
+
+
+#: The Python the lock's files are for (the GPU host's).
+LOCK_PYTHON = "3.12"
+
+
+def prepare(folder: Path, flavour: str, piece_bytes: int = PIECE_BYTES) -> int:
+    """Here, where PyPI is reachable: the pieces of the committed transfer plan, made when they are missing.
+
+    Pieces already in ``folder`` with the plan's sizes and sha256 are kept.
+    Otherwise the wheels a visit carries are downloaded with pip (those not
+    already there with their locked sha256), each checked against
+    wheels.lock, and packed; packing is deterministic, so the pieces must
+    come out with the sha256 the committed plan names (without a committed
+    plan, the new one is written: commit it).
+
+    Returns:
+        0 ready; 2 the packed pieces differ from the committed plan; 3 a
+        download failed or a wheel differs from wheels.lock.
+    """
+    committed = read_transfer(flavour)
+    if committed is not None and folder.is_dir():
+        arrival = arrived(folder, committed)
+        if not arrival.missing and not arrival.bad:
+            print(f"{len(arrival.have)} pieces of {transfer_path(flavour).name} are in {folder}, as planned: "
+                  "nothing to do")
+            return 0
+    carried, _ = carried_entries(flavour)
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def locked(entry: LockEntry) -> bool:
+        path = folder / entry.file
+        return path.is_file() and sha256_of(path) == entry.sha256
+
+    need = [e for e in carried if not locked(e)]
+    if need:
+        platforms = [flag for p in PLATFORMS for flag in ("--platform", p)]
+        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version",
+                   LOCK_PYTHON, "--implementation", "cp", *platforms, "--disable-pip-version-check", "-d",
+                   str(folder), *(f"{e.name}=={e.version}" for e in need)]
+        print(f"  downloading {len(need)} wheel(s): {', '.join(f'{e.name}=={e.version}' for e in need)}", flush=True)
+        if subprocess.call(command) != 0:
+            print("pip download failed (see above): is PyPI reachable from here?", file=sys.stderr)
+            return 3
+    wrong = [e.file for e in carried if not locked(e)]
+    if wrong:
+        print(f"not as wheels.lock says (missing, or another sha256): {', '.join(wrong)}", file=sys.stderr)
+        return 3
+    print(f"  {len(carried)} wheels match wheels.lock; packing", flush=True)
+    scratch = folder / f"transfer-{flavour}.packed.tsv"
+    rows = pack(folder, flavour, piece_bytes, plan_path=scratch)
+    if committed is None:
+        os.replace(scratch, transfer_path(flavour))
+        print(f"no committed plan: wrote {transfer_path(flavour)}; commit it (it travels with the checkout)")
+    else:
+        scratch.unlink()
+        if rows != committed:
+            differ = sorted({r.name for r in rows} ^ {r.name for r in committed}
+                            | {a.name for a, b in zip(rows, committed) if a != b})
+            print(f"the pieces packed now differ from {transfer_path(flavour).name} ({', '.join(differ)}): the "
+                  f"committed plan is from other wheels or another piece size; run --pack and commit it",
+                  file=sys.stderr)
+            return 2
+    _print_pack(rows, flavour)
+    print("ready: the pieces are the committed plan's, sha256 checked")
+    return 0
 
 
 def transfer_status(folder: Path, flavour: str) -> tuple[list[str], list[str]]:
@@ -465,13 +533,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = sub.add_parser("split", help="cut a file into pieces of a call's size plus a .sha256")
     p.add_argument("file", type=Path)
     p.add_argument("--piece-bytes", type=int, default=PIECE_BYTES)
-    for name in ("pack", "assemble", "check", "receive", "install"):
+    for name in ("pack", "prepare", "assemble", "check", "receive", "install"):
         p = sub.add_parser(name)
         p.add_argument("--wheels", type=Path, default=HERE / "wheels")
         p.add_argument("--flavour", choices=("cuda13", "cuda12"), default="cuda13")
         if name in ("install", "receive"):
             p.add_argument("--site", type=Path, required=True)
-        if name == "pack":
+        if name in ("pack", "prepare"):
             p.add_argument("--piece-bytes", type=int, default=PIECE_BYTES)
     return parser.parse_args(argv)
 
@@ -509,6 +577,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "pack":
         _print_pack(pack(args.wheels, args.flavour, args.piece_bytes), args.flavour)
         return 0
+    if args.command == "prepare":
+        return prepare(args.wheels, args.flavour, args.piece_bytes)
     if args.command == "assemble":
         return _assemble_step(args.wheels)
     if args.command == "receive":
