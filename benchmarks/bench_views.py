@@ -54,7 +54,7 @@ from fallback.source import DecodeOptions, decode_sample
 from fallback.views import decode_views
 
 CHAPTER = "## Multi-view evaluation: `python -m benchmarks.bench_views`"
-OUTPUT = OutputSpec(size=(224, 224))
+OUTPUT = OutputSpec(size=(224, 224), dtype="float16")  # the dtype its published runs used
 CLIP = ClipSpec(clip_len=16, frame_stride=4)
 
 
