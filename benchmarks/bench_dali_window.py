@@ -22,8 +22,8 @@ decoders produced per clip (``stats().frames_decoded_dali`` /
 :data:`TARGET` x the fallback on ``vp9-gop16``) is met or missed only when
 every round's ratio is on one side of it. Writes ``--json`` (default
 ``benchmarks/results/dali_window.json``), its section of
-``benchmarks/RESULTS.md`` and, with ``--readme``, README's ``dali-window``
-section, all from this one run.
+``benchmarks/RESULTS.md`` and, with ``--readme docs/performance.md``, that page's
+``dali-window`` section, all from this one run.
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="DALI threads, fallback workers and cut processes (default 2)")
     parser.add_argument("--rounds", type=int_at_least(1), default=3, help="timed epochs of each way (default 3)")
     parser.add_argument("--data-dir", default="bench_out/datasets", help="where the datasets are generated (cached)")
-    parser.add_argument("--readme", default=None, help="a README whose 'dali-window' markers this run's figures "
-                                                        "replace")
+    parser.add_argument("--readme", default=None, help="a page whose 'dali-window' markers this run's figures "
+                                                        "replace (the published run's go in docs/performance.md)")
     add_output_options(parser, "dali_window")
     return parser.parse_args(argv)
 
@@ -166,7 +166,7 @@ def readme_figures(result: dict) -> str:
                      f"{b['clips_per_s']:.1f} (window / fallback {_ratio(row['window_over_fallback'])})")
     m = result["machine"]
     return (f"Written by `python -m benchmarks.bench_dali_window` from its run's JSON "
-            f"([`benchmarks/results/dali_window.json`](benchmarks/results/dali_window.json); {m['date_utc']}, "
+            f"(`benchmarks/results/dali_window.json`; {m['date_utc']}, "
             f"{result['settings']['workers']} DALI threads = fallback workers, DALI's CPU decoder): "
             + "; ".join(parts) + ".\n")
 

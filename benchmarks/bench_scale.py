@@ -86,8 +86,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--baseline", type=Path, default=None,
                         help="an earlier run's JSON, of the same --videos, shown beside this run's figures")
     parser.add_argument("--readme", default=None,
-                        help="a README whose 'scale' markers this run's figures replace (the 650k run's go in the "
-                             "repository's README.md)")
+                        help="a page whose 'scale' markers this run's figures replace (the 650k run's go in "
+                             "docs/scale.md)")
     parser.add_argument("--check", action="store_true",
                         help="exit 1 when a target (scaled to --videos) is missed, naming it (what CI runs)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)

@@ -52,8 +52,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", default="cpu", help="loader device: cpu (default) or cuda")
     parser.add_argument("--data-dir", default="bench_out/transcode", help="where the datasets are written")
     add_output_options(parser, "transcode", no_md_help="do not touch RESULTS.md or README.md")
-    parser.add_argument("--readme", default=str(HERE.parent / "README.md"),
-                        help="the README whose transcode figures (between its markers) this run rewrites")
+    parser.add_argument("--readme", default=str(HERE.parent / "docs" / "transcode.md"),
+                        help="the page whose transcode figures (between its markers) this run rewrites "
+                             "(default docs/transcode.md)")
     return parser.parse_args(argv)
 
 
@@ -186,9 +187,9 @@ def readme_figures(r: dict) -> str:
     files = one["files"]
     return (
         f"Written by `python -m benchmarks.bench_transcode` from its run's JSON "
-        f"([`benchmarks/results/transcode.json`](benchmarks/results/transcode.json); {r['machine']['date_utc']}, "
+        f"(`benchmarks/results/transcode.json`; {r['machine']['date_utc']}, "
         f"{r['machine'].get('label') or r['machine']['cpu_model']}, load average {r['load_average_start']} at the "
-        f"start; full table in [`benchmarks/RESULTS.md`](benchmarks/RESULTS.md)): {r['settings']['dataset']} "
+        f"start; full table in `benchmarks/RESULTS.md`): {r['settings']['dataset']} "
         f"transcode at **{one['files_per_s_per_core']:.2f} files/s per core** ({one['cpu_s_per_file']:.2f} CPU s "
         f"per file; {many['files_per_s']:.2f} files/s on {many['workers']} workers). In the same run the loader on "
         f"the {r['settings']['device'].upper()} (16-frame clips at stride 4, same settings and seed) delivers "

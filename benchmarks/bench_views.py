@@ -67,8 +67,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--data-dir", default="bench_out/views", help="where the dataset is generated")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per video (default 10)")
     add_output_options(parser, "views", no_md_help="do not touch RESULTS.md or README.md")
-    parser.add_argument("--readme", default=str(Path(__file__).resolve().parent.parent / "README.md"),
-                        help="the README whose views figures (between its markers) this run rewrites")
+    parser.add_argument("--readme", default=str(Path(__file__).resolve().parent.parent / "docs" / "evaluation.md"),
+                        help="the page whose views figures (between its markers) this run rewrites "
+                             "(default docs/evaluation.md)")
     parser.add_argument("--report-from", default=None, metavar="JSON",
                         help="write the sections from a stored run's JSON instead of measuring")
     args = parser.parse_args(argv)
@@ -205,9 +206,9 @@ def readme_figures(result: dict) -> str:
     s = result["settings"]
     t, sp = s["views"]
     text = (f"Written by `python -m benchmarks.bench_views` from its run's JSON "
-            f"([`benchmarks/results/views.json`](benchmarks/results/views.json); "
+            f"(`benchmarks/results/views.json`; "
             f"{machine_line(result['machine'])}, load average {result['load_average']} at the start; table in "
-            f"[`benchmarks/RESULTS.md`](benchmarks/RESULTS.md), \"Views run\"): with {t} x {sp} views per video of "
+            f"`benchmarks/RESULTS.md`, \"Views run\"): with {t} x {sp} views per video of "
             f"{_duration(s)}, each way against one decode per view with the same parallelism, ")
     fallback, dali = result["fallback"], result["dali"]
     if "skipped" in fallback:

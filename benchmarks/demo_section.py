@@ -2,7 +2,7 @@
 
 ``python -m benchmarks.demo_section [demo_out/report/metrics.json]`` copies the
 run's report to ``benchmarks/results/demo.json`` and rewrites what stands
-between README.md's ``demo`` markers (:func:`benchmarks.report.write_marked`)
+between docs/demo.md's ``demo`` markers (:func:`benchmarks.report.write_marked`)
 from it: the machine and how busy it was, what was generated and how the scan
 routed it, how many of the planned epochs ran (and why training stopped, when
 the time cap cut it short), accuracy against chance, the DALI share, run-time
@@ -28,7 +28,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--report-from", default=None, metavar="JSON",
                         help="write the section from this stored copy instead (nothing is copied)")
     parser.add_argument("--json", default=str(HERE / "results" / "demo.json"), help="where the copy goes")
-    parser.add_argument("--readme", default=str(HERE.parent / "README.md"))
+    parser.add_argument("--readme", default=str(HERE.parent / "docs" / "demo.md"),
+                        help="the page whose demo markers get the figures (default docs/demo.md)")
     return parser.parse_args(argv)
 
 
@@ -61,7 +62,7 @@ def readme_section(report: dict) -> str:
     failed = len(loader["run_time_failures"])
     return (
         f"Written by `python -m benchmarks.demo_section` from one run's `metrics.json` "
-        f"([`benchmarks/results/demo.json`](benchmarks/results/demo.json)): `daliload demo` with its defaults on "
+        f"(`benchmarks/results/demo.json`): `daliload demo` with its defaults on "
         f"{machine['cpus']} CPUs, {gpu} ({machine['date_utc']} UTC{busy}). It generated {dataset['files']} files "
         f"({len(dataset['classes'])} motion classes, {config['width']}x{config['height']}, "
         f"{config['duration_s']:g} s; {_counts(dataset['codecs'])}; broken or odd on purpose: "

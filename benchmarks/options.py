@@ -99,7 +99,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--results-dir", default=str(REPO_ROOT / "benchmarks" / "results"))
     g.add_argument("--results-md", default=str(REPO_ROOT / "benchmarks" / "RESULTS.md"),
                    help="markdown file the run's section goes to (replacing the previous run of the same name)")
-    g.add_argument("--readme", default=str(REPO_ROOT / "README.md"),
+    g.add_argument("--readme", default=str(REPO_ROOT / "docs" / "performance.md"),
                    help="file whose generated speed section (between its speed markers) the run rewrites")
     g.add_argument("--no-md", action="store_true", help="write neither --results-md nor --readme")
     g.add_argument("--no-plots", action="store_true", help="do not write PNG plots")

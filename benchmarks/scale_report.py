@@ -127,7 +127,7 @@ def readme_figures(result: dict) -> str:
     videos, f, base = result["videos"], result["figures"], result.get("baseline")
     m = result["measurements"]
     head = (f"Written by `python -m benchmarks.bench_scale --videos {videos}` from its run's JSON "
-            f"([`benchmarks/results/scale-{videos}.json`](benchmarks/results/scale-{videos}.json); "
+            f"(`benchmarks/results/scale-{videos}.json`; "
             f"{result['machine']['date_utc']}, {machine_line(result['machine']).split(';')[0]}, package "
             f"`{m['package']['commit']}`" + (f", before: `{base['measurements']['package']['commit']}`" if base else "")
             + f"): {videos:,} videos, {m['construct']['1']['videos']:,} of them in train.")

@@ -233,7 +233,7 @@ def readme_section(result: dict) -> str:
              f"{settings['crop_size']} crop, flip, normalise, {settings['workers']} workers, batch "
              f"{settings['batch_size']}. Clips/s, median (min-max) of {settings['runs']} timed epochs; the "
              f"ceiling decodes whole files with {_ceiling_processes(result)}. Full table, memory, the stage "
-             "profile and the versions: [`benchmarks/RESULTS.md`](benchmarks/RESULTS.md).", "",
+             "profile and the versions: `benchmarks/RESULTS.md`.", "",
              "| dataset | clips | " + " | ".join(columns) + " | ceiling files/s | GOP-bound limit "
              "| fallback / limit | whole / limit |", "|---|---|" + "---|" * (len(present) + 4)]
     for d in result["datasets"]:

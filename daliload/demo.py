@@ -32,7 +32,7 @@ step and do not make the demo faster (on a busy machine they made it slower
 than ``--fallback-workers 0``, the debugging mode): the demo shows the mode a
 user runs. Training stops at a time cap (``--minutes``) after the epoch past
 which another would overrun it; the demo then says how many of the planned
-epochs ran, and the report records both. README.md gives a run's figures,
+epochs ran, and the report records both. docs/demo.md gives a run's figures,
 written from its ``metrics.json`` by ``python -m benchmarks.demo_section``.
 """
 

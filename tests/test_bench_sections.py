@@ -76,12 +76,12 @@ def test_the_demo_section_says_what_ran_and_whether_the_time_cap_cut_it(tmp_path
 
 
 def test_the_readme_demo_figures_are_the_stored_runs():
-    """README's demo paragraph is exactly what the stored run's JSON gives: nobody edited a figure by hand."""
+    """docs/demo.md's demo paragraph is exactly what the stored run's JSON gives: nobody edited a figure by hand."""
     from benchmarks import demo_section
 
     repo = Path(__file__).resolve().parents[1]
     report = json.loads((repo / "benchmarks" / "results" / "demo.json").read_text())
-    readme = (repo / "README.md").read_text()
+    readme = (repo / "docs" / "demo.md").read_text()
     marked = readme.split("<!-- demo:begin", 1)[1].split("-->", 1)[1].split("<!-- demo:end -->", 1)[0]
     assert marked.strip() == demo_section.readme_section(report)
 

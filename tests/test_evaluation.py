@@ -313,15 +313,15 @@ def test_one_two_and_three_ranks_give_the_same_figures(seven, tmp_path):
 
 
 def readme_python_block(heading: str) -> str:
-    """The first ```python block after ``heading`` in README.md."""
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    """The first ```python block after ``heading`` in docs/evaluation.md."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "evaluation.md").read_text()
     section = text.split(heading, 1)[1]
     return section.split("```python\n", 1)[1].split("```", 1)[0]
 
 
 def test_the_readme_evaluation_loop_runs_as_written_under_torchrun(seven, tmp_path):
-    """The README's torchrun block, as a user saves it: only the dataset path and the model are theirs."""
-    code = readme_python_block("## Evaluating")
+    """The docs' torchrun block, as a user saves it: only the dataset path and the model are theirs."""
+    code = readme_python_block("# Evaluating")
     for mine, theirs in (('ROOT = "/data/kinetics700"', f"ROOT = {str(seven)!r}"),
                          ("model = load_my_model()", "model = ChannelMeans(frames=16)")):
         assert mine in code
