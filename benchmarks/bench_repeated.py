@@ -34,6 +34,7 @@ from benchmarks.report import (
     machine_info,
     publish,
     run_heading,
+    write_marked,
 )
 from daliload.loader import DecodeSpec, KineticsDALILoader
 
@@ -53,6 +54,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=2, help="fallback workers and DALI threads (default 2)")
     parser.add_argument("--runs", type=int, default=3, help="timed epochs per k (default 3)")
     parser.add_argument("--data-dir", default="bench_out/datasets", help="where the datasets are generated (cached)")
+    parser.add_argument("--readme", default=None,
+                        help="a page whose 'repeated' markers this run's figures replace (the published run's go in "
+                             "docs/using.md)")
+    parser.add_argument("--report-from", default=None, metavar="JSON",
+                        help="write the sections from a stored run's JSON instead of measuring")
     add_output_options(parser, "repeated")
     args = parser.parse_args(argv)
     if args.batch_size % max(KS):
@@ -130,8 +136,29 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def readme_figures(result: dict) -> str:
+    """The page's figures of a run: clips/s at each k over k = 1's, per dataset."""
+    parts = []
+    for name, rows in result["datasets"].items():
+        by_k = {row["k"]: row for row in rows}
+        ratios = ", ".join(f"k = {k} {by_k[k]['clips_per_s'] / by_k[1]['clips_per_s']:.2f}x" for k in (2, 4))
+        parts.append(f"on `{name}` ({by_k[1]['route']}) {ratios} the clips/s of k = 1 "
+                     f"({by_k[1]['clips_per_s']:.1f})")
+    s = result["settings"]
+    return (f"Measured by `python -m benchmarks.bench_repeated` (`benchmarks/results/repeated.json`; "
+            f"{result['machine']['date_utc']}, {s['clips']} clips per epoch, {s['workers']} workers, the loader on "
+            f"the CPU): " + "; ".join(parts) + ".\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.report_from is not None:
+        import json
+
+        result = json.loads(Path(args.report_from).read_text())
+        if args.readme is not None and not write_marked(args.readme, "repeated", readme_figures(result)):
+            print(f"bench_repeated: {args.readme} has no repeated markers; not written")
+        return 0
     names = [n for n in args.datasets.split(",") if n]
     size = tuple(int(x) for x in args.size.split("x")) if args.size else None
     specs = standard_specs(names, num_clips=args.clips, num_clips_hd=args.clips, duration_s=args.duration,
@@ -152,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
                              for k in (2, 4)}
     publish(result, args.json, markdown(result), None if args.no_md else args.results_md,
             write_md=lambda path, text: append_markdown(path, text, chapter=CHAPTER))
+    if args.readme is not None and not write_marked(args.readme, "repeated", readme_figures(result)):
+        print(f"bench_repeated: {args.readme} has no repeated markers; not written")
     return 0
 
 

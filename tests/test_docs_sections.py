@@ -1,0 +1,41 @@
+"""Every generated section of the docs is what its writer makes of the committed JSON: no figure typed by hand."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+
+
+def _writers():
+    from benchmarks import bench_dali_window, bench_repeated, bench_transcode, bench_views, demo_section, scale_report
+    from benchmarks import summary
+
+    return [("demo.md", "demo", demo_section.readme_section, "demo.json"),
+            ("evaluation.md", "views", bench_views.readme_figures, "views.json"),
+            ("performance.md", "speed", summary.readme_section, "cpu.json"),
+            ("performance.md", "dali-window", bench_dali_window.readme_figures, "dali_window.json"),
+            ("scale.md", "scale", scale_report.readme_figures, "scale-650000.json"),
+            ("transcode.md", "transcode", bench_transcode.readme_figures, "transcode.json"),
+            ("using.md", "repeated", bench_repeated.readme_figures, "repeated.json")]
+
+
+@pytest.mark.parametrize("index", range(7))
+def test_a_generated_section_is_its_writers_output_from_the_committed_run(index):
+    page, marker, write, run = _writers()[index]
+    text = (REPO / "docs" / page).read_text()
+    found = re.search(rf"<!-- {marker}:begin.*?-->\n(.*?)<!-- {marker}:end -->", text, re.S)
+    assert found, f"docs/{page} has no {marker} markers"
+    assert found.group(1).strip() == write(json.loads((RESULTS / run).read_text())).strip()
+
+
+def test_the_readme_stays_a_front_page():
+    readme = (REPO / "README.md").read_bytes()
+    assert len(readme) <= 12_000, len(readme)
+    for command in ("make demo", "make test"):
+        assert command in readme.decode()
