@@ -13,7 +13,9 @@ same plan (seed, epoch, windows, crops and flips) and the same CPU budget
   decodes from frame 0 (what the loader did before);
 - ``fallback``: ``DecodeSpec(decoder="fallback")``: every clip through PyAV.
 
-One untimed epoch each (workers start, the scan), then ``--rounds`` rounds in
+The cost of a cut is timed on its own too: each clip of the plan cut once in
+this process (ms per clip: what a cut process spends). One untimed epoch
+each (workers start, the scan), then ``--rounds`` rounds in
 which each way runs one epoch, in turn (so a machine that speeds up or slows
 down moves all three alike). Per way: clips/s, median and range; frames the
 decoders produced per clip (``stats().frames_decoded_dali`` /
@@ -85,6 +87,31 @@ def one_epoch(loader: KineticsDALILoader, epoch: int) -> dict:
             "dali_clips": stats.clips_dali, "cut_clips": stats.clips_dali_cut}
 
 
+def cut_cost(loader: KineticsDALILoader) -> dict:
+    """What cutting costs: each DALI-route clip of epoch 1's plan cut once in this process, timed (ms per clip).
+
+    The loader makes its cuts in worker processes, beside DALI; this is the CPU time one of them spends per clip.
+    """
+    from daliload.prescreen import probe_file
+    from fallback.cut import cut_window
+    from fallback.numbering import StreamHint
+
+    hints, times, cut = {}, [], 0
+    for batch in loader.plan(1):
+        for sample in batch:
+            if sample.path not in hints:
+                facts = probe_file(sample.path)
+                hints[sample.path] = StreamHint(facts.keyframes, facts.fps, facts.num_frames)
+            hint = hints[sample.path]
+            frames = [min(i, hint.num_frames - 1) for i in sample.frame_indices(hint.num_frames)]
+            started = time.perf_counter()
+            made = cut_window(sample.path, min(frames), max(frames), hint)
+            times.append(1000 * (time.perf_counter() - started))
+            cut += made is not None
+    return {"clips": len(times), "cut": cut, "ms_per_clip": statistics.median(times),
+            "ms_per_cut_clip_mean": sum(times) / max(1, cut)}
+
+
 def measure(root, args: argparse.Namespace) -> dict:
     """Each way: an untimed epoch, then one timed epoch per round, the ways in turn, all on epoch 1's plan."""
     loaders = {way: build(root, way, args) for way in WAYS}
@@ -95,6 +122,7 @@ def measure(root, args: argparse.Namespace) -> dict:
             raise RuntimeError("the three ways planned different clips")
         for loader in loaders.values():
             one_epoch(loader, 1)  # untimed: workers start
+        cost = cut_cost(loaders["dali-window"])
         runs = {way: [] for way in WAYS}
         for _ in range(args.rounds):
             for way, loader in loaders.items():
@@ -109,6 +137,7 @@ def measure(root, args: argparse.Namespace) -> dict:
                     "frames_per_clip": statistics.median(r["frames_per_clip"] for r in rows),
                     "dali_clips": rows[-1]["dali_clips"], "cut_clips": rows[-1]["cut_clips"],
                     "clips": rows[-1]["clips"]}
+    out["cut_cost"] = cost
     for other in ("fallback", "dali-file"):
         ratios = [w / o for w, o in zip(out["dali-window"]["runs"], out[other]["runs"])]
         out[f"window_over_{other.replace('-', '_')}"] = {"median": statistics.median(ratios), "min": min(ratios),
@@ -140,14 +169,16 @@ def markdown(result: dict) -> str:
             f"{s['rounds']} rounds of one epoch per way, in turn. clips/s: median (min-max); ratios per round."),
         "",
         "| dataset | DALI, window (default) | DALI, whole file | fallback | frames decoded per clip: window / "
-        "file / fallback | clips cut | window / fallback | window / file |",
-        "|---|---|---|---|---|---|---|---|",
+        "file / fallback | clips cut | cutting, ms per clip (one process) | window / fallback | window / file |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, row in result["datasets"].items():
         cells = [f"{row[w]['clips_per_s']:.1f} ({row[w]['min']:.1f}-{row[w]['max']:.1f})" for w in WAYS]
         frames = " / ".join(f"{row[w]['frames_per_clip']:.0f}" for w in WAYS)
         cut = f"{row['dali-window']['cut_clips']} of {row['dali-window']['dali_clips']}"
+        cost = row["cut_cost"]
         lines.append(f"| `{name}` | " + " | ".join(cells) + f" | {frames} | {cut} | "
+                     f"{cost['ms_per_clip']:.1f} (median; {cost['cut']} of {cost['clips']} cut) | "
                      f"{_ratio(row['window_over_fallback'])} | {_ratio(row['window_over_dali_file'])} |")
     if TARGET_DATASET in result["datasets"]:
         ratio = result["datasets"][TARGET_DATASET]["window_over_fallback"]

@@ -27,6 +27,7 @@ def test_the_dali_window_benchmark_compares_three_ways_on_one_plan_and_writes_it
     assert short["dali-window"]["frames_per_clip"] < short["dali-file"]["frames_per_clip"]
     assert long["dali-window"]["cut_clips"] == 0
     assert long["dali-window"]["frames_per_clip"] == long["dali-file"]["frames_per_clip"]
+    assert short["cut_cost"]["cut"] > 0 and long["cut_cost"]["cut"] == 0 and short["cut_cost"]["ms_per_clip"] > 0
     text = md.read_text()
     assert bench_dali_window.CHAPTER in text and "| `vp9-gop16` |" in text and "Target: DALI fed windows" in text
     assert any(word in text for word in ("met.", "**missed**.", "not settled"))
