@@ -121,6 +121,14 @@ class KineticsDALILoader:
             predictions and masked losses without zipping :meth:`plan`.
             Default ``False``: batches are ``(videos, labels)``.
 
+    Attributes:
+        sampler: the loader's epoch where DDP scripts and PyTorch Lightning
+            set it: ``loader.sampler.set_epoch(epoch)`` is :meth:`set_epoch`
+            (:class:`EpochSampler`; not an index sampler, so a ``DataLoader``
+            cannot use it).
+        classes: the manifest's class names in label order:
+            ``classes[label]`` names a label of any split.
+
     Rank and world size come from ``torch.distributed`` when it is initialized
     (else ``RANK``/``WORLD_SIZE``, else 0 of 1). Under DDP, global rank 0
     scans and the other ranks wait for its manifest.
@@ -149,6 +157,10 @@ class KineticsDALILoader:
         FileNotFoundError: ``source`` does not exist.
         ValueError: a bad option, an unknown split, or a split with no usable video.
     """
+
+    #: None, as on a ``DataLoader`` built without one: PyTorch Lightning reads ``batch_sampler`` wherever it finds
+    #: a ``sampler`` (to tell whether an evaluation loader shuffles), and the batches are the plan's.
+    batch_sampler = None
 
     def __init__(
         self,
@@ -335,6 +347,8 @@ class KineticsDALILoader:
         return split_batches(samples, self.clips_per_batch, self.last_batch)  # whole videos: views/clips in a row
 
     def __len__(self) -> int:
+        """Batches per epoch on this rank: the same on every rank, whatever fails (``last_batch`` decides
+        the last one)."""
         samples = samples_per_rank(len(self.index), self.world_size) * self.clips_per_video
         return num_batches(samples, self.batch_size, self.last_batch)
 
