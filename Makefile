@@ -1,7 +1,7 @@
 # The two commands the README promises on a fresh machine:
 #   make demo   - set up .venv, generate a Kinetics-like dataset, run the main job on it
-#   make test   - set up .venv, add the benchmark peers, lint (ruff, import contracts) and run the test
-#                 suite (what CI runs)
+#   make test   - set up .venv, add the benchmark peers, lint (ruff, import contracts), build the docs site
+#                 (strict) and run the test suite (what CI runs)
 #   make bench  - set up .venv, add the optional peers, run the CPU benchmark (minutes)
 # TORCH_SPEC defaults to the CPU wheel these machines carry; on a GPU host pass
 # e.g. TORCH_SPEC=torch and DALI_EXTRA=cuda12 to match the driver.
@@ -14,7 +14,7 @@ DEMO_DIR ?= demo_out
 # Extra options for `python -m benchmarks` (see --help), e.g. BENCH_ARGS="--device cuda".
 BENCH_ARGS ?= --device cpu
 
-.PHONY: venv peers demo lint test bench clean
+.PHONY: venv peers demo lint docs test bench clean
 
 venv: $(VENV)/.installed
 
@@ -34,9 +34,14 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 
+# The documentation site (mkdocs.yml over docs/), strict: a broken link or anchor, a page left out of the nav
+# or a nav entry with no page fails. It is written to site/, which is not committed.
+docs: venv
+	$(VENV)/bin/mkdocs build --strict -d site
+
 # The peers are installed for the tests too: tests/test_bench_outputs.py checks that every loader of the
 # benchmark table delivers the same clips, and a peer that is missing is a skip there, not a check.
-test: lint peers
+test: lint docs peers
 	$(PY) -m pytest -q
 
 # The peers install without their dependencies, so torch is never replaced: torchcodec
@@ -47,6 +52,7 @@ test: lint peers
 peers: venv
 	-$(PY) -m pip install -q --no-deps torchcodec==0.13.0
 	-$(PY) -m pip install -q --no-deps decord==0.6.0
+	-$(PY) -m pip install -q --no-deps spdl==0.8.0 spdl_io==0.8.0 spdl_core==0.8.0
 	@if ldconfig -p 2>/dev/null | grep -q libavcodec; then \
 		echo "FFmpeg shared libraries found (torchcodec needs them)"; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
