@@ -44,8 +44,8 @@ unread in a pipe with the crashed process: the relay reads on to the end of
 the pipe and then exits. It runs with Ctrl-C and SIGTERM blocked (the
 training process decides what they stop), and its only state is the start of a line that might still be
 DALI's. What changes for the process: its stderr is a pipe from then on
-(``isatty()`` is False, so e.g. progress bars started later are drawn as for
-a file); processes it starts later write their stderr through the relay too;
+(a pseudo-terminal when it was a terminal, so ``isatty()`` and its size hold;
+a pipe otherwise); processes it starts later write their stderr through the relay too;
 and a line written to stderr can reach the console (or a log shared with
 stdout) a moment after a line written to stdout at the same time, or after
 the process has exited.
@@ -158,7 +158,7 @@ def _filter_stderr() -> None:
     except OSError as err:  # no stderr at all: nothing reaches a console
         logger.debug("stderr is not open (%s): DALI's lines are not filtered", err)
         return
-    read_end, write_end = os.pipe()
+    read_end, write_end = _channel(original)
     try:
         # posix_spawn rather than subprocess: a Popen warns when it goes while its child still runs,
         # as this one does by design (it ends with the pipe); and the relay starts with Ctrl-C and
@@ -180,6 +180,30 @@ def _filter_stderr() -> None:
     os.close(write_end)
     logger.debug("stderr goes through pid %d, which drops DALI's own lines (%s=1 keeps them)",
                  _relay_pid, NATIVE_LOGS_ENV)
+
+
+def _channel(original: int) -> tuple[int, int]:
+    """``(read end, write end)`` for the relay: a pipe, or a pseudo-terminal when stderr is a terminal.
+
+    With a pseudo-terminal the process's stderr is still a terminal (``isatty()``, its size), so what
+    draws progress bars or colours only on a terminal (``evaluate``'s bar, tqdm's width) does as before.
+    Raw mode: the bytes pass through untranslated.
+    """
+    if not os.isatty(original):
+        return os.pipe()
+    try:
+        import fcntl
+        import termios
+        import tty
+
+        master, slave = os.openpty()
+        tty.setraw(slave)
+        with contextlib.suppress(OSError):
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, fcntl.ioctl(original, termios.TIOCGWINSZ, b"\0" * 8))
+        return master, slave
+    except (ImportError, OSError) as err:
+        logger.debug("no pseudo-terminal for stderr (%s): a pipe", err)
+        return os.pipe()
 
 
 class StderrFilter:

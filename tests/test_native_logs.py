@@ -140,3 +140,42 @@ def test_the_filter_passes_partial_lines_on_at_once():
     assert lines.holding
     assert lines.flush() == b"[/tmp/my"  # ... or until the relay gives up waiting for the rest
     assert lines.feed(b"file.txt] ok\n") == b"file.txt] ok\n"
+
+
+def test_a_terminal_stays_a_terminal_behind_the_relay(tmp_path):
+    """stderr on a terminal goes through a pseudo-terminal: isatty() and the size hold (progress bars)."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    script = tmp_path / "terminal_stderr.py"  # not tty.py: the script's own folder is first on its sys.path
+    script.write_text(textwrap.dedent("""\
+        import os, sys
+        from daliload.native_logs import quiet_dali
+        from daliload.dali_errors import import_dali
+        import_dali()
+        print("before", os.isatty(2), os.get_terminal_size(2).columns, flush=True)
+        quiet_dali()
+        print("after", os.isatty(2), os.get_terminal_size(2).columns, flush=True)
+        sys.stderr.write("[/opt/dali/dali/x.cc:1] a DALI line\\nkept line\\n")
+        sys.stderr.flush()
+        """))
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 123, 0, 0))
+    proc = subprocess.run([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=slave, timeout=120,
+                          text=True, env={k: v for k, v in os.environ.items() if k != NATIVE_LOGS_ENV})
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: every writer of the terminal is gone
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(master)
+    assert proc.returncode == 0, seen
+    assert proc.stdout.splitlines() == ["before True 123", "after True 123"]
+    assert b"kept line" in seen and b"a DALI line" not in seen
