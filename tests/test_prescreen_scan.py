@@ -659,3 +659,22 @@ def test_two_daliload_scans_of_one_root_take_turns_and_the_second_probes_nothing
     probed = [re.search(r"^files: (\d+) \((\d+) probed, (\d+) unchanged", out.decode(), re.M).groups()
               for out in (first_out, second_out)]
     assert probed == [(str(total), str(total), "0"), (str(total), "0", str(total))]
+
+
+def test_a_file_system_without_flock_stops_the_scan_naming_the_lock_file_and_the_fix(small_kinetics, tmp_path,
+                                                                                      monkeypatch):
+    import errno
+    import fcntl
+
+    from daliload.prescreen import scan_lock
+
+    def no_flock(fd, how):
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    manifest = tmp_path / "manifest.sqlite"
+    with pytest.raises(OSError, match=r"cannot take the scan lock .*manifest\.sqlite\.lock: Function not implemented\. "
+                                      r"This file system gives no flock \(Lustre: mount with -o flock") as info:
+        with scan_lock.scan_lock(manifest, small_kinetics, job=None, progress=False):
+            pass
+    assert info.value.errno == errno.ENOSYS

@@ -57,9 +57,27 @@ def scan_lock(manifest: Path, root: Path, *, job: str | None, progress: bool) ->
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def _flock(lock: IO[bytes], how: int) -> None:
+    """``fcntl.flock``; a file system that gives no ``flock`` raises an error naming the lock file and the fix.
+
+    Raises:
+        BlockingIOError: another process holds the lock (``LOCK_NB``).
+        OSError: the mount has no ``flock`` (Lustre without ``-o flock``, NFSv3 without ``lockd``).
+    """
+    try:
+        fcntl.flock(lock, how)
+    except BlockingIOError:
+        raise
+    except OSError as err:
+        raise OSError(err.errno, f"cannot take the scan lock {lock.name}: {err.strerror}. This file system gives "
+                                 "no flock (Lustre: mount with -o flock; NFSv3: run lockd on clients and server); "
+                                 "or scan once before the jobs start and pass the manifest file as the loader's "
+                                 "source, which takes no lock") from err
+
+
 def _acquire(lock: IO[bytes], root: Path, progress: bool) -> None:
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return
     except BlockingIOError:
         pass
@@ -68,7 +86,7 @@ def _acquire(lock: IO[bytes], root: Path, progress: bool) -> None:
     while True:
         time.sleep(POLL_S)
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             break
         except BlockingIOError:
             if time.monotonic() >= next_report:
