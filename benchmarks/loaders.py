@@ -53,6 +53,10 @@ LOADERS: dict[str, str] = {
     "torchcodec-cpu-approx": "benchmarks.peers.torchcodec_peer:TorchCodecCPUApproximate",
     "torchcodec-cuda": "benchmarks.peers.torchcodec_peer:TorchCodecCUDA",
     "decord-cpu": "benchmarks.peers.decord_peer:DecordCPU",
+    "decord-1thread": "benchmarks.peers.decord_peer:DecordCPUOneThread",
+    "spdl-cpu": "benchmarks.peers.spdl_peer:SpdlCPU",
+    "spdl-cpu-1process": "benchmarks.peers.spdl_peer:SpdlCPUSingleProcess",
+    "spdl-cpu-pipeline": "benchmarks.peers.spdl_peer:SpdlPipeline",
     "dali-readers-video": "benchmarks.peers.dali_reader:DaliReadersVideo",
     # ---- daliload's own loaders (benchmarks.peers.daliload_peer) ---------------------
     # the whole loader (its own plan, which is the run's), then each of its paths alone

@@ -37,7 +37,7 @@ from benchmarks.metrics import Summary, summarize
 from daliload.processes import usable_cores
 
 _PACKAGES = ("torch", "av", "numpy", "nvidia-dali-cuda130", "nvidia-dali-cuda120", "torchcodec", "decord",
-             "psutil")
+             "spdl", "spdl_io", "spdl_core", "psutil")
 
 
 def machine_info(label: str = "") -> dict:
