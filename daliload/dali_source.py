@@ -70,11 +70,6 @@ class DaliSource:
         self._early: dict[int, DecodedBatch | DaliBatchError] = {}  # collected ahead while isolating (copies)
         self._next_ticket = 0
 
-    @property
-    def capacity(self) -> int:
-        """Batches that may be in flight at once."""
-        return self.decoder.prefetch_queue_depth
-
     def submit(self, samples: Sequence[Sample], *, urgent: bool = False) -> int:
         """Queue ``samples`` as one DALI batch (``urgent`` changes nothing: DALI runs batches in order)."""
         ticket, self._next_ticket = self._next_ticket, self._next_ticket + 1

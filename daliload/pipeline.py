@@ -2,7 +2,7 @@
 
 One DALI pipeline per process (per rank), fed batch by batch with the plan::
 
-    external_source: encoded file bytes (uint8, 1-D per sample), label,
+    external_source: encoded file bytes (uint8, 1-D per sample),
                      start_frame, frame_stride, clip_len (0-d int32 each)
                        | frames (1-D int32: with frame counts, see below),
                      roi_start, roi_end ((y, x) relative, float32), flip (0-d)
@@ -17,7 +17,7 @@ One DALI pipeline per process (per rank), fed batch by batch with the plan::
 Usage (the loader goes through :class:`daliload.dali_source.DaliSource`)::
 
     decoder = DaliClipDecoder(OutputSpec(size=(224, 224)), batch_size=32, device="gpu")
-    batch = decoder.decode_batch(samples)            # DecodedBatch(samples, videos, labels)
+    batch = decoder.decode_batch(samples)            # DecodedBatch(samples, videos)
     decoder.submit(samples); decoder.submit(more)    # batches in flight ...
     first, second = decoder.result(), decoder.result()  # ... collected in order
 
@@ -80,8 +80,8 @@ class DecodedBatch:
             CPU or on ``cuda:device_id``. Shares memory with DALI's output
             buffer, which stays valid while this object is referenced; on a GPU
             it is ready in the order of the torch stream that was current when
-            :meth:`DaliClipDecoder.result` was called.
-        labels: ``(B,)`` int64 class indices, on the CPU (also for ``"gpu"``).
+            :meth:`DaliClipDecoder.result` was called. Labels are not DALI's
+            business: they come from the plan (``samples``).
         outputs: DALI's output buffers the videos come from. When ``videos`` is
             a copy (a batch with clips past their file's end), the copy is
             queued on the torch stream and reads these: holding this object
@@ -91,7 +91,6 @@ class DecodedBatch:
 
     samples: tuple[Sample, ...]
     videos: "torch.Tensor"
-    labels: "torch.Tensor"
     outputs: Any = field(default=None, repr=False, compare=False)
 
 
@@ -212,7 +211,6 @@ class DaliClipDecoder:
         out = self.output
         with pipe:
             encoded = fn.external_source(name="encoded", dtype=types.UINT8, ndim=1)
-            labels = fn.external_source(name="label", dtype=types.INT64, ndim=0)
             if self.num_frames is None:
                 window = {"start_frame": fn.external_source(name="start_frame", dtype=types.INT32, ndim=0),
                           "stride": fn.external_source(name="frame_stride", dtype=types.INT32, ndim=0),
@@ -241,7 +239,7 @@ class DaliClipDecoder:
                 dtype=getattr(types, _DALI_DTYPES[out.dtype]),
                 output_layout=_DALI_LAYOUTS[out.layout],
             )
-            pipe.set_outputs(videos, labels)
+            pipe.set_outputs(videos)
         pipe.build()
         return pipe
 
@@ -333,7 +331,7 @@ class DaliClipDecoder:
             raise entry.error
         waiting = self._waiter.submit(_once_fed(entry.fed, self._outputs_call(entry.pipe)))
         try:
-            videos_tl, labels_tl = waiting.result(timeout=timeout_s)
+            (videos_tl,) = waiting.result(timeout=timeout_s)
         except concurrent.futures.TimeoutError:
             self._stuck = DaliTimeoutError(entry.samples, timeout_s)
             exit_without_waiting_for(self._waiter)
@@ -351,10 +349,7 @@ class DaliClipDecoder:
             import torch
 
             videos = videos.to(torch.bfloat16)
-        # Labels never touch the GPU (a CPU input): moving them there would cost a
-        # synchronous copy per batch for a value the plan already has.
-        labels = self._to_torch(labels_tl)
-        return DecodedBatch(entry.samples, videos, labels, outputs=(videos_tl, labels_tl))
+        return DecodedBatch(entry.samples, videos, outputs=(videos_tl,))
 
     def _outputs_call(self, pipe: Any):
         """``pipe.outputs``, bound on a GPU to the caller's current torch stream.
@@ -442,7 +437,6 @@ class DaliClipDecoder:
               frame_ids: list[list[int]] | None) -> None:
         column = np.asarray
         pipe.feed_input("encoded", encoded)
-        pipe.feed_input("label", column([s.label for s in samples], np.int64))
         if frame_ids is None:
             pipe.feed_input("start_frame", column([s.start_frame for s in samples], np.int32))
             pipe.feed_input("frame_stride", column([s.frame_stride for s in samples], np.int32))

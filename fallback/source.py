@@ -261,7 +261,6 @@ class FallbackSource:
         self._groups: dict[int, _Group] = {}
         self._group_of: dict[int, int] = {}  # task id -> ticket
         self._next_ticket = 0
-        self.frames_decoded = 0  # by every collected group
 
     def use_task_fn(self, task_fn: Callable[..., list]) -> None:
         """Run ``task_fn`` in the workers from now on (a test double); restarts them."""
@@ -315,9 +314,7 @@ class FallbackSource:
             if failed is not None:
                 sample = group.samples[row]
                 failures[row] = Failure(sample.path, failed[0], sample.position, failed[1])
-        frames = sum(frames for frames, _ in group.results.values())
-        self.frames_decoded += frames
-        return Decoded(group.videos, failures, frames)
+        return Decoded(group.videos, failures, sum(frames for frames, _ in group.results.values()))
 
     def cancel(self) -> None:
         """Drop every group not collected yet (running decodes finish; their results are ignored)."""

@@ -37,15 +37,15 @@ def expected_codes(sample: Sample, num_frames: int = 60) -> list[int]:
     return sample.frame_indices(num_frames)
 
 
-def run_pass(samples: list[Sample], batch_size: int, source: FallbackSource, *, max_failures: int | None = None,
-             max_fraction: float | None = 1.0, routes: Routes | None = None
+def run_pass(samples: list[Sample], batch_size: int, source: FallbackSource, *, max_fraction: float | None = 1.0,
+             routes: Routes | None = None
              ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], FailureBudget, EpochCounters]:
     """One epoch pass over ``samples`` with only the fallback: ``(batches, budget, counters)``.
 
     ``routes`` carries what a run remembers from one epoch to the next (the files it quarantined).
     """
     batches = [samples[i:i + batch_size] for i in range(0, len(samples), batch_size)]
-    budget = FailureBudget(len({s.path for s in samples}), max_fraction=max_fraction, max_count=max_failures)
+    budget = FailureBudget(len({s.path for s in samples}), max_fraction=max_fraction)
     counters = EpochCounters()
     setup = PassSetup(output=RAW, device=torch.device("cpu"), label_padding=False, mask_failed=False, prefetch=2,
                       num_frames=lambda path: None)
@@ -110,9 +110,9 @@ def test_no_replacement_found_is_reported_with_the_failures(files):
 
 def test_too_many_failures_raise_listing_them(files):
     paths = [files["h264"], files["zero"], files["vp9"], files["garbage"], files["h264"], files["vp9"]]
-    too_many = r"2 of 4 videos failed to decode, more than max_failures=1"  # h264 and vp9 are planned twice
-    with pytest.raises(TooManyFailuresError, match=too_many) as info:
-        run_pass(plan(paths), 2, FallbackSource(RAW, workers=0), max_failures=1, max_fraction=None)
+    too_many = (r"2 of 4 videos failed to decode, more than max_failure_fraction=0.25 of 4 videos \(1 allowed\)")
+    with pytest.raises(TooManyFailuresError, match=too_many) as info:  # h264 and vp9 are planned twice
+        run_pass(plan(paths), 2, FallbackSource(RAW, workers=0), max_fraction=0.25)
     assert re.search(re.escape(files["zero"]) + r" \(position 101\): cannot open", str(info.value))
     assert re.search(re.escape(files["garbage"]) + r" \(position 103\): cannot open", str(info.value))
 
@@ -151,8 +151,7 @@ def test_broken_files_dead_and_hung_workers_cost_one_sample_each(files, realclip
     try:
         first = None
         for epoch in range(2):
-            batches, budget, counters = run_pass(samples, 4, source, max_failures=len(bad), max_fraction=None,
-                                                 routes=routes)
+            batches, budget, counters = run_pass(samples, 4, source, routes=routes)
             assert [len(labels) for _, labels in batches] == [4, 4, 4, 4, 2]
             # each slot holds its own sample or, if that failed, the next good one
             want = [100 + next(j % len(paths) for j in range(i, i + len(paths)) if j % len(paths) not in bad)
@@ -193,7 +192,7 @@ def test_a_worker_that_exits_costs_one_sample(files):
     try:
         with pytest.warns(UserWarning, match="1 of 3 videos failed to decode and were replaced "
                                              r"\(0 timeouts, 1 worker deaths\)"):
-            batches, budget, _ = run_pass(samples, 3, source, max_failures=1, max_fraction=None)
+            batches, budget, _ = run_pass(samples, 3, source, max_fraction=1 / 3)  # one of the 3 videos
             budget.warn()
     finally:
         source.close()

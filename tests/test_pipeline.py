@@ -102,8 +102,6 @@ def test_frame_indices_match_the_plan(vp9, layout):
             expected_shape = (n, 3, t, 96, 128) if layout == "CTHW" else (n, t, 3, 96, 128)
             assert tuple(batch.videos.shape) == expected_shape
             assert batch.videos.dtype == torch.float32
-            assert batch.labels.tolist() == [s.label for s in samples]
-            assert batch.labels.dtype == torch.int64
             for s, clip in zip(samples, batch.videos):
                 assert read_clip(clip, layout=layout) == s.frame_indices(NUM_FRAMES)
 
@@ -284,11 +282,10 @@ def test_a_train_plan_decodes_as_planned(make_clip, counted):
     with DaliClipDecoder(output, batch_size=3, device="cpu", num_threads=2, num_frames=counts) as decoder:
         for first in range(0, len(plan), 3):
             batch = decoder.decode_batch(plan[first:first + 3])
-            for s, clip_tensor, label in zip(batch.samples, batch.videos, batch.labels.tolist()):
+            for s, clip_tensor in zip(batch.samples, batch.videos):
                 codes = [read_code(clip_tensor[:, t], layout="CHW") for t in range(8)]
                 assert [c.index for c in codes] == s.frame_indices(lengths[s.video_index])
                 assert {c.flipped for c in codes} == {s.flip}
-                assert label == s.label
 
 
 
@@ -606,7 +603,7 @@ def test_frame_indices_match_the_plan_on_gpu(make_clip, layout):
             samples = [sample(path, *w[:2], 8, flip=i % 2 == 1, position=i)
                        for i, w in enumerate([(0, 1), (40, 3), (61, 2), (70, 4)])]
             batch = decoder.decode_batch(samples)
-            assert batch.videos.is_cuda and not batch.labels.is_cuda  # labels stay on the CPU: no sync
+            assert batch.videos.is_cuda
             for s, clip in zip(samples, batch.videos):
                 assert read_clip(clip, layout=layout) == s.frame_indices(NUM_FRAMES)
                 frame = clip[:, 0] if layout == "CTHW" else clip[0]

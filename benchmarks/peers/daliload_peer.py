@@ -156,6 +156,8 @@ class DaliloadDali(LoaderAdapter):
                                         num_threads=max(1, config.workers), prefetch_queue_depth=2)
 
     def epoch(self) -> Iterator[LoadedBatch]:
+        import torch
+
         decoder, batches = self._decoder, self._batches
         submitted = 0
         for i in range(len(batches)):
@@ -164,7 +166,8 @@ class DaliloadDali(LoaderAdapter):
                 decoder.submit(batches[submitted])
                 submitted += 1
             decoded = decoder.result()  # DaliBatchError (naming the files) ends the measurement
-            yield LoadedBatch(decoded.videos, decoded.labels, len(decoded.samples), None)
+            labels = torch.tensor([s.label for s in decoded.samples], dtype=torch.int64)  # the plan's, as the loader's
+            yield LoadedBatch(decoded.videos, labels, len(decoded.samples), None)
 
     def close(self) -> None:
         self._decoder.close()
