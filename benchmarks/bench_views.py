@@ -50,7 +50,8 @@ from benchmarks.report import (add_output_options, append_markdown, load_average
 from daliload.plan import AugmentSpec, ClipSpec, OutputSpec, VideoInfo, make_val_plan
 from daliload.prescreen import probe_file
 from daliload.synth.dataset import SynthSpec, generate_dataset
-from fallback.source import DecodeOptions, decode_sample
+from fallback.options import FallbackOptions
+from fallback.source import decode_sample
 from fallback.views import decode_views
 
 CHAPTER = "## Multi-view evaluation: `python -m benchmarks.bench_views`"
@@ -112,7 +113,7 @@ def timed(work: Callable[[list[list]], int], groups: list[list], runs: int) -> d
 
 
 def fallback_rows(groups: list[list], runs: int) -> dict:
-    options = DecodeOptions()
+    options = FallbackOptions()
 
     def together(part: list[list]) -> int:
         return sum(len(decode_views(group, OUTPUT, options)[0]) for group in part)

@@ -47,7 +47,8 @@ from daliload.processes import refuse_bootstrapping_main
 from daliload.videoindex import ROUTE_CODES, VideoIndex, VideoRow
 from fallback.cut import cut_task
 from fallback.numbering import StreamHint
-from fallback.source import DecodeOptions, FallbackSource
+from fallback.options import FallbackOptions
+from fallback.source import FallbackSource
 
 if TYPE_CHECKING:
     from daliload.dali_source import DaliSource
@@ -225,7 +226,7 @@ class KineticsDALILoader:
             num_frames=self._frames_of, views=self.clips_per_batch // batch_size if self.views else 0)
         # The two clip sources live as long as the loader: the fallback's workers start at the first
         # group it gets, the DALI pipeline at the first batch with a DALI sample.
-        self._fallback = FallbackSource(self.output, DecodeOptions(threads=self.decode.fallback_threads,
+        self._fallback = FallbackSource(self.output, FallbackOptions(threads=self.decode.fallback_threads,
                                                                    timeout_s=self.decode.timeout_s),
                                         workers=self.decode.fallback_workers, hint_of=_hint_lookup(index),
                                         frames_of=self._frames_of)  # what a truncated file is checked against

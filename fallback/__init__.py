@@ -27,7 +27,8 @@ _EXPORTS = {
     "daliload.failures": ("Failure", "NoReplacementError", "TooManyFailuresError"),
     "fallback.decode": ("DecodedClip", "DecodeError", "decode_window", "probe_hint"),
     "fallback.numbering": ("StreamHint",),
-    "fallback.source": ("DecodeOptions", "FallbackSource", "decode_sample"),
+    "fallback.options": ("FallbackOptions",),
+    "fallback.source": ("FallbackSource", "decode_sample"),
     "fallback.transform": ("apply_plan",),
     "fallback.views": ("decode_views",),
 }
@@ -38,7 +39,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports
     from daliload.failures import Failure, NoReplacementError, TooManyFailuresError
     from fallback.decode import DecodedClip, DecodeError, decode_window, probe_hint
     from fallback.numbering import StreamHint
-    from fallback.source import DecodeOptions, FallbackSource, decode_sample
+    from fallback.options import FallbackOptions
+    from fallback.source import FallbackSource, decode_sample
     from fallback.transform import apply_plan
     from fallback.views import decode_views
 

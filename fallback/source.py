@@ -12,7 +12,7 @@ and a few numbers cross the pipe; the buffer is the batch the training loop
 gets (no copy when the group is the whole batch). The workers live as long
 as the source, so a new epoch starts no process::
 
-    source = FallbackSource(output, DecodeOptions(timeout_s=60), workers=2, hint_of=hints.get)
+    source = FallbackSource(output, FallbackOptions(timeout_s=60), workers=2, hint_of=hints.get)
     ticket = source.submit(samples)
     decoded = source.collect(ticket)       # Decoded(videos, failures, frames_decoded)
 
@@ -57,6 +57,7 @@ from daliload.source import Decoded
 from daliload.workerpool import TaskOutcome, WorkerPool
 from fallback.decode import DecodeError, decode_window
 from fallback.numbering import StreamHint
+from fallback.options import FallbackOptions
 from fallback.transform import apply_plan, clip_shape, output_dtype
 from fallback.views import decode_views
 
@@ -66,40 +67,12 @@ logger = logging.getLogger(__name__)
 _Task = tuple  # (rows, samples, hint, shape, dtype name, the manifest's frame count or None)
 
 
-@dataclass(frozen=True)
-class DecodeOptions:
-    """How the fallback decodes one sample (see :func:`fallback.decode.decode_window`).
-
-    Attributes:
-        threads: FFmpeg threads per decode; 1 is right with several workers.
-        skip_nonref: skip non-reference frames the clip does not use.
-        timeout_s: per-video decode time limit in seconds (``None``: none).
-        hints: optional ``path -> StreamHint`` from the pre-screen (for
-            :func:`decode_sample`; a :class:`FallbackSource` takes ``hint_of``).
-    """
-
-    threads: int = 1
-    skip_nonref: bool = True
-    timeout_s: float | None = None
-    hints: dict[str, StreamHint] | None = field(default=None, compare=False)
-
-    def __post_init__(self) -> None:
-        if self.threads < 1:
-            raise ValueError(f"threads must be >= 1, got {self.threads}")
-        if self.timeout_s is not None and not self.timeout_s > 0:
-            raise ValueError(f"timeout_s must be > 0 or None, got {self.timeout_s}")
-
-    def hint(self, path: str) -> StreamHint | None:
-        """The pre-screen's seek hint for ``path``, if any."""
-        return self.hints.get(path) if self.hints else None
-
-
 def hard_limit(timeout_s: float) -> float:
     """When a worker still decoding is killed: after the decoder's own deadline had its chance."""
     return timeout_s * 1.25 + 0.5
 
 
-def decode_sample(sample: Sample, output: OutputSpec, decode: DecodeOptions = DecodeOptions(), *,
+def decode_sample(sample: Sample, output: OutputSpec, decode: FallbackOptions = FallbackOptions(), *,
                   out: torch.Tensor | None = None, num_frames: int | None = None) -> torch.Tensor:
     """Decode one plan sample and apply its plan: ``decode_window`` + ``apply_plan`` (into ``out`` if given).
 
@@ -120,7 +93,7 @@ def decode_sample(sample: Sample, output: OutputSpec, decode: DecodeOptions = De
     return _decode_one(sample, output, decode, hint, out, num_frames)[0]
 
 
-def _decode_one(sample: Sample, output: OutputSpec, decode: DecodeOptions, hint: StreamHint | None,
+def _decode_one(sample: Sample, output: OutputSpec, decode: FallbackOptions, hint: StreamHint | None,
                 out: torch.Tensor | None = None, num_frames: int | None = None) -> tuple[torch.Tensor, int]:
     clip = decode_window(sample.path, sample.frame_indices(), threads=decode.threads,
                          skip_nonref=decode.skip_nonref, timeout_s=decode.timeout_s, hint=hint,
@@ -128,7 +101,7 @@ def _decode_one(sample: Sample, output: OutputSpec, decode: DecodeOptions, hint:
     return apply_plan(clip.frames, sample, output, out=out), clip.num_frames_decoded
 
 
-def decode_rows(task: _Task, fds: Sequence[int] = (), *, output: OutputSpec, decode: DecodeOptions,
+def decode_rows(task: _Task, fds: Sequence[int] = (), *, output: OutputSpec, decode: FallbackOptions,
                 videos: torch.Tensor | None = None) -> list[tuple[int, tuple[str, FailureKind] | None]]:
     """Decode one video's samples of a group into their rows; a worker runs this (or the source, ``workers=0``).
 
@@ -161,8 +134,8 @@ def decode_rows(task: _Task, fds: Sequence[int] = (), *, output: OutputSpec, dec
         return [(0, (err.reason, err.kind))] * len(samples)
 
 
-def _with_hint(decode: DecodeOptions, samples: Sequence[Sample], hint: StreamHint) -> DecodeOptions:
-    return DecodeOptions(decode.threads, decode.skip_nonref, decode.timeout_s, {samples[0].path: hint})
+def _with_hint(decode: FallbackOptions, samples: Sequence[Sample], hint: StreamHint) -> FallbackOptions:
+    return FallbackOptions(decode.threads, decode.skip_nonref, decode.timeout_s, {samples[0].path: hint})
 
 
 def map_buffer(fd: int, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -244,14 +217,14 @@ class FallbackSource:
             a test double can fail on command (:mod:`daliload.testing`).
     """
 
-    def __init__(self, output: OutputSpec, decode: DecodeOptions = DecodeOptions(), *, workers: int = 2,
+    def __init__(self, output: OutputSpec, decode: FallbackOptions = FallbackOptions(), *, workers: int = 2,
                  hint_of: Callable[[str], StreamHint | None] | None = None,
                  frames_of: Callable[[str], int | None] | None = None,
                  task_fn: Callable[..., list] = decode_rows) -> None:
         if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
             raise ValueError(f"workers must be an integer >= 0, got {workers!r}")
         self.output = output.sized()
-        self.decode = DecodeOptions(decode.threads, decode.skip_nonref, decode.timeout_s)  # hints: hint_of
+        self.decode = FallbackOptions(decode.threads, decode.skip_nonref, decode.timeout_s)  # hints: hint_of
         self.workers = workers
         self._hint_of = hint_of or decode.hint
         self._frames_of = frames_of

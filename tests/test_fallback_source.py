@@ -20,7 +20,7 @@ from daliload.framecode import read_clip
 from daliload.plan import CropBox, OutputSpec, Sample
 from daliload.testing import inject_faults
 from fallback import FallbackSource, NoReplacementError, TooManyFailuresError, decode_sample
-from fallback.source import DecodeOptions
+from fallback.options import FallbackOptions
 
 RAW = OutputSpec(size=(48, 64), mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), dtype="float32", layout="CTHW")
 CLIP_LEN, STRIDE = 4, 3
@@ -121,7 +121,7 @@ def test_bad_options_are_refused():
     with pytest.raises(ValueError, match="workers must be an integer >= 0, got -1"):
         FallbackSource(RAW, workers=-1)
     with pytest.raises(ValueError, match="timeout_s must be > 0 or None, got 0"):
-        DecodeOptions(timeout_s=0)
+        FallbackOptions(timeout_s=0)
     with pytest.raises(ValueError, match="unknown fault action"):
         inject_faults(FallbackSource(RAW, workers=0), {"a.mp4": "explode"})
 
@@ -145,7 +145,7 @@ def test_broken_files_dead_and_hung_workers_cost_one_sample_each(files, realclip
     starts[14] = 40  # corrupted.mp4 decodes its first frames; its damage starts before frame 40
     samples = plan(paths, starts)
     bad = {i for i, p in enumerate(paths) if p not in (good, vp9)}
-    source = FallbackSource(RAW, DecodeOptions(timeout_s=1.0), workers=2)
+    source = FallbackSource(RAW, FallbackOptions(timeout_s=1.0), workers=2)
     inject_faults(source, {"fault:kill": "kill", "fault:segv": "segv", "fault:hang": "hang"})
     routes = Routes()  # what the run remembers across epochs
     try:

@@ -104,11 +104,12 @@ class DaliloadFallback(LoaderAdapter):
 
         from daliload.epoch import PassSetup
         from daliload.loader import DecodeSpec
-        from fallback.source import DecodeOptions, FallbackSource
+        from fallback.options import FallbackOptions
+        from fallback.source import FallbackSource
 
         spec = DecodeSpec(fallback_workers=config.workers)
         hints = loader_hints(dataset)
-        decode = DecodeOptions(threads=spec.fallback_threads, timeout_s=spec.timeout_s)
+        decode = FallbackOptions(threads=spec.fallback_threads, timeout_s=spec.timeout_s)
         self._source = FallbackSource(config.task.output, decode, workers=spec.fallback_workers, hint_of=hints.get)
         self._plan = list(samples)
         self._batches = _batches(samples, config.task.batch_size)
