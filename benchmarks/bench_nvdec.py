@@ -51,8 +51,8 @@ from typing import Sequence
 
 from benchmarks.datasets import HD_DATASETS, STANDARD, Dataset, loader_order, prepare_dataset, standard_specs
 from benchmarks.options import REPO_ROOT, _int_list, _size, int_at_least
-from benchmarks.report import add_output_options, append_markdown, load_average, machine_info, machine_line, \
-    versions_line
+from benchmarks.report import add_output_options, append_markdown, load_average
+from benchmarks.machine import machine_info, machine_line, versions_line
 from benchmarks.task import TaskSpec, from_start_decode_estimate
 from daliload.plan import Sample
 from daliload.processes import usable_cores

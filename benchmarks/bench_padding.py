@@ -30,8 +30,8 @@ from pathlib import Path
 import torch
 
 from benchmarks.metrics import summarize
-from benchmarks.report import (add_output_options, append_markdown, load_average, machine_info, machine_line, publish,
-                               versions_line)
+from benchmarks.report import add_output_options, append_markdown, load_average, publish
+from benchmarks.machine import machine_info, machine_line, versions_line
 from daliload.plan import CropBox, OutputSpec, Sample
 
 CHAPTER = "## Windows past a file's end on DALI: `python -m benchmarks.bench_padding`"

@@ -70,7 +70,8 @@ from benchmarks.scale_report import (FRESH_FILES, FRESH_SHARDS, LOADER_OPTIONS, 
                                      readme_figures)
 from benchmarks.options import int_at_least
 from benchmarks.scale_tree import build_tree, replicate_manifest, seed_manifest, source_clips
-from benchmarks.report import (add_output_options, append_markdown, load_average, machine_info, publish, write_marked)
+from benchmarks.report import add_output_options, append_markdown, load_average, publish, write_marked
+from benchmarks.machine import machine_info
 
 CHAPTER = "## Kinetics-700 at full size: `python -m benchmarks.bench_scale`"
 WORLD_SIZES = (1, 64)

@@ -45,8 +45,8 @@ from pathlib import Path
 from typing import Callable
 
 from benchmarks.metrics import summarize
-from benchmarks.report import (add_output_options, append_markdown, load_average, machine_info, machine_line, publish,
-                               record_section, versions_line, write_marked)
+from benchmarks.report import add_output_options, append_markdown, load_average, publish, record_section, write_marked
+from benchmarks.machine import machine_info, machine_line, versions_line
 from daliload.plan import AugmentSpec, ClipSpec, OutputSpec, VideoInfo, make_val_plan
 from daliload.prescreen import probe_file
 from daliload.synth.dataset import SynthSpec, generate_dataset

@@ -340,7 +340,7 @@ def _profile_all(result: dict, json_path: Path, state: RunState) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from benchmarks.report import machine_info
+    from benchmarks.machine import machine_info
 
     started = time.monotonic()
     if args.report_from:
