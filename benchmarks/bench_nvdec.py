@@ -55,7 +55,7 @@ from benchmarks.report import add_output_options, append_markdown, load_average
 from benchmarks.machine import machine_info, machine_line, versions_line
 from benchmarks.task import TaskSpec, from_start_decode_estimate
 from daliload.plan import Sample
-from daliload.processes import usable_cores
+from daliload.runtime import usable_cores
 
 CHAPTER = "## NVDEC sweep: `python -m benchmarks.bench_nvdec`"
 THREADS = (8, 16, 32)

@@ -34,7 +34,7 @@ from daliload.loader import DecodeSpec, KineticsDALILoader
 from daliload.prescreen import Manifest, scan
 from daliload.synth.dataset import SynthSpec, generate_dataset
 from daliload.transcode import Shard, TranscodeOptions, transcode_dataset
-from daliload.processes import usable_cores
+from daliload.runtime import usable_cores
 
 HERE = Path(__file__).resolve().parent
 SECTION = "## Transcode: `python -m benchmarks.bench_transcode`"

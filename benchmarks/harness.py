@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from benchmarks.datasets import STANDARD
 from benchmarks.options import REPO_ROOT, add_arguments
-from daliload.processes import usable_cores
+from daliload.runtime import usable_cores
 
 if TYPE_CHECKING:
     from benchmarks.datasets import Dataset

@@ -13,7 +13,7 @@ import platform
 import shutil
 import subprocess
 
-from daliload.processes import usable_cores
+from daliload.runtime import usable_cores
 
 _PACKAGES = ("torch", "av", "numpy", "nvidia-dali-cuda130", "nvidia-dali-cuda120", "torchcodec", "decord",
              "psutil")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from daliload.lazy import lazy_exports
+from daliload.runtime import lazy_exports
 
 __version__ = "0.1.0"
 

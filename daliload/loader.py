@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Literal, Sequence
 import numpy as np
 import torch
 
-from daliload import dist
+from daliload import runtime
 from daliload.epoch import PADDING_LABEL, BatchInfo, EpochCounters, EpochPass, PassSetup, Routes
 from daliload.failures import Failure, FailureBudget
 from daliload.options import (DecodeSpec, augment_and_output, check_clip_fits, check_options, checked_clips_per_video,
@@ -43,7 +43,7 @@ from daliload.prescreen import Manifest, ScanSpec, check_manifest, ensure_manife
 from daliload.prescreen.gpus import detect_gpu
 from daliload.plans import EpochPlans
 from daliload.stats import LoaderStats
-from daliload.processes import refuse_bootstrapping_main
+from daliload.runtime import refuse_bootstrapping_main
 from daliload.videoindex import ROUTE_CODES, VideoIndex, VideoRow
 from fallback.cut import cut_task
 from fallback.numbering import StreamHint
@@ -250,8 +250,8 @@ class KineticsDALILoader:
         if device == "auto":
             device = "gpu" if torch.cuda.is_available() else "cpu"
         self.device: Literal["gpu", "cpu"] = device
-        self.rank, self.world_size, self.local_rank = dist.rank(), dist.world_size(), dist.local_rank()
-        self.device_id = dist.local_cuda_device() if device == "gpu" else None
+        self.rank, self.world_size, self.local_rank = runtime.rank(), runtime.world_size(), runtime.local_rank()
+        self.device_id = runtime.local_cuda_device() if device == "gpu" else None
         self.torch_device = torch.device(f"cuda:{self.device_id}") if device == "gpu" else torch.device("cpu")
         # Routes depend on this GPU's NVDEC (an H200 has no AV1 decode, an L40S has): the manifest
         # routes for that generation, from its stored facts when it was scanned for another one.

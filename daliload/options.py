@@ -17,11 +17,11 @@ from typing import Literal, Sequence
 
 import numpy as np
 
-from daliload import dist
+from daliload import runtime
 from daliload.failures import DEFAULT_MAX_FAILURE_FRACTION
 from daliload.plan import AugmentSpec, ClipSpec, OutputSpec, check_last_batch, check_views
 from daliload.plan.columns import strides
-from daliload.processes import usable_cores
+from daliload.runtime import usable_cores
 from daliload.videoindex import VideoIndex
 
 DecoderChoice = Literal["auto", "fallback"]
@@ -247,7 +247,7 @@ def check_options(*, batch_size: object, last_batch: object, device: object, see
     if device not in ("auto", "gpu", "cpu"):
         raise ValueError(f"device must be 'auto', 'gpu' or 'cpu', got {device!r}")
     if device == "gpu":
-        dist.require_cuda()
+        runtime.require_cuda()
     if not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
 

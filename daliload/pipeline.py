@@ -53,8 +53,8 @@ import numpy as np
 
 from daliload.dali_errors import (DaliBatchError, DaliTimeoutError, dali_error_reason, import_dali)
 from daliload.dali_wait import Waiter, exit_without_waiting_for
-from daliload.dist import require_cuda
-from daliload.native_logs import quiet_dali
+from daliload.runtime import require_cuda
+from daliload.runtime import quiet_dali
 from daliload.plan import OutputSpec, Sample, clamp_frame_indices
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ Layers (imports go down only; see ``docs/architecture.md``):
   decodes all the windows of one video in one pass.
 * :mod:`fallback.source`: :class:`FallbackSource`, the clip source an epoch
   pass sends the fallback's samples to: supervised worker processes
-  (:class:`daliload.workerpool.WorkerPool`) writing clips into shared memory.
+  (:class:`daliload.runtime.WorkerPool`) writing clips into shared memory.
 
 The failure record and errors live in the core (:mod:`daliload.failures`) and
 are re-exported here. Public names are re-exported lazily (PEP 562), as in
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from daliload.lazy import lazy_exports
+from daliload.runtime import lazy_exports
 
 _EXPORTS = {
     "daliload.failures": ("Failure", "NoReplacementError", "TooManyFailuresError"),

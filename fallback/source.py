@@ -4,7 +4,7 @@
 every file DALI cannot decode (and for whatever an epoch pass sends it:
 replacements, DALI's culprits). A submitted group of samples gets one buffer
 of shared memory (an anonymous ``memfd``), shaped as the group's clips; each
-video of the group is one task of a :class:`daliload.workerpool.WorkerPool`
+video of the group is one task of a :class:`daliload.runtime.WorkerPool`
 (its samples decode in one pass over the file: the views of a multi-view
 sample, the clips of repeated sampling), and the worker writes its clips
 straight into their rows of that buffer. Only the buffer's file descriptor
@@ -30,7 +30,7 @@ What a broken file costs, whichever way it breaks:
 - a worker killed by a signal while decoding (a segfault in FFmpeg, the OOM
   killer): the video is tried once more on a fresh worker, and fails as
   ``"crash"`` only when it kills that one too; a worker killed while idle is
-  replaced (:class:`~daliload.workerpool.WorkerPool`).
+  replaced (:class:`~daliload.runtime.WorkerPool`).
 
 ``workers=0`` decodes in the calling process when a group is collected: the
 debugging mode, in which a crash inside FFmpeg ends the process and a hang
@@ -54,7 +54,7 @@ import torch
 from daliload.failures import Failure, FailureKind
 from daliload.plan import OutputSpec, Sample
 from daliload.source import Decoded
-from daliload.workerpool import TaskOutcome, WorkerPool
+from daliload.runtime import TaskOutcome, WorkerPool
 from fallback.decode import DecodeError, decode_window
 from fallback.numbering import StreamHint
 from fallback.options import FallbackOptions

@@ -6,7 +6,7 @@ training script in a subprocess and reads what reached its stderr: a VP9 file cu
 on DALI's route (DALI's CPU decoder), an H.264 file cut short after the scan on the fallback's route
 (PyAV, in the fallback's worker processes). Neither opens any more, in DALI or in the fallback, so the
 loader replaces its samples and says so in one :class:`~daliload.failures.DecodeFailureWarning`.
-The line filter itself (:class:`daliload.native_logs.StderrFilter`) is tested on byte streams.
+The line filter itself (:class:`daliload.runtime.StderrFilter`) is tested on byte streams.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from daliload.native_logs import NATIVE_LOGS_ENV, StderrFilter
+from daliload.runtime import NATIVE_LOGS_ENV, StderrFilter
 from daliload.synth import SynthSpec, generate_dataset
 
 #: FFmpeg's default log line: ``[matroska,webm @ 0x7f5528004d00] File ended prematurely``.

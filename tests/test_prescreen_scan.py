@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from daliload import dist
+from daliload import runtime
 from daliload.cli import main
 from daliload.index import VideoRecord, load_index
 from daliload.prescreen import Manifest, ScanSpec, default_manifest_path, ensure_manifest, scan
@@ -419,20 +419,20 @@ def test_dist_reads_the_environment_without_a_process_group(monkeypatch):
     monkeypatch.setenv("RANK", "3")
     monkeypatch.setenv("WORLD_SIZE", "8")
     monkeypatch.setenv("LOCAL_RANK", "1")
-    assert (dist.rank(), dist.world_size(), dist.local_rank(), dist.is_distributed()) == (
+    assert (runtime.rank(), runtime.world_size(), runtime.local_rank(), runtime.is_distributed()) == (
         3,
         8,
         1,
         False,
     )
-    dist.barrier()  # no process group: returns at once
-    assert dist.broadcast_object({"a": 1}) == {"a": 1}
+    runtime.barrier()  # no process group: returns at once
+    assert runtime.broadcast_object({"a": 1}) == {"a": 1}
     monkeypatch.setenv("RANK", "zero")
     with pytest.raises(ValueError, match=r"environment variable RANK='zero' is not an integer"):
-        dist.rank()
+        runtime.rank()
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         monkeypatch.delenv(name)
-    assert (dist.rank(), dist.world_size(), dist.local_rank()) == (0, 1, 0)
+    assert (runtime.rank(), runtime.world_size(), runtime.local_rank()) == (0, 1, 0)
 
 
 def _ddp_rank(rank: int, world: int, init_file: str, root: str, out_dir: str) -> None:
@@ -458,7 +458,7 @@ def _ddp_rank(rank: int, world: int, init_file: str, root: str, out_dir: str) ->
         return real_scan(*args, **kwargs)
 
     scan_module.scan = counting_scan
-    result = {"rank": dist.rank(), "world": dist.world_size()}
+    result = {"rank": runtime.rank(), "world": runtime.world_size()}
     result["path"] = str(ensure_manifest(root, device="cpu", scan=ScanSpec(workers=1), progress=False))
     try:
         ensure_manifest(

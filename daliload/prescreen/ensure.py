@@ -44,13 +44,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from daliload import dist
+from daliload import runtime
 from daliload.prescreen.manifest import Manifest
 from daliload.prescreen.rules import Device, check_device
 from daliload.prescreen.scan import ScanSpec, cache_manifest_path, check_changes, check_root, scan
 from daliload.prescreen.scan_lock import report_while, scan_lock
 from daliload.prescreen.sqlite_file import stamp
-from daliload.processes import refuse_bootstrapping_main
+from daliload.runtime import refuse_bootstrapping_main
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ def job_key() -> str | None:
     if os.environ.get("SLURM_JOB_ID"):
         return f"slurm:{os.environ['SLURM_JOB_ID']}.{os.environ.get('SLURM_STEP_ID', '')}"
     addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
-    if addr and port and dist.world_size() > 1:
+    if addr and port and runtime.world_size() > 1:
         return f"master:{addr}:{port}"
     return None
 
@@ -146,28 +146,28 @@ def ensure_manifest(
     refuse_bootstrapping_main(f"A daliload loader (its scan of {root})")
     check_device(device)
     progress = True if progress is None else progress
-    if not dist.is_distributed():
+    if not runtime.is_distributed():
         return _ensure_here(root, device, scan, splits, progress)
     # A first scan of a large dataset outlasts the default group's timeout (often 10
     # minutes with NCCL): the other ranks wait on a gloo group that allows SCAN_WAIT_S.
-    group = dist.patient_group(SCAN_WAIT_S)
+    group = runtime.patient_group(SCAN_WAIT_S)
     status: tuple[str, str] = ("ok", "")
-    if dist.rank() == 0:
+    if runtime.rank() == 0:
         try:
             status = ("ok", str(_ensure_here(root, device, scan, splits, progress)))
         except BaseException as err:
             # release the waiting ranks
-            dist.broadcast_object(("error", f"{type(err).__name__}: {err}"), group=group)
+            runtime.broadcast_object(("error", f"{type(err).__name__}: {err}"), group=group)
             raise
-        status = dist.broadcast_object(status, group=group)
+        status = runtime.broadcast_object(status, group=group)
     else:  # says every so often whom it waits for, and how far rank 0 is when this node sees its lock file
         done = threading.Event()
         where = Path(os.path.abspath(scan.manifest_path)) if scan.manifest_path is not None else find_manifest(root)
         threading.Thread(target=report_while, args=(done, where, Path(os.path.abspath(root)), "global rank 0",
-                                                    progress and dist.local_rank() == 0),
+                                                    progress and runtime.local_rank() == 0),
                          name="daliload-scan-wait", daemon=True).start()
         try:
-            status = dist.broadcast_object(status, group=group)
+            status = runtime.broadcast_object(status, group=group)
         finally:
             done.set()
     if status[0] != "ok":

@@ -1,7 +1,7 @@
 """Probing many files in worker processes, and storing what comes back as it comes.
 
 :func:`probe_into` runs one :class:`ProbeTask` per file in a
-:class:`daliload.workerpool.WorkerPool` (:func:`run_probe_task` is what a
+:class:`daliload.runtime.WorkerPool` (:func:`run_probe_task` is what a
 worker runs: the probe, then the deep check if asked) and commits the results
 to the manifest every ``chunk_size`` files or every :data:`COMMIT_EVERY_S`
 seconds, so a scan stopped at any point resumes where it stopped.
@@ -60,7 +60,7 @@ from daliload.prescreen.probe import ProbeResult, probe_file
 from daliload.prescreen.rows import FileRecord, Probed, ProbeRows, RouteRow
 from daliload.prescreen.gpus import parse_route_target
 from daliload.prescreen.rules import Device, route_for
-from daliload.workerpool import TaskOutcome, WorkerPool
+from daliload.runtime import TaskOutcome, WorkerPool
 
 logger = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ def _execute(tasks: list[ProbeTask], workers: int, timeout_s: float
     errors = [0]
     stage = GpuStage(timeout_s=timeout_s)
     # The forkserver started here also serves the loader's fallback workers later in this
-    # process: WorkerPool preloads what they all need (daliload.processes.FORKSERVER_PRELOAD).
+    # process: WorkerPool preloads what they all need (daliload.runtime._processes.FORKSERVER_PRELOAD).
     try:
         with WorkerPool(run_probe_work, workers=min(workers, max(1, len(tasks))), timeout_s=timeout_s) as pool:
             for attempt in (_batched(tasks, workers), retry):

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from daliload import dist
+from daliload import runtime
 from daliload.prescreen.manifest import Manifest
 from daliload.prescreen.probe_pool import FAULT_ENV, ProbeTask, probe_into
 from daliload.prescreen.confirm import confirm_classes, gpu_visible
@@ -62,7 +62,7 @@ from daliload.prescreen.scan_listing import (
     listing_digest,
     stat_records,
 )
-from daliload.processes import refuse_bootstrapping_main, usable_cores
+from daliload.runtime import refuse_bootstrapping_main, usable_cores
 from daliload.shard import ALL_FILES, Shard
 
 __all__ = ["PROBE_TIMEOUT_S", "DEEP_TIMEOUT_S", "FAULT_ENV", "ScanSpec", "ScanSummary", "scan", "default_workers",
@@ -278,7 +278,7 @@ def scan(
     listed = stat_records(listing.records, listing.root, shard)
     digest = listing_digest(listed, splits=listing.splits, shard=shard, deep_device=device if deep else None)
     fault = os.environ.get(FAULT_ENV, "")
-    device_id = dist.local_rank()
+    device_id = runtime.local_rank()
     with Manifest(listing.manifest_path, writable=True) as manifest:
         _check_part(manifest, shard, listing.root)
         known = manifest.current_meta("listing")

@@ -47,7 +47,7 @@ import av
 from daliload.synth.broken import write_broken
 from daliload.synth.encode import default_spec, write_video
 from daliload.synth.spec import Split, SynthClip, SynthSpec, plan_dataset
-from daliload.processes import main_script_hidden, mp_context
+from daliload.runtime import main_script_hidden, mp_context
 
 #: Columns of the annotation CSVs, in Kinetics' order.
 CSV_COLUMNS = ("label", "youtube_id", "time_start", "time_end", "split")
