@@ -242,7 +242,7 @@ def child_fresh_scan(a: dict) -> dict:
 
         if "shard" not in inspect.signature(scan).parameters:  # a daliload from before shards (a --baseline run)
             return {"unsupported": "this daliload's scan has no shards"}
-        from daliload.shard import parse_shard
+        from daliload.dataset import parse_shard
 
         kwargs["shard"] = parse_shard(a["shard"])
     before = resource.getrusage(resource.RUSAGE_SELF)

@@ -31,7 +31,7 @@ _EXPORTS = {
     "EpochSampler": "daliload.loader",
     "Manifest": "daliload.prescreen",
     "scan": "daliload.prescreen",
-    "load_index": "daliload.index",
+    "load_index": "daliload.dataset",
     "evaluate": "daliload.evaluation",
     "EvalResult": "daliload.evaluation",
     "EvaluationCountError": "daliload.evaluation",
@@ -41,7 +41,7 @@ __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports on first use
     from daliload.evaluation import EvalResult, EvaluationCountError, evaluate
-    from daliload.index import load_index
+    from daliload.dataset import load_index
     from daliload.failures import DecodeFailureWarning, FailedVideo, Failure, TooManyFailuresError
     from daliload.epoch import BatchInfo
     from daliload.loader import EpochSampler, KineticsDALILoader

@@ -44,7 +44,7 @@ from daliload.prescreen.gpus import detect_gpu
 from daliload.plans import EpochPlans
 from daliload.stats import LoaderStats
 from daliload.runtime import refuse_bootstrapping_main
-from daliload.videoindex import ROUTE_CODES, VideoIndex, VideoRow
+from daliload.dataset import ROUTE_CODES, VideoIndex, VideoRow
 from fallback.cut import cut_task
 from fallback.numbering import StreamHint
 from fallback.options import FallbackOptions
@@ -296,7 +296,7 @@ class KineticsDALILoader:
 
     @property
     def videos(self) -> VideoIndex:
-        """This split's decodable videos: ``len(videos)``, ``videos[i]`` (a :class:`~daliload.videoindex.VideoRow`
+        """This split's decodable videos: ``len(videos)``, ``videos[i]`` (a :class:`~daliload.dataset.VideoRow`
         with ``path``, ``label``, ``route``, ``num_frames``, ...), in ``video_index`` order."""
         return self.index
 

@@ -22,7 +22,7 @@ from daliload.failures import DEFAULT_MAX_FAILURE_FRACTION
 from daliload.plan import AugmentSpec, ClipSpec, OutputSpec, check_last_batch, check_views
 from daliload.plan.columns import strides
 from daliload.runtime import usable_cores
-from daliload.videoindex import VideoIndex
+from daliload.dataset import VideoIndex
 
 DecoderChoice = Literal["auto", "fallback"]
 DaliFeed = Literal["window", "file"]

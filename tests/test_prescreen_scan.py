@@ -21,7 +21,7 @@ import pytest
 
 from daliload import runtime
 from daliload.cli import main
-from daliload.index import VideoRecord, load_index
+from daliload.dataset import VideoRecord, load_index
 from daliload.prescreen import Manifest, ScanSpec, default_manifest_path, ensure_manifest, scan
 from daliload.prescreen.cli import JSON_FIELDS
 from daliload.prescreen.manifest import SCHEMA_VERSION

@@ -6,7 +6,7 @@ changed is :mod:`.scan_listing`; probing in worker processes is
 :mod:`.probe_pool`, how a job gets its manifest once is :mod:`.ensure`,
 merging the manifests of a scan spread over machines :mod:`.merge`.
 
-:func:`scan` lists the dataset (through :func:`daliload.index.load_index`, or
+:func:`scan` lists the dataset (through :func:`daliload.dataset.load_index`, or
 an explicit list of records), ``stat``s every file, and probes only files that
 are new or whose size or modification time changed (plus files not yet
 deep-checked on the device when ``deep=True``, and, with ``retry_bad=True``,
@@ -22,7 +22,7 @@ point resumes where it stopped.
 A scan that finds nothing changed is cheap: it compares a digest of what it
 listed (paths, sizes, mtimes, labels) with the one the last scan of the same
 splits stored, and writes only its summary. ``shard=Shard(i, n)`` scans the
-files of share ``i`` of ``n`` (by path hash, :mod:`daliload.shard`) into a
+files of share ``i`` of ``n`` (by path hash, :mod:`daliload.dataset._shard`) into a
 manifest of their own, which :func:`daliload.prescreen.merge.merge_manifests`
 joins with the others'.
 
@@ -63,7 +63,7 @@ from daliload.prescreen.scan_listing import (
     stat_records,
 )
 from daliload.runtime import refuse_bootstrapping_main, usable_cores
-from daliload.shard import ALL_FILES, Shard
+from daliload.dataset import ALL_FILES, Shard
 
 __all__ = ["PROBE_TIMEOUT_S", "DEEP_TIMEOUT_S", "FAULT_ENV", "ScanSpec", "ScanSummary", "scan", "default_workers",
            "totals_from_json", "default_manifest_path", "cache_manifest_path", "check_root", "check_changes"]
@@ -224,10 +224,10 @@ def scan(
     """Probe a dataset's files and write or update its manifest.
 
     Args:
-        source: the dataset root (listed with :func:`daliload.index.load_index`),
+        source: the dataset root (listed with :func:`daliload.dataset.load_index`),
             or records with ``path``, ``label``, ``class_name`` and ``split``
             attributes (``youtube_id``, ``time_start``, ``time_end`` optional),
-            such as :class:`daliload.index.VideoRecord`.
+            such as :class:`daliload.dataset.VideoRecord`.
         manifest_path: the SQLite file; default :func:`default_manifest_path`
             of the root (required when ``source`` is a list of records).
         device: route for ``"gpu"`` (DALI with NVDEC), ``"gpu:<generation>"``

@@ -20,7 +20,7 @@ What :func:`generate_dataset` writes under ``ROOT``::
 
 Label indices are positions in the class names sorted alphabetically (as
 torchvision and mmaction number Kinetics classes), so they match what
-:func:`daliload.index.load_index` computes from any of the three layouts.
+:func:`daliload.dataset.load_index` computes from any of the three layouts.
 
 Everything is a function of :class:`~daliload.synth.spec.SynthSpec` (including
 its seed): :func:`~daliload.synth.spec.plan_dataset` decides every file without

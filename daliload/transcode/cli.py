@@ -6,7 +6,7 @@ import argparse
 import errno
 import sys
 
-from daliload.index import SPLITS
+from daliload.dataset import SPLITS
 from daliload.transcode.options import ENCODERS, TranscodeOptions, parse_fps, parse_shard, resolve_encoder
 from daliload.transcode.run import DEFAULT_TIMEOUT_S, transcode_dataset
 from daliload.runtime import usable_cores
