@@ -34,7 +34,7 @@ from benchmarks.metrics import ResourceMonitor
 from benchmarks.report import add_output_options, load_average, publish
 from benchmarks.machine import machine_info, machine_line, versions_line
 from daliload.loader import DecodeSpec, KineticsDALILoader
-from daliload.pipeline import DaliBatchError
+from daliload.dali import DaliBatchError
 from daliload.synth.dataset import SynthSpec, generate_dataset
 
 

@@ -14,8 +14,8 @@ epoch's draws), then, in this one process:
    files, after a warm-up epoch;
 2. every setting of ``--threads`` x ``--pipelines`` (default {8, 16, 32} x
    {1, 2, 4, 7}, most pipelines first): the loader's DALI path itself
-   (:class:`daliload.epoch.EpochPass` over :class:`daliload.dali_source.DaliSource`
-   over :class:`daliload.pipeline.DaliClipDecoder`, whole files fed, the
+   (:class:`daliload.epoch.EpochPass` over :class:`daliload.dali.DaliSource`
+   over :class:`daliload.dali.DaliClipDecoder`, whole files fed, the
    merge's copy into torch memory included) with the loader's prefetch rule
    for that many pipelines (``DecodeSpec.batches_ahead``), a warm-up of a
    few batches, then one timed epoch of at least ``--min-clips`` clips, a
@@ -134,7 +134,7 @@ def timed_clips(pipelines: int, batch_size: int, min_clips: int) -> int:
 
 def why_not_here(device: str) -> str | None:
     """Why DALI cannot decode on ``device`` here, or None."""
-    from daliload.dali_errors import INSTALL_HINT, is_dali_available
+    from daliload.dali import INSTALL_HINT, is_dali_available
 
     if not is_dali_available():
         return f"DALI is not installed; {INSTALL_HINT}"
@@ -211,11 +211,11 @@ def measure_setting(threads: int, pipelines: int, samples: list[Sample], dataset
     import numpy as np
     import torch
 
-    from daliload.dali_source import DaliSource
+    from daliload.dali import DaliSource
     from daliload.epoch import EpochCounters, EpochPass, PassSetup, Routes
     from daliload.failures import FailureBudget
     from daliload.options import DecodeSpec
-    from daliload.pipeline import DaliClipDecoder
+    from daliload.dali import DaliClipDecoder
     from fallback.source import FallbackSource
 
     task = TaskSpec(batch_size=args.batch_size, crop_size=args.crop_size, seed=args.seed)

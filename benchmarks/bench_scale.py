@@ -281,7 +281,7 @@ def child_main(kind: str, child_args: str) -> int:
 
     import daliload.loader  # noqa: F401
     import daliload.prescreen  # noqa: F401
-    from daliload.dali_errors import is_dali_available
+    from daliload.dali import is_dali_available
 
     is_dali_available()  # DALI's import (about 90 MiB, whatever the dataset) is not the loader's to count
 

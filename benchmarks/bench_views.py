@@ -16,7 +16,7 @@ not more threads at work:
   view, one open and one decode per view, as a loop over single-view loaders
   would;
 - DALI, together: one batch of the video's ``T * S`` views, its file read once
-  and its bytes given to every view (what :class:`daliload.pipeline.DaliClipDecoder`
+  and its bytes given to every view (what :class:`daliload.dali.DaliClipDecoder`
   does for a multi-view batch);
 - DALI, each view on its own: the same batch of ``T * S`` views, the file read
   once per view (each view names the file through its own symbolic link, so
@@ -144,8 +144,8 @@ def own_reads(groups: list[list], folder: Path) -> list[list]:
 
 
 def dali_rows(groups: list[list], runs: int, threads: int, links: Path) -> dict:
-    from daliload.dali_errors import is_dali_available
-    from daliload.pipeline import DaliClipDecoder
+    from daliload.dali import is_dali_available
+    from daliload.dali import DaliClipDecoder
 
     if not is_dali_available():
         return {"skipped": "nvidia-dali is not installed"}

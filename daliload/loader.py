@@ -51,7 +51,7 @@ from fallback.options import FallbackOptions
 from fallback.source import FallbackSource
 
 if TYPE_CHECKING:
-    from daliload.dali_source import DaliSource
+    from daliload.dali import DaliSource
 
 logger = logging.getLogger(__name__)
 
@@ -510,8 +510,8 @@ class KineticsDALILoader:
 
     def _dali_source(self) -> DaliSource:
         if self._dali is None:
-            from daliload.dali_source import DaliSource
-            from daliload.pipeline import DaliClipDecoder
+            from daliload.dali import DaliSource
+            from daliload.dali import DaliClipDecoder
 
             decoder = DaliClipDecoder(
                 self.output, batch_size=self.clips_per_batch, device=self.device, device_id=self.device_id,
@@ -520,7 +520,7 @@ class KineticsDALILoader:
                 num_frames=self._frames_of)
             cutter = None
             if self.decode.dali_feed == "window":
-                from daliload.dali_cutter import WindowCutter
+                from daliload.dali import WindowCutter
 
                 cutter = WindowCutter(cut_task, item_of=_cut_item(_hint_lookup(self.index)),
                                       workers=self.decode.fallback_workers, timeout_s=self.decode.timeout_s)
@@ -588,7 +588,7 @@ _warned_no_dali = False
 def _dali_usable() -> bool:
     """Whether DALI imports; warns once (per process) with the install command when it does not."""
     global _warned_no_dali
-    from daliload.dali_errors import INSTALL_HINT, is_dali_available
+    from daliload.dali import INSTALL_HINT, is_dali_available
 
     if is_dali_available():
         return True

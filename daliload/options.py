@@ -75,7 +75,7 @@ class DecodeSpec:
             decode past it fails (its worker is killed at ``1.25 * timeout_s +
             0.5``); a DALI batch may take ``timeout_s * (1 + ceil(clips /
             dali_threads))`` before the loader raises
-            :class:`~daliload.pipeline.DaliTimeoutError` naming its files.
+            :class:`~daliload.dali.DaliTimeoutError` naming its files.
         max_failure_fraction: raise once more than this fraction of an epoch's
             videos failed to decode (their samples are replaced until then; at
             least one failed video is allowed; a video is one however many of

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from daliload import cli, dali_source, epoch
+from daliload import cli, epoch
+from daliload.dali import _source as dali_source
 from daliload.epoch import HeldOutputs
 from daliload.loader import DecodeSpec
 from daliload.prescreen import probe_file, route_for
@@ -221,7 +222,7 @@ def test_av1_on_this_gpu_decodes_as_the_nvdec_table_says(make_clip):
     """
     pytest.importorskip("nvidia.dali")
     from daliload.framecode import read_clip
-    from daliload.pipeline import DaliBatchError, DaliClipDecoder
+    from daliload.dali import DaliBatchError, DaliClipDecoder
     from daliload.plan import CropBox, OutputSpec, Sample
     from daliload.prescreen.gpus import detect_gpu
 

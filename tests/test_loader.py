@@ -263,9 +263,9 @@ def test_file_broken_after_the_scan_is_replaced_and_reported(dataset, tmp_path):
 
 
 def test_without_dali_everything_goes_through_the_fallback(dataset, monkeypatch):
-    import daliload.dali_errors
+    import daliload.dali
 
-    monkeypatch.setattr(daliload.dali_errors, "is_dali_available", lambda: False)
+    monkeypatch.setattr(daliload.dali, "is_dali_available", lambda: False)  # read when a loader is built
     monkeypatch.setattr(loader_mod, "_warned_no_dali", False)
     with pytest.warns(RuntimeWarning, match=r"DALI is not installed.*pip install 'daliload\[cuda13\]'"):
         loader = make_loader(dataset)

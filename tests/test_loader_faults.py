@@ -19,7 +19,7 @@ from daliload.epoch import PADDING_LABEL
 from daliload.failures import DecodeFailureWarning
 from daliload.framecode import read_code
 from daliload.loader import DecodeSpec, KineticsDALILoader
-from daliload.pipeline import DaliBatchError, DaliTimeoutError
+from daliload.dali import DaliBatchError, DaliTimeoutError
 from daliload.plan import AugmentSpec, OutputSpec
 from daliload.testing import inject_faults
 

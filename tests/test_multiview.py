@@ -159,8 +159,8 @@ def test_the_loaders_fallback_decodes_each_videos_views_in_one_pass(small_kineti
 
 def test_dali_takes_the_same_three_crops_as_the_fallback(make_clip):
     """Spatial views on the DALI path: both ends and the centre of the long side, as the fallback cuts them."""
-    from daliload.dali_errors import is_dali_available
-    from daliload.pipeline import DaliClipDecoder
+    from daliload.dali import is_dali_available
+    from daliload.dali import DaliClipDecoder
 
     if not is_dali_available():
         pytest.skip("nvidia-dali is not installed")

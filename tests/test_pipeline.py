@@ -28,8 +28,8 @@ from daliload.plan import (
     make_train_plan,
 )
 
-from daliload import pipeline
-from daliload.pipeline import DaliBatchError, DaliClipDecoder, DecodedBatch
+from daliload.dali import _pipeline as pipeline
+from daliload.dali import DaliBatchError, DaliClipDecoder, DecodedBatch
 
 try:
     import nvidia.dali  # noqa: F401
@@ -482,7 +482,7 @@ def test_exit_waits_briefly_for_dropped_dali_work_then_exits_without_it(tmp_path
     script.write_text(textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(Path.cwd())!r})
-        from daliload import dali_wait
+        from daliload.dali import _wait as dali_wait
         dali_wait.EXIT_DRAIN_S = 2.0
         waiter = dali_wait.Waiter()
         def dropped():
@@ -505,8 +505,8 @@ def test_exit_waits_briefly_for_dropped_dali_work_then_exits_without_it(tmp_path
 
 
 def test_missing_dali_raises_an_import_error_that_says_how_to_install(monkeypatch):
-    import daliload.dali_errors as dali_errors
-    import daliload.pipeline as pipeline
+    import daliload.dali._errors as dali_errors
+    import daliload.dali._pipeline as pipeline
 
     for name in ("nvidia.dali", "nvidia.dali.fn", "nvidia.dali.pipeline", "nvidia.dali.types"):
         monkeypatch.setitem(sys.modules, name, None)  # None in sys.modules makes the import fail

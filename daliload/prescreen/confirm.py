@@ -37,7 +37,7 @@ def gpu_visible() -> bool:
         return False
     if not torch.cuda.is_available():
         return False
-    from daliload.dali_errors import is_dali_available
+    from daliload.dali import is_dali_available
 
     return is_dali_available()
 

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from daliload.dali_errors import dali_error_reason, import_dali
+from daliload.dali import dali_error_reason, import_dali
 from daliload.runtime import quiet_dali
 from daliload.prescreen.probe import ProbeResult
 from daliload.prescreen.rules import Device, Route

@@ -14,7 +14,7 @@ One DALI pipeline per process (per rank), fed batch by batch with the plan::
       -> torch tensors, zero-copy through DLPack (CPU tensors for device "cpu");
          a clip DALI returned short gets its last frame repeated here, in torch
 
-Usage (the loader goes through :class:`daliload.dali_source.DaliSource`)::
+Usage (the loader goes through :class:`daliload.dali.DaliSource`)::
 
     decoder = DaliClipDecoder(OutputSpec(size=(224, 224)), batch_size=32, device="gpu")
     batch = decoder.decode_batch(samples)            # DecodedBatch(samples, videos)
@@ -32,8 +32,8 @@ Outputs stay valid while referenced (the dynamic executor); on a GPU
 :meth:`DaliClipDecoder.result` binds them to the caller's torch stream (no
 host wait). A batch DALI cannot decode raises :class:`DaliBatchError` naming
 its files; the pipeline stays usable. A wait past its time limit raises
-:class:`~daliload.dali_wait.DaliTimeoutError` and the decoder is unusable
-from then on (:mod:`daliload.dali_wait`). Batches of an abandoned pass are
+:class:`~daliload.dali.DaliTimeoutError` and the decoder is unusable
+from then on (:mod:`daliload.dali._wait`). Batches of an abandoned pass are
 dropped with :meth:`DaliClipDecoder.discard_pending`, which never waits.
 """
 
@@ -51,11 +51,10 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 
-from daliload.dali_errors import (DaliBatchError, DaliTimeoutError, dali_error_reason, import_dali)
-from daliload.dali_wait import Waiter, exit_without_waiting_for
-from daliload.runtime import require_cuda
-from daliload.runtime import quiet_dali
+from daliload.dali._errors import DaliBatchError, DaliTimeoutError, dali_error_reason, import_dali
+from daliload.dali._wait import Waiter, exit_without_waiting_for
 from daliload.plan import OutputSpec, Sample, clamp_frame_indices
+from daliload.runtime import quiet_dali, require_cuda
 
 if TYPE_CHECKING:
     import torch
