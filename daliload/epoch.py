@@ -7,7 +7,7 @@ walks a clip through it)::
     batch i of the plan
       -> Routes: which samples DALI decodes (route ``dali``, DALI enabled and
          not given up, the file not moved off DALI); the rest go to the fallback
-      -> each share submitted to its ClipSource (daliload.source), up to
+      -> each share submitted to its ClipSource (daliload.clips), up to
          ``prefetch`` batches ahead of the one the caller is on
       -> collected in plan order, one Decoded per share: a clip per row, or a
          typed Failure
@@ -38,7 +38,7 @@ import torch
 
 from daliload.failures import Failure, FailureBudget, NoReplacementError, replacement_order
 from daliload.plan import OutputSpec, Sample
-from daliload.source import ClipSource, Decoded
+from daliload.clips import ClipSource, Decoded
 
 logger = logging.getLogger(__name__)
 
@@ -430,7 +430,7 @@ class HostTransfer:
     The registration must be undone (``cudaHostUnregister``) after the copies
     have run and before the mapping is unmapped: the mapping goes when the
     last tensor over it does, and the epoch pass keeps the batch's
-    :class:`~daliload.source.Decoded` parts (which hold those tensors) in
+    :class:`~daliload.clips.Decoded` parts (which hold those tensors) in
     :class:`HeldOutputs` until an event after the copies has completed, then
     calls :meth:`release` before letting them go. A registration that fails
     (memory the driver will not pin) leaves that copy pageable, logged once.

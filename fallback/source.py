@@ -1,6 +1,6 @@
 """The PyAV fallback as a clip source: supervised worker processes that write clips into shared memory.
 
-:class:`FallbackSource` implements :class:`daliload.source.ClipSource` for
+:class:`FallbackSource` implements :class:`daliload.clips.ClipSource` for
 every file DALI cannot decode (and for whatever an epoch pass sends it:
 replacements, DALI's culprits). A submitted group of samples gets one buffer
 of shared memory (an anonymous ``memfd``), shaped as the group's clips; each
@@ -53,7 +53,7 @@ import torch
 
 from daliload.failures import Failure, FailureKind
 from daliload.plan import OutputSpec, Sample
-from daliload.source import Decoded
+from daliload.clips import Decoded
 from daliload.runtime import TaskOutcome, WorkerPool
 from fallback.decode import DecodeError, decode_window
 from fallback.numbering import StreamHint
@@ -202,7 +202,7 @@ class _Group:
 
 
 class FallbackSource:
-    """The PyAV fallback as a :class:`~daliload.source.ClipSource` (see the module docstring).
+    """The PyAV fallback as a :class:`~daliload.clips.ClipSource` (see the module docstring).
 
     Args:
         output: what every clip is turned into.

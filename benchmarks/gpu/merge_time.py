@@ -47,7 +47,7 @@ def measure(batch: int, clip_len: int, size: int, repeats: int, *, device: str =
 
     from daliload.epoch import EpochCounters, HostTransfer, PassSetup, _merge, _Part
     from daliload.plan import CropBox, OutputSpec, Sample
-    from daliload.source import Decoded
+    from daliload.clips import Decoded
     from fallback.source import shared_buffer
 
     output = OutputSpec(size=(size, size))

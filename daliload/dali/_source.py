@@ -1,6 +1,6 @@
 """DALI as a clip source: a DaliClipDecoder's batches, with a failed batch isolated by halves inside.
 
-:class:`DaliSource` implements :class:`daliload.source.ClipSource` over one
+:class:`DaliSource` implements :class:`daliload.clips.ClipSource` over one
 :class:`~daliload.dali.DaliClipDecoder`. A batch DALI decodes comes back
 as DALI's own output (zero-copy). A batch DALI fails on comes back with every
 row settled: DALI's message often names no sample ("memory file"), so the
@@ -39,13 +39,13 @@ from daliload.dali._errors import DaliBatchError
 from daliload.dali._pipeline import DaliClipDecoder, DecodedBatch
 from daliload.failures import Failure
 from daliload.plan import Sample
-from daliload.source import Decoded
+from daliload.clips import Decoded
 
 logger = logging.getLogger(__name__)
 
 
 class DaliSource:
-    """A :class:`~daliload.source.ClipSource` over ``decoder`` (see the module docstring).
+    """A :class:`~daliload.clips.ClipSource` over ``decoder`` (see the module docstring).
 
     Args:
         decoder: the DALI decoder (its ``prefetch_queue_depth`` bounds the batches in flight).
