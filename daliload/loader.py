@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from daliload import runtime
-from daliload.epoch import PADDING_LABEL, BatchInfo, EpochCounters, EpochPass, PassSetup, Routes
+from daliload.epoch import PADDING_LABEL, BatchInfo, EpochCounters, EpochPass, EpochPlans, PassSetup, Routes
 from daliload.failures import Failure, FailureBudget
 from daliload.options import (DecodeSpec, augment_and_output, check_clip_fits, check_options, checked_clips_per_video,
                               checked_views, refuse_unknown_options, warn_upscaled)
@@ -41,7 +41,6 @@ from daliload.plan import (AugmentSpec, ClipSpec, LastBatch, OutputSpec, Sample,
                            num_batches, samples_per_rank, split_batches)
 from daliload.prescreen import Manifest, ScanSpec, check_manifest, ensure_manifest
 from daliload.prescreen.gpus import detect_gpu
-from daliload.plans import EpochPlans
 from daliload.stats import LoaderStats
 from daliload.runtime import refuse_bootstrapping_main
 from daliload.dataset import ROUTE_CODES, VideoIndex, VideoRow
