@@ -333,7 +333,7 @@ def test_summary_median_and_spread():
 
 
 def test_daliload_bench_says_where_the_benchmarks_are_and_imports_none(capsys):
-    from daliload import bench_cli
+    from daliload.commands import bench as bench_cli
     from daliload.cli import build_parser
 
     args = build_parser().parse_args(["bench"])
