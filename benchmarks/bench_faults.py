@@ -96,7 +96,7 @@ def memory_run(root: Path, args: argparse.Namespace, monitor: ResourceMonitor) -
 
 def _name_culprit(loader: KineticsDALILoader, victim: str) -> None:
     """Make DALI's errors name the bad file (DALI 2.4's "memory file" errors name none): no bisection needed."""
-    decoder = loader._dali_decoder()
+    decoder = loader.sources.dali().decoder
     real = decoder.result
 
     def named(*a, **kw):

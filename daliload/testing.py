@@ -44,7 +44,7 @@ def inject_faults(target: Any, faults: dict[str, str]) -> None:
     bad = {path: action for path, action in faults.items() if action not in ACTIONS}
     if bad:
         raise ValueError(f"unknown fault action(s) {bad}; actions are {ACTIONS}")
-    source = target if isinstance(target, FallbackSource) else target._fallback
+    source = target if isinstance(target, FallbackSource) else target.sources.fallback
     source.use_task_fn(functools.partial(faulty_rows, faults=dict(faults)))
 
 

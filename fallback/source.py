@@ -226,7 +226,8 @@ class FallbackSource:
         self.output = output.sized()
         self.decode = FallbackOptions(decode.threads, decode.skip_nonref, decode.timeout_s)  # hints: hint_of
         self.workers = workers
-        self._hint_of = hint_of or decode.hint
+        #: ``path -> StreamHint | None``: the seek hint a video's task carries (looked up when it is sent)
+        self.hint_of = hint_of or decode.hint
         self._frames_of = frames_of
         self._limit = None if decode.timeout_s is None else hard_limit(decode.timeout_s)
         self._task_fn = functools.partial(task_fn, output=output, decode=self.decode)
@@ -239,6 +240,10 @@ class FallbackSource:
         """Run ``task_fn`` in the workers from now on (a test double); restarts them."""
         self.close()
         self._task_fn = functools.partial(task_fn, output=self.output, decode=self.decode)
+
+    def start(self) -> list[int]:
+        """Start the workers now, not with the first group (``workers=0``: none); their pids."""
+        return self._workers().start() if self.workers else []
 
     @property
     def worker_pids(self) -> list[int]:
@@ -258,7 +263,7 @@ class FallbackSource:
         else:
             group = _Group(*shared_buffer(shape, dtype), samples)
         for rows, video in _video_tasks(samples):
-            hint = self._hint_of(video[0].path)
+            hint = self.hint_of(video[0].path)
             num_frames = self._frames_of(video[0].path) if self._frames_of is not None else \
                 (hint.num_frames if hint is not None else None)
             task = (rows, video, hint, shape, str(dtype).removeprefix("torch."), num_frames)

@@ -83,7 +83,7 @@ def test_a_pass_left_early_and_the_next_one_call_dali_from_one_thread(small_kine
     assert loader.dali_enabled and loader.device == "cpu"
     frames = {v.path: v.num_frames for v in loader.videos}
     calls: list[tuple[str, str]] = []
-    decoder = loader._dali_decoder()
+    decoder = loader.sources.dali().decoder
     decoder._pipes = [RecordingPipeline(pipe, calls) for pipe in decoder._pipes]
     checked = abandoned = by_dali = 0
     for round_ in range(12):

@@ -26,6 +26,8 @@ samples to idle CPU workers when NVDEC is saturated, would go there).
 Modules, by concept:
 
 * :mod:`._routes`: :class:`Routes`, where each file goes for the whole run;
+* :mod:`._progress`: :class:`EpochProgress`, the epoch the next pass draws
+  and the batch it starts at (``set_epoch``, checkpoints);
 * :mod:`._pass`: :class:`EpochPass`, the scheduler over the clip sources and
   the replacement loop;
 * :mod:`._merge`: the merge into one batch, :class:`BatchInfo` (what each row
@@ -33,14 +35,20 @@ Modules, by concept:
 * :mod:`._setup`: what a pass is given (:class:`PassSetup`) and counts
   (:class:`EpochCounters`), and :data:`PADDING_LABEL`;
 * :mod:`._plans`: :class:`EpochPlans`, a rank's plans by epoch, the next one
-  drawn ahead.
+  drawn ahead;
+* :mod:`._sources`: :class:`ClipSources`, the loader's two clip sources
+  (built from its split and settings, kept as long as it), and the per-path
+  lookups they need (:func:`stream_hint`: a manifest row's seek hint).
 """
 
 from daliload.epoch._merge import HOST_TRANSFER, BatchInfo, HeldOutputs, HostTransfer, HostTransferMode
 from daliload.epoch._pass import EpochPass
 from daliload.epoch._plans import EpochPlans
-from daliload.epoch._routes import DALI_FAILURE_STREAK, Routes
+from daliload.epoch._progress import EpochProgress
+from daliload.epoch._routes import DALI_FAILURE_STREAK, Routes, dali_videos
 from daliload.epoch._setup import PADDING_LABEL, EpochCounters, PassSetup
+from daliload.epoch._sources import ClipSources, DaliSetup, stream_hint
 
-__all__ = ["DALI_FAILURE_STREAK", "HOST_TRANSFER", "PADDING_LABEL", "BatchInfo", "EpochCounters", "EpochPass",
-           "EpochPlans", "HeldOutputs", "HostTransfer", "HostTransferMode", "PassSetup", "Routes"]
+__all__ = ["DALI_FAILURE_STREAK", "HOST_TRANSFER", "PADDING_LABEL", "BatchInfo", "ClipSources", "DaliSetup",
+           "EpochCounters", "EpochPass", "EpochPlans", "EpochProgress", "HeldOutputs", "HostTransfer",
+           "HostTransferMode", "PassSetup", "Routes", "dali_videos", "stream_hint"]

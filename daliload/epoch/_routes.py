@@ -6,12 +6,16 @@ DALI's samples when NVDEC is saturated) would change :class:`Routes`, nothing el
 
 from __future__ import annotations
 
+import logging
 import warnings
 
 import numpy as np
 
+from daliload.dataset import ROUTE_CODES, VideoIndex
 from daliload.failures import Failure
 from daliload.plan import Sample
+
+logger = logging.getLogger(__name__)
 
 #: DALI batches in a row that fail with no single file to blame before DALI is given up for the run.
 DALI_FAILURE_STREAK = 3
@@ -63,3 +67,15 @@ class Routes:
             warnings.warn(f"{self.dali_disabled}; the rest of this run decodes every file with the PyAV "
                           "fallback (loader.stats().dali_disabled)", RuntimeWarning, stacklevel=2)
 
+
+def dali_videos(index: VideoIndex, max_pixels: int | None) -> np.ndarray:
+    """By video, whether DALI decodes it: route ``dali`` and frames no larger than ``max_pixels``
+    (``DecodeSpec.dali_max_pixels``; ``None``: any size). The start of :class:`Routes`."""
+    on_dali = index.route == ROUTE_CODES["dali"]
+    if max_pixels is not None:
+        large = on_dali & (index.width.astype(np.int64) * index.height.astype(np.int64) > max_pixels)
+        if large.any():
+            on_dali &= ~large
+            logger.info("%d video(s) of route dali are larger than dali_max_pixels=%d: the fallback decodes "
+                        "them", int(large.sum()), max_pixels)
+    return on_dali

@@ -26,7 +26,7 @@ it was written; when some did, a copy in the per-user cache is brought up to
 date (only the changed files are probed) and used instead, and later jobs use
 that copy while the read-only one stays as it is.
 
-A manifest given to a loader as its source (:func:`check_manifest`) is
+A manifest given to a loader as its root (:func:`check_manifest`) is
 trusted after a cheap check: it is a whole scan, not one shard's, and a
 sample of its files still has the size and mtime it recorded.
 """
@@ -42,9 +42,11 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from daliload import runtime
+from daliload.dataset import VideoIndex
+from daliload.failures import Failure
 from daliload.prescreen.manifest import Manifest
 from daliload.prescreen.rules import Device, check_device
 from daliload.prescreen.scan import ScanSpec, cache_manifest_path, check_changes, check_root, scan
@@ -330,3 +332,51 @@ def forget_checks() -> None:
     """Forget the checks this process did (the next :func:`ensure_manifest` checks again); for tests."""
     with _checked_lock:
         _checked.clear()
+
+
+#: What a loader takes for a manifest rather than a dataset root (``KineticsDALILoader(root)``).
+MANIFEST_SUFFIXES = (".sqlite", ".sqlite3", ".db")
+
+
+class SplitVideos(NamedTuple):
+    """A split's videos as a job reads them from its manifest (:func:`split_videos`).
+
+    Attributes:
+        manifest_path: the manifest read.
+        classes: the class names, by label.
+        videos: the decodable videos (every route but ``bad``), as columns;
+            row ``i`` is ``Sample.video_index`` ``i`` of every plan drawn from them.
+        rejected: ``(path, reason)`` of the files the pre-screen marked ``bad``.
+    """
+
+    manifest_path: Path
+    classes: tuple[str, ...]
+    videos: VideoIndex
+    rejected: tuple[Failure, ...]
+
+
+def split_videos(root: Path, split: str, *, device: Device, scan: ScanSpec) -> SplitVideos:
+    """Scan ``root`` if it is a dataset root (:func:`ensure_manifest`; a manifest: :func:`check_manifest`), then
+    read ``split``'s videos for ``device`` from the manifest.
+
+    Raises:
+        ValueError: ``split`` is not in the manifest, or has no decodable video.
+    """
+    if root.is_file() and root.suffix in MANIFEST_SUFFIXES:
+        manifest_path = Path(check_manifest(root, scan=scan))
+    else:
+        manifest_path = Path(ensure_manifest(root, device=device, scan=scan,
+                                             splits=tuple(dict.fromkeys(("train", "val", split)))))
+    with Manifest(manifest_path) as manifest:
+        known_splits = manifest.splits()
+        if split not in known_splits:
+            raise ValueError(f"split {split!r} is not in the manifest {manifest_path}; "
+                             f"it has: {', '.join(known_splits) or 'no split'}")
+        index = manifest.video_index(split, device=device)
+        classes = manifest.classes()
+    rejected = tuple(Failure(path, reason) for path, reason in index.rejected())
+    videos = index.decodable()
+    if not len(videos):
+        raise ValueError(f"split {split!r} of {manifest_path} has no decodable video "
+                         f"({len(rejected)} rejected by the pre-screen)")
+    return SplitVideos(manifest_path, tuple(classes), videos, rejected)
