@@ -33,8 +33,9 @@ Where the manifest goes by default (:func:`default_manifest_path`)::
       (~/.cache when XDG_CACHE_HOME is unset; <hash> is derived from ROOT's
        absolute path, so each dataset gets its own file)
 
-The test-only fault hook (``DALILOAD_TEST_PROBE_FAULT``) is described in
-:mod:`daliload.prescreen.probe_pool`; :func:`scan` reads it when it starts.
+Tests make chosen files' probes hang, crash or raise with a test double of
+the probe workers' task (:func:`daliload.testing.probe_faults`), not with a
+switch in the scan.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from daliload import runtime
 from daliload.prescreen.manifest import Manifest
-from daliload.prescreen.probe_pool import FAULT_ENV, ProbeTask, probe_into
+from daliload.prescreen.probe_pool import ProbeTask, probe_into
 from daliload.prescreen.confirm import confirm_classes, gpu_visible
 from daliload.prescreen.gpus import resolve_gpu
 from daliload.prescreen.rules import ROUTES, Device, check_device
@@ -65,7 +66,7 @@ from daliload.prescreen.scan_listing import (
 from daliload.runtime import refuse_bootstrapping_main, usable_cores
 from daliload.dataset import ALL_FILES, Shard
 
-__all__ = ["PROBE_TIMEOUT_S", "DEEP_TIMEOUT_S", "FAULT_ENV", "ScanSpec", "ScanSummary", "scan", "default_workers",
+__all__ = ["PROBE_TIMEOUT_S", "DEEP_TIMEOUT_S", "ScanSpec", "ScanSummary", "scan", "default_workers",
            "totals_from_json", "default_manifest_path", "cache_manifest_path", "check_root", "check_changes"]
 
 
@@ -277,7 +278,6 @@ def scan(
         raise ValueError(f"shard={shard} needs a dataset root (a share is chosen by the path under the root)")
     listed = stat_records(listing.records, listing.root, shard)
     digest = listing_digest(listed, splits=listing.splits, shard=shard, deep_device=device if deep else None)
-    fault = os.environ.get(FAULT_ENV, "")
     device_id = runtime.local_rank()
     with Manifest(listing.manifest_path, writable=True) as manifest:
         _check_part(manifest, shard, listing.root)
@@ -285,7 +285,7 @@ def scan(
         unchanged = not retry_bad and known is not None and known.get("digest") == digest
         changes = Changes([], [], None) if unchanged else find_changes(manifest, listed, device, deep, retry_bad)
         manifest.update_meta(changes.relabelled)
-        tasks = [ProbeTask(i, rec.path, device if deep else None, device_id=device_id, fault=fault)
+        tasks = [ProbeTask(i, rec.path, device if deep else None, device_id=device_id)
                  for i, rec in enumerate(changes.to_probe)]  # fmt: skip
         probe_into(
             manifest,
