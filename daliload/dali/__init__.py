@@ -8,6 +8,8 @@ Modules, by concept (each imports only those after it):
 * :mod:`._pipeline`: :class:`DaliClipDecoder`, the DALI pipelines
   (``fn.decoders.video`` + ``fn.resize`` + ``fn.crop_mirror_normalize``) fed
   batch by batch with the plan, and :class:`DecodedBatch`;
+* :mod:`._graph`: one pipeline's graph, built, fed a batch, its outputs read
+  as torch tensors;
 * :mod:`._cutter`: :class:`WindowCutter`, the cuts (the packets a window
   needs, ``fallback.cut``) made in worker processes ahead of DALI;
 * :mod:`._wait`: the one thread that calls a pipeline and waits for it with a
