@@ -2,10 +2,15 @@
 
 Layers (imports go down only; see ``docs/architecture.md``):
 
+* :mod:`fallback.numbering` numbers a file's frames and says where a decode
+  may start (:class:`StreamHint`, :func:`probe_hint`); :mod:`fallback.cut`
+  copies the packets a window needs for DALI;
 * :mod:`fallback.decode` decodes only the frames of one clip window
-  (:func:`decode_window`); :mod:`fallback.transform` crops, resizes, flips and
+  (:func:`decode_window`; :class:`DecodeError`, of :mod:`fallback.errors`,
+  when it cannot); :mod:`fallback.transform` crops, resizes, flips and
   normalizes them as the plan says (:func:`apply_plan`); :mod:`fallback.views`
-  decodes all the windows of one video in one pass.
+  decodes all the windows of one video in one pass, with the knobs of
+  :class:`FallbackOptions` (:mod:`fallback.options`).
 * :mod:`fallback.source`: :class:`FallbackSource`, the clip source an epoch
   pass sends the fallback's samples to: supervised worker processes
   (:class:`daliload.runtime.WorkerPool`) writing clips into shared memory.
@@ -25,8 +30,9 @@ from daliload.runtime import lazy_exports
 
 _EXPORTS = {
     "daliload.failures": ("Failure", "NoReplacementError", "TooManyFailuresError"),
-    "fallback.decode": ("DecodedClip", "DecodeError", "decode_window", "probe_hint"),
-    "fallback.numbering": ("StreamHint",),
+    "fallback.decode": ("DecodedClip", "decode_window"),
+    "fallback.errors": ("DecodeError",),
+    "fallback.numbering": ("StreamHint", "probe_hint"),
     "fallback.options": ("FallbackOptions",),
     "fallback.source": ("FallbackSource", "decode_sample"),
     "fallback.transform": ("apply_plan",),
@@ -37,8 +43,9 @@ __all__ = sorted(_MODULE_OF)
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports on first use
     from daliload.failures import Failure, NoReplacementError, TooManyFailuresError
-    from fallback.decode import DecodedClip, DecodeError, decode_window, probe_hint
-    from fallback.numbering import StreamHint
+    from fallback.decode import DecodedClip, decode_window
+    from fallback.errors import DecodeError
+    from fallback.numbering import StreamHint, probe_hint
     from fallback.options import FallbackOptions
     from fallback.source import FallbackSource, decode_sample
     from fallback.transform import apply_plan
