@@ -38,7 +38,7 @@ def test_the_loader_keeps_its_videos_as_columns_and_plans_from_them(small_kineti
     path = next(v.path for v in index if v.keyframes and v.keyframes[0] == 0 and not v.vfr)
     assert hint_of(path).keyframe_indices == index[index.find(path)].keyframes
     assert hint_of("/not/in/the/split.mp4") is None
-    assert loader._setup.num_frames(path) == index[index.find(path)].num_frames
+    assert loader.sources.frames_of(path) == index[index.find(path)].num_frames  # what the pass and DALI read
     with pytest.raises((AttributeError, pickle.PicklingError)):  # the index stays in the training process
         pickle.dumps(hint_of)
     loader.close()
