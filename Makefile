@@ -29,7 +29,7 @@ demo: venv
 	$(VENV)/bin/daliload demo --out $(DEMO_DIR)
 
 # ruff (settings in pyproject.toml) and the import contracts that keep the layers
-# (README "Layout"; [tool.importlinter] in pyproject.toml).
+# ([tool.importlinter] in pyproject.toml, shown in docs/architecture.md "Layers").
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports

@@ -36,8 +36,8 @@ import time
 
 from benchmarks.datasets import kinetics_layout, prepare_dataset, standard_specs
 from benchmarks.options import int_at_least
-from benchmarks.report import (add_output_options, append_markdown, load_average, machine_info, publish, run_heading,
-                               write_marked)
+from benchmarks.report import add_output_options, append_markdown, load_average, publish, run_heading, write_marked
+from benchmarks.machine import machine_info
 from daliload.loader import DecodeSpec, KineticsDALILoader
 
 CHAPTER = "## DALI fed the window: `python -m benchmarks.bench_dali_window`"

@@ -31,14 +31,8 @@ import statistics
 import time
 
 from benchmarks.datasets import kinetics_layout, prepare_dataset, standard_specs
-from benchmarks.report import (
-    add_output_options,
-    append_markdown,
-    load_average,
-    machine_info,
-    publish,
-    run_heading,
-)
+from benchmarks.report import add_output_options, append_markdown, load_average, publish, run_heading
+from benchmarks.machine import machine_info
 from daliload.loader import DecodeSpec, KineticsDALILoader
 
 CHAPTER = "## Epoch start: `python -m benchmarks.bench_epoch_start`"

@@ -208,11 +208,12 @@ class FallbackPasses:
 
     def __init__(self, samples, output, *, batch_size: int, workers: int, skip_nonref: bool) -> None:
         from daliload.epoch import PassSetup
-        from fallback.source import DecodeOptions, FallbackSource
+        from fallback.options import FallbackOptions
+        from fallback.source import FallbackSource
 
         self.samples = list(samples)
         self.batches = [self.samples[i:i + batch_size] for i in range(0, len(self.samples), batch_size)]
-        self.source = FallbackSource(output, DecodeOptions(skip_nonref=skip_nonref, timeout_s=60.0), workers=workers)
+        self.source = FallbackSource(output, FallbackOptions(skip_nonref=skip_nonref, timeout_s=60.0), workers=workers)
         self.setup = PassSetup(output=output, device=torch.device("cpu"), label_padding=False, mask_failed=False,
                                prefetch=2, num_frames=lambda path: None)
 

@@ -31,9 +31,10 @@ import time
 from pathlib import Path
 
 from benchmarks.metrics import ResourceMonitor
-from benchmarks.report import add_output_options, load_average, machine_info, machine_line, publish, versions_line
+from benchmarks.report import add_output_options, load_average, publish
+from benchmarks.machine import machine_info, machine_line, versions_line
 from daliload.loader import DecodeSpec, KineticsDALILoader
-from daliload.pipeline import DaliBatchError
+from daliload.dali import DaliBatchError
 from daliload.synth.dataset import SynthSpec, generate_dataset
 
 
@@ -95,7 +96,7 @@ def memory_run(root: Path, args: argparse.Namespace, monitor: ResourceMonitor) -
 
 def _name_culprit(loader: KineticsDALILoader, victim: str) -> None:
     """Make DALI's errors name the bad file (DALI 2.4's "memory file" errors name none): no bisection needed."""
-    decoder = loader._dali_decoder()
+    decoder = loader.sources.dali().decoder
     real = decoder.result
 
     def named(*a, **kw):

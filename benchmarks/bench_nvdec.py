@@ -14,8 +14,8 @@ epoch's draws), then, in this one process:
    files, after a warm-up epoch;
 2. every setting of ``--threads`` x ``--pipelines`` (default {8, 16, 32} x
    {1, 2, 4, 7}, most pipelines first): the loader's DALI path itself
-   (:class:`daliload.epoch.EpochPass` over :class:`daliload.dali_source.DaliSource`
-   over :class:`daliload.pipeline.DaliClipDecoder`, whole files fed, the
+   (:class:`daliload.epoch.EpochPass` over :class:`daliload.dali.DaliSource`
+   over :class:`daliload.dali.DaliClipDecoder`, whole files fed, the
    merge's copy into torch memory included) with the loader's prefetch rule
    for that many pipelines (``DecodeSpec.batches_ahead``), a warm-up of a
    few batches, then one timed epoch of at least ``--min-clips`` clips, a
@@ -51,11 +51,11 @@ from typing import Sequence
 
 from benchmarks.datasets import HD_DATASETS, STANDARD, Dataset, loader_order, prepare_dataset, standard_specs
 from benchmarks.options import REPO_ROOT, _int_list, _size, int_at_least
-from benchmarks.report import add_output_options, append_markdown, load_average, machine_info, machine_line, \
-    versions_line
+from benchmarks.report import add_output_options, append_markdown, load_average
+from benchmarks.machine import machine_info, machine_line, versions_line
 from benchmarks.task import TaskSpec, from_start_decode_estimate
 from daliload.plan import Sample
-from daliload.processes import usable_cores
+from daliload.runtime import usable_cores
 
 CHAPTER = "## NVDEC sweep: `python -m benchmarks.bench_nvdec`"
 THREADS = (8, 16, 32)
@@ -134,7 +134,7 @@ def timed_clips(pipelines: int, batch_size: int, min_clips: int) -> int:
 
 def why_not_here(device: str) -> str | None:
     """Why DALI cannot decode on ``device`` here, or None."""
-    from daliload.dali_errors import INSTALL_HINT, is_dali_available
+    from daliload.dali import INSTALL_HINT, is_dali_available
 
     if not is_dali_available():
         return f"DALI is not installed; {INSTALL_HINT}"
@@ -211,11 +211,11 @@ def measure_setting(threads: int, pipelines: int, samples: list[Sample], dataset
     import numpy as np
     import torch
 
-    from daliload.dali_source import DaliSource
+    from daliload.dali import DaliSource
     from daliload.epoch import EpochCounters, EpochPass, PassSetup, Routes
     from daliload.failures import FailureBudget
     from daliload.options import DecodeSpec
-    from daliload.pipeline import DaliClipDecoder
+    from daliload.dali import DaliClipDecoder
     from fallback.source import FallbackSource
 
     task = TaskSpec(batch_size=args.batch_size, crop_size=args.crop_size, seed=args.seed)

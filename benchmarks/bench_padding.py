@@ -4,7 +4,7 @@
 clip (DALI decodes VP9 on the CPU; default 10 s at 30 fps, 340x256, a keyframe
 every 250 frames, as Kinetics downloads have) and decodes windows of
 ``--clip-len`` frames at ``--stride`` whose last ``P`` frames lie past its end,
-for several ``P``, through :class:`daliload.pipeline.DaliClipDecoder` twice:
+for several ``P``, through :class:`daliload.dali.DaliClipDecoder` twice:
 
 - DALI pads (no ``num_frames``): ``start_frame``/``sequence_length`` with
   ``pad_mode="edge"``; DALI decodes the file again for every repeat;
@@ -30,8 +30,8 @@ from pathlib import Path
 import torch
 
 from benchmarks.metrics import summarize
-from benchmarks.report import (add_output_options, append_markdown, load_average, machine_info, machine_line, publish,
-                               versions_line)
+from benchmarks.report import add_output_options, append_markdown, load_average, publish
+from benchmarks.machine import machine_info, machine_line, versions_line
 from daliload.plan import CropBox, OutputSpec, Sample
 
 CHAPTER = "## Windows past a file's end on DALI: `python -m benchmarks.bench_padding`"
@@ -102,7 +102,7 @@ def timed(decoder, sample: Sample, runs: int) -> tuple[dict, torch.Tensor]:
 
 
 def measure(args: argparse.Namespace, path: Path) -> list[dict]:
-    from daliload.pipeline import DaliClipDecoder
+    from daliload.dali import DaliClipDecoder
 
     rows = []
     options = {"batch_size": 1, "device": "cpu", "num_threads": 1}
@@ -146,7 +146,7 @@ def markdown(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from daliload.dali_errors import is_dali_available
+    from daliload.dali import is_dali_available
 
     if not is_dali_available():
         print("nvidia-dali is not installed: nothing to measure (pip install 'daliload[cuda13]')")

@@ -27,15 +27,8 @@ import time
 from pathlib import Path
 
 from benchmarks.datasets import layout_relpath, prepare_dataset, standard_specs
-from benchmarks.report import (
-    add_output_options,
-    append_markdown,
-    load_average,
-    machine_info,
-    publish,
-    run_heading,
-    write_marked,
-)
+from benchmarks.machine import machine_info
+from benchmarks.report import add_output_options, append_markdown, load_average, publish, run_heading, write_marked
 from daliload.loader import DecodeSpec, KineticsDALILoader
 
 CHAPTER = "## Repeated sampling: `python -m benchmarks.bench_repeated`"

@@ -70,7 +70,8 @@ from benchmarks.scale_report import (FRESH_FILES, FRESH_SHARDS, LOADER_OPTIONS, 
                                      readme_figures)
 from benchmarks.options import int_at_least
 from benchmarks.scale_tree import build_tree, replicate_manifest, seed_manifest, source_clips
-from benchmarks.report import (add_output_options, append_markdown, load_average, machine_info, publish, write_marked)
+from benchmarks.report import add_output_options, append_markdown, load_average, publish, write_marked
+from benchmarks.machine import machine_info
 
 CHAPTER = "## Kinetics-700 at full size: `python -m benchmarks.bench_scale`"
 WORLD_SIZES = (1, 64)
@@ -241,7 +242,7 @@ def child_fresh_scan(a: dict) -> dict:
 
         if "shard" not in inspect.signature(scan).parameters:  # a daliload from before shards (a --baseline run)
             return {"unsupported": "this daliload's scan has no shards"}
-        from daliload.shard import parse_shard
+        from daliload.dataset import parse_shard
 
         kwargs["shard"] = parse_shard(a["shard"])
     before = resource.getrusage(resource.RUSAGE_SELF)
@@ -280,7 +281,7 @@ def child_main(kind: str, child_args: str) -> int:
 
     import daliload.loader  # noqa: F401
     import daliload.prescreen  # noqa: F401
-    from daliload.dali_errors import is_dali_available
+    from daliload.dali import is_dali_available
 
     is_dali_available()  # DALI's import (about 90 MiB, whatever the dataset) is not the loader's to count
 

@@ -28,13 +28,13 @@ import time
 from pathlib import Path
 
 from benchmarks.metrics import ResourceMonitor
-from benchmarks.report import (add_output_options, append_markdown, load_average, machine_info, machine_line, publish,
-                               versions_line, write_marked)
+from benchmarks.report import add_output_options, append_markdown, load_average, publish, write_marked
+from benchmarks.machine import machine_info, machine_line, versions_line
 from daliload.loader import DecodeSpec, KineticsDALILoader
 from daliload.prescreen import Manifest, scan
 from daliload.synth.dataset import SynthSpec, generate_dataset
 from daliload.transcode import Shard, TranscodeOptions, transcode_dataset
-from daliload.processes import usable_cores
+from daliload.runtime import usable_cores
 
 HERE = Path(__file__).resolve().parent
 SECTION = "## Transcode: `python -m benchmarks.bench_transcode`"

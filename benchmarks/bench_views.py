@@ -16,7 +16,7 @@ not more threads at work:
   view, one open and one decode per view, as a loop over single-view loaders
   would;
 - DALI, together: one batch of the video's ``T * S`` views, its file read once
-  and its bytes given to every view (what :class:`daliload.pipeline.DaliClipDecoder`
+  and its bytes given to every view (what :class:`daliload.dali.DaliClipDecoder`
   does for a multi-view batch);
 - DALI, each view on its own: the same batch of ``T * S`` views, the file read
   once per view (each view names the file through its own symbolic link, so
@@ -45,12 +45,13 @@ from pathlib import Path
 from typing import Callable
 
 from benchmarks.metrics import summarize
-from benchmarks.report import (add_output_options, append_markdown, load_average, machine_info, machine_line, publish,
-                               record_section, versions_line, write_marked)
+from benchmarks.report import add_output_options, append_markdown, load_average, publish, record_section, write_marked
+from benchmarks.machine import machine_info, machine_line, versions_line
 from daliload.plan import AugmentSpec, ClipSpec, OutputSpec, VideoInfo, make_val_plan
 from daliload.prescreen import probe_file
 from daliload.synth.dataset import SynthSpec, generate_dataset
-from fallback.source import DecodeOptions, decode_sample
+from fallback.options import FallbackOptions
+from fallback.source import decode_sample
 from fallback.views import decode_views
 
 CHAPTER = "## Multi-view evaluation: `python -m benchmarks.bench_views`"
@@ -113,7 +114,7 @@ def timed(work: Callable[[list[list]], int], groups: list[list], runs: int) -> d
 
 
 def fallback_rows(groups: list[list], runs: int) -> dict:
-    options = DecodeOptions()
+    options = FallbackOptions()
 
     def together(part: list[list]) -> int:
         return sum(len(decode_views(group, OUTPUT, options)[0]) for group in part)
@@ -144,8 +145,8 @@ def own_reads(groups: list[list], folder: Path) -> list[list]:
 
 
 def dali_rows(groups: list[list], runs: int, threads: int, links: Path) -> dict:
-    from daliload.dali_errors import is_dali_available
-    from daliload.pipeline import DaliClipDecoder
+    from daliload.dali import is_dali_available
+    from daliload.dali import DaliClipDecoder
 
     if not is_dali_available():
         return {"skipped": "nvidia-dali is not installed"}

@@ -22,7 +22,8 @@ import json
 import sys
 from pathlib import Path
 
-from benchmarks.report import append_markdown, machine_line, publish
+from benchmarks.report import append_markdown, publish
+from benchmarks.machine import machine_line
 
 CHAPTER = "## Before and after a change: `python -m benchmarks.compare_runs`"
 #: dataset name prefix -> the loader the whole loader routes its files to on the CPU

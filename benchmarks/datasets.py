@@ -264,7 +264,7 @@ def layout_relpath(video: BenchVideo) -> str:
 def loader_order(dataset: Dataset) -> list[int]:
     """Indices of ``dataset.videos`` in the order daliload's manifest lists the Kinetics layout.
 
-    The manifest (like :func:`daliload.index.load_index`) lists a split sorted
+    The manifest (like :func:`daliload.dataset.load_index`) lists a split sorted
     by path; planning over the videos in this order draws the same windows,
     crops and flips as :class:`daliload.KineticsDALILoader` does on
     :func:`kinetics_layout`. Worked example: clips 0..3 with labels 0, 1, 2, 0

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from benchmarks.datasets import STANDARD
 from benchmarks.options import REPO_ROOT, add_arguments
-from daliload.processes import usable_cores
+from daliload.runtime import usable_cores
 
 if TYPE_CHECKING:
     from benchmarks.datasets import Dataset
@@ -340,7 +340,7 @@ def _profile_all(result: dict, json_path: Path, state: RunState) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from benchmarks.report import machine_info
+    from benchmarks.machine import machine_info
 
     started = time.monotonic()
     if args.report_from:

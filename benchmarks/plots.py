@@ -11,7 +11,7 @@ import os
 import textwrap
 from pathlib import Path
 
-from benchmarks.report import machine_line
+from benchmarks.machine import machine_line
 
 def _datasets_and_loaders(main: list[dict]) -> tuple[list[str], list[str]]:
     """The datasets, and the loaders (not ceilings), of the main measurements, in the order they ran."""

@@ -20,91 +20,16 @@ their spread:
 
 from __future__ import annotations
 
-import datetime as _dt
-import importlib.metadata
 import argparse
 import json
 import os
-import platform
-import shutil
 import statistics
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from benchmarks.machine import machine_line, versions_line
 from benchmarks.metrics import Summary, summarize
-from daliload.processes import usable_cores
-
-_PACKAGES = ("torch", "av", "numpy", "nvidia-dali-cuda130", "nvidia-dali-cuda120", "torchcodec", "decord",
-             "spdl", "spdl_io", "spdl_core", "psutil")
-
-
-def machine_info(label: str = "") -> dict:
-    """CPU model, cores, memory, GPU, library versions and the date (UTC) of this machine."""
-    cpu_model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu_model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    memory_gib = None
-    try:
-        with open("/proc/meminfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    memory_gib = round(int(line.split()[1]) / 1024 / 1024, 1)
-                    break
-    except OSError:
-        pass
-    versions = {}
-    for package in _PACKAGES:
-        try:
-            versions[package] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    try:
-        import av
-
-        versions["ffmpeg (PyAV)"] = str(av.ffmpeg_version_info)
-    except ImportError:
-        pass
-    gpu = None
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        result = subprocess.run([smi, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-                                capture_output=True, text=True, timeout=30, check=False)
-        if result.returncode == 0 and result.stdout.strip():
-            gpu = result.stdout.strip().splitlines()[0]
-    usable = usable_cores()
-    return {
-        "label": label,
-        "cpu_model": cpu_model,
-        "cpu_cores": os.cpu_count(),
-        "cpu_cores_usable": usable,
-        "memory_gib": memory_gib,
-        "gpu": gpu,
-        "python": platform.python_version(),
-        "versions": versions,
-        "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-    }
-
-
-def machine_line(machine: dict) -> str:
-    """One line naming the machine, e.g. for table captions and plot titles."""
-    label = f"{machine['label']}: " if machine.get("label") else ""
-    gpu = machine.get("gpu") or "no GPU"
-    return (f"{label}{machine['cpu_model']}, {machine['cpu_cores_usable']} cores usable "
-            f"({machine['cpu_cores']} online), {machine.get('memory_gib')} GiB RAM, {gpu}; {machine['date_utc']}")
-
-
-def versions_line(machine: dict) -> str:
-    parts = [f"Python {machine['python']}"] + [f"{k} {v}" for k, v in machine["versions"].items()]
-    return ", ".join(parts)
-
 
 def run_heading(title: str, name: str, command: str, result: dict, description: str) -> list[str]:
     """A run section's heading and first paragraph: the command, the versions, the load at the start and

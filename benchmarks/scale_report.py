@@ -8,7 +8,8 @@
 
 from __future__ import annotations
 
-from benchmarks.report import machine_line, run_heading
+from benchmarks.machine import machine_line
+from benchmarks.report import run_heading
 from benchmarks.scale_tree import NUM_CLASSES, VAL_PER_100
 
 #: Videos of the tree every file of which a first scan probes (the probe's rate does not depend on N), and the

@@ -25,7 +25,7 @@ def source_clips(args: argparse.Namespace, work: Path) -> list[Path]:
     folder = work / "sources"
     folder.mkdir(parents=True, exist_ok=True)
     if args.clips is not None:
-        from daliload.index import VIDEO_EXTENSIONS
+        from daliload.dataset import VIDEO_EXTENSIONS
 
         found = sorted(p for p in Path(args.clips).rglob("*") if p.suffix.lower() in VIDEO_EXTENSIONS and p.is_file())
         if not found:

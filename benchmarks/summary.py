@@ -216,7 +216,7 @@ def _cell(result: dict, loader: str, dataset: str) -> str:
 
 def readme_section(result: dict) -> str:
     """The README's speed section for this run (what goes between the markers)."""
-    from benchmarks.report import machine_line
+    from benchmarks.machine import machine_line
 
     machine, settings = result["machine"], result["settings"]
     present = [lo for lo in _README_LOADERS if any(m["loader"] == lo and m["status"] == "ok"

@@ -138,7 +138,7 @@ def seek_decode_estimate(frame_indices: Sequence[int], keyframes: Sequence[int])
 def from_start_decode_estimate(frame_indices: Sequence[int]) -> int:
     """Frames a decoder with no frame index decodes: every frame from 0 through the last index.
 
-    DALI's ``fn.decoders.video`` builds no index (see :mod:`daliload.pipeline`):
+    DALI's ``fn.decoders.video`` builds no index (see :mod:`daliload.dali._pipeline`):
     it reaches a window by decoding from frame 0. Worked example: indices
     ``252, ..., 299`` decode 300 frames, where a seeking decoder decodes 50.
     """

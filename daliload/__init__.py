@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from daliload.lazy import lazy_exports
+from daliload.runtime import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -28,10 +28,10 @@ _EXPORTS = {
     "CropBox": "daliload.plan",
     "Sample": "daliload.plan",
     "BatchInfo": "daliload.epoch",
-    "EpochSampler": "daliload.loader",
+    "EpochSampler": "daliload.epoch",
     "Manifest": "daliload.prescreen",
     "scan": "daliload.prescreen",
-    "load_index": "daliload.index",
+    "load_index": "daliload.dataset",
     "evaluate": "daliload.evaluation",
     "EvalResult": "daliload.evaluation",
     "EvaluationCountError": "daliload.evaluation",
@@ -41,10 +41,11 @@ __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports on first use
     from daliload.evaluation import EvalResult, EvaluationCountError, evaluate
-    from daliload.index import load_index
+    from daliload.dataset import load_index
     from daliload.failures import DecodeFailureWarning, FailedVideo, Failure, TooManyFailuresError
     from daliload.epoch import BatchInfo
-    from daliload.loader import EpochSampler, KineticsDALILoader
+    from daliload.epoch import EpochSampler
+    from daliload.loader import KineticsDALILoader
     from daliload.options import DecodeSpec
     from daliload.stats import LoaderStats
     from daliload.plan import AugmentSpec, ClipSpec, CropBox, OutputSpec, Sample

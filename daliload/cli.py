@@ -14,10 +14,10 @@ import sys
 #: subcommand -> module implementing it
 COMMANDS: dict[str, str] = {
     "synth": "daliload.synth.cli",
-    "bench": "daliload.bench_cli",
+    "bench": "daliload.commands.bench",
     "scan": "daliload.prescreen.cli",
-    "preview": "daliload.preview",
-    "demo": "daliload.demo",
+    "preview": "daliload.commands.preview",
+    "demo": "daliload.commands.demo",
     "transcode": "daliload.transcode.cli",
 }
 

@@ -41,7 +41,7 @@ from typing import Any, Literal, Sequence
 import torch
 from tqdm import tqdm
 
-from daliload import dist
+from daliload import runtime
 
 Reduce = Literal["mean", "max"]
 
@@ -164,7 +164,7 @@ def evaluate(
 
 def _shows_progress(progress: bool | None) -> bool:
     """Rank 0 only; ``None``: when stderr is a terminal (not in a log file or a CI job)."""
-    if dist.rank() != 0 or progress is False:
+    if runtime.rank() != 0 or progress is False:
         return False
     if progress is None:
         isatty = getattr(sys.stderr, "isatty", None)
@@ -267,7 +267,7 @@ def _count(tally: _RankTally, scores: torch.Tensor, label: int, ks: list[int]) -
 
 def _combine(loader: Any, tally: _RankTally, scores: dict[int, torch.Tensor], ks: list[int]) -> EvalResult:
     """Every rank's tally, checked for exactly-once and summed in rank order."""
-    tallies: list[_RankTally] = dist.all_gather_object(tally)
+    tallies: list[_RankTally] = runtime.all_gather_object(tally)
     videos = loader.videos
     _check_exactly_once(videos, tallies)
     scored = sum(len(t.scored) for t in tallies)
@@ -279,7 +279,7 @@ def _combine(loader: Any, tally: _RankTally, scores: dict[int, torch.Tensor], ks
         per_class.append(sum(t.class_correct.get(label, 0) for t in tallies) / total if total else math.nan)
     present = [acc for acc in per_class if not math.isnan(acc)]
     loss_ok = all(t.loss_ok for t in tallies) and scored > 0
-    gathered = dist.gather_object(scores)
+    gathered = runtime.gather_object(scores)
     video_scores = None
     if gathered is not None:
         video_scores = {str(videos[i].path): s for part in gathered for i, s in part.items()}

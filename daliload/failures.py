@@ -97,9 +97,9 @@ def _runs(numbers: Sequence[int]) -> str:
 class DecodeFailureWarning(RuntimeWarning, UserWarning):
     """Some samples of an epoch failed to decode and were replaced.
 
-    Both a ``RuntimeWarning`` (what the loader always raised) and a
-    ``UserWarning`` (what the fallback loader always raised), so filters
-    written for either keep working.
+    Both a ``RuntimeWarning`` and a ``UserWarning``, so that a filter written
+    for either category (``-W error::RuntimeWarning``, pytest's
+    ``filterwarnings``) catches it.
     """
 
 
@@ -156,9 +156,7 @@ class FailureBudget:
         num_videos: distinct videos in the epoch (the limit's base).
         max_fraction: raise once more than this fraction of ``num_videos``
             have failed; the fraction allows at least one failed video.
-            ``None``: no fractional limit. Default 5 %.
-        max_count: raise once more than this many videos have failed.
-            ``None``: no count limit. When both are given both apply.
+            ``None``: no limit. Default 5 % (``DecodeSpec.max_failure_fraction``).
         masked: the owner masks failed slots (label -1: evaluation splits)
             instead of keeping a replacement's label; the warning says so.
 
@@ -167,13 +165,10 @@ class FailureBudget:
     """
 
     def __init__(self, num_videos: int, *, max_fraction: float | None = DEFAULT_MAX_FAILURE_FRACTION,
-                 max_count: int | None = None, masked: bool = False) -> None:
+                 masked: bool = False) -> None:
         if max_fraction is not None and not 0 <= max_fraction <= 1:
             raise ValueError(f"max_failure_fraction must be in [0, 1] or None, got {max_fraction!r}")
-        if max_count is not None and (not isinstance(max_count, int) or max_count < 0):
-            raise ValueError(f"max_failures must be an integer >= 0 or None, got {max_count!r}")
         self.max_fraction = max_fraction
-        self.max_count = max_count
         self.masked = masked
         self.reset(num_videos)
 
@@ -218,15 +213,10 @@ class FailureBudget:
     def check(self) -> None:
         """Raise :class:`TooManyFailuresError` when the failed videos exceed the limit."""
         n, total = len(self._failures), self.num_videos
-        limit = None
-        if self.max_count is not None and n > self.max_count:
-            limit = f"max_failures={self.max_count}"
-        elif self.max_fraction is not None and n > max(1.0, self.max_fraction * total):
-            limit = (f"max_failure_fraction={self.max_fraction:g} of {total} videos "
-                     f"({max(1.0, self.max_fraction * total):g} allowed)")
-        if limit is not None:
+        if self.max_fraction is not None and n > max(1.0, self.max_fraction * total):
             self._exceeded = True
-            raise TooManyFailuresError(self.failures, total, limit)
+            raise TooManyFailuresError(self.failures, total, f"max_failure_fraction={self.max_fraction:g} of {total} "
+                                       f"videos ({max(1.0, self.max_fraction * total):g} allowed)")
 
     # -- reading --------------------------------------------------------------------
 
@@ -244,20 +234,17 @@ class FailureBudget:
         """How many failed videos failed first with ``kind``."""
         return sum(f.kind == kind for f in self._failures.values())
 
-    def warn(self, *, detail: str = "", stacklevel: int = 2) -> None:
+    def warn(self, *, stacklevel: int = 2) -> None:
         """Warn once per epoch, with totals and the first failure, if anything failed.
 
         Args:
-            detail: extra counts the owner knows (e.g. worker restarts), put in
-                the parentheses after the failure kinds.
             stacklevel: as for :func:`warnings.warn`, counted from the caller.
         """
         if not self._failures or self._warned:
             return
         self._warned = True
         first = next(iter(self._failures.values()))
-        kinds = (f"{self.count('timeout')} timeouts, {self.count('crash')} worker deaths"
-                 + (f", {detail}" if detail else ""))
+        kinds = f"{self.count('timeout')} timeouts, {self.count('crash')} worker deaths"
         if self._exceeded:
             outcome = ", more than the limit allows, and the pass stopped"
         else:
@@ -269,4 +256,4 @@ class FailureBudget:
 
     def __repr__(self) -> str:
         return (f"FailureBudget(failures={len(self._failures)}, replaced={len(self._replacements)}, "
-                f"num_videos={self.num_videos}, max_fraction={self.max_fraction}, max_count={self.max_count})")
+                f"num_videos={self.num_videos}, max_fraction={self.max_fraction})")

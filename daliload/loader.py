@@ -10,47 +10,40 @@ Per epoch and rank::
             cuda:LOCAL_RANK (or the CPU)
 
 This module holds the loader's state across epochs (epoch, resume point,
-routes, the two clip sources, whose processes and pipelines live as long as
-the loader), checkpointing and :class:`LoaderStats`. Its options and their
-checks live in :mod:`daliload.options`, the work of a pass in
-:mod:`daliload.epoch`; failures are counted by one
+routes, the two clip sources (:attr:`KineticsDALILoader.sources`), whose
+processes and pipelines live as long as the loader), checkpointing and
+:class:`LoaderStats`. Its options and their checks live in
+:mod:`daliload.options`, the work of a pass in :mod:`daliload.epoch`;
+failures are counted by one
 :class:`~daliload.failures.FailureBudget` per epoch. Batch size and batch count
 never change whatever fails, so DDP ranks stay in step.
 """
 
 from __future__ import annotations
 
-import bisect
+import dataclasses
+import inspect
 import logging
 import os
-import warnings
-import weakref
 from functools import cached_property
-from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Literal, Sequence
+from typing import Iterator, Literal
 
-import numpy as np
 import torch
 
-from daliload import dist
-from daliload.epoch import PADDING_LABEL, BatchInfo, EpochCounters, EpochPass, PassSetup, Routes
-from daliload.failures import Failure, FailureBudget
+from daliload import runtime
+from daliload.dataset import VideoIndex
+from daliload.epoch import (PADDING_LABEL, BatchInfo, ClipSources, DaliSetup, EpochCounters, EpochPass, EpochPlans,
+                            EpochProgress, EpochSampler, PassSetup, Routes, dali_videos)
+from daliload.failures import FailureBudget
 from daliload.options import (DecodeSpec, augment_and_output, check_clip_fits, check_options, checked_clips_per_video,
-                              checked_views, refuse_unknown_options, warn_upscaled)
+                              checked_views, dali_usable, dataset_root, refuse_unknown_options, warn_upscaled)
 from daliload.plan import (AugmentSpec, ClipSpec, LastBatch, OutputSpec, Sample, make_train_plan, make_val_plan,
                            num_batches, samples_per_rank, split_batches)
-from daliload.prescreen import Manifest, ScanSpec, check_manifest, ensure_manifest
+from daliload.prescreen import ScanSpec, split_videos
 from daliload.prescreen.gpus import detect_gpu
-from daliload.plans import EpochPlans
+from daliload.runtime import refuse_bootstrapping_main
 from daliload.stats import LoaderStats
-from daliload.processes import refuse_bootstrapping_main
-from daliload.videoindex import ROUTE_CODES, VideoIndex, VideoRow
-from fallback.cut import cut_task
-from fallback.numbering import StreamHint
-from fallback.source import DecodeOptions, FallbackSource
-
-if TYPE_CHECKING:
-    from daliload.dali_source import DaliSource
+from fallback.options import FallbackOptions
 
 logger = logging.getLogger(__name__)
 
@@ -61,15 +54,14 @@ Batch = tuple[torch.Tensor, ...] | tuple[torch.Tensor, torch.Tensor, BatchInfo]
 __all__ = ["PADDING_LABEL", "DecodeSpec", "EpochSampler", "KineticsDALILoader", "LoaderStats", "ScanSpec",
            "split_batches"]
 
-_MANIFEST_SUFFIXES = (".sqlite", ".sqlite3", ".db")
-
 
 class KineticsDALILoader:
     """Iterate ``(videos, labels)`` batches of a Kinetics-style split, for one DDP rank.
 
     Args:
-        source: dataset root (scanned on first use; see :class:`ScanSpec`) or
-            the path of a manifest written by ``daliload scan``.
+        root: the dataset root (scanned on first use; see :class:`ScanSpec`)
+            or the path of a manifest written by ``daliload scan``. Required;
+            ``source=`` (its old name) still works, with a ``DeprecationWarning``.
         split: ``"train"`` (shuffled, random window, crop and flip) or any
             other split in the manifest (deterministic centre clip and crop).
         batch_size: clips per batch (videos per batch with ``views``). Default 32.
@@ -93,7 +85,7 @@ class KineticsDALILoader:
         device: ``"auto"`` (default: ``"gpu"`` when CUDA is available),
             ``"gpu"`` (NVDEC, tensors on ``cuda:LOCAL_RANK``) or ``"cpu"``.
         decode: threads, workers, prefetch and failure limits (:class:`DecodeSpec`).
-        scan: pre-screen options when ``source`` is a root (:class:`ScanSpec`).
+        scan: pre-screen options when ``root`` is a dataset root (:class:`ScanSpec`).
         views: ``(num_temporal, num_spatial)`` views per video, for multi-view
             evaluation (evaluation splits only): each batch row is one video
             with all its views, ``videos`` has shape ``(B, V, C, T, H, W)``
@@ -154,7 +146,8 @@ class KineticsDALILoader:
     flight drops them (those running finish on their workers; nothing waits).
 
     Raises:
-        FileNotFoundError: ``source`` does not exist.
+        FileNotFoundError: ``root`` does not exist.
+        TypeError: no ``root``, or an unknown keyword (the message names the one meant).
         ValueError: a bad option, an unknown split, or a split with no usable video.
     """
 
@@ -164,7 +157,7 @@ class KineticsDALILoader:
 
     def __init__(
         self,
-        source: str | os.PathLike,
+        root: str | os.PathLike | None = None,
         split: str = "train",
         batch_size: int = 32,
         clip_len: int = 16,
@@ -185,12 +178,12 @@ class KineticsDALILoader:
         with_info: bool = False,
         **unknown: object,
     ) -> None:
+        root = dataset_root(root, unknown)  # or source=, its old name
         refuse_unknown_options(unknown, _OPTIONS)
         # A spawn/forkserver child re-running an unguarded script must not load (and train) again.
         refuse_bootstrapping_main("A KineticsDALILoader")
-        source = Path(source)
-        if not source.exists():
-            raise FileNotFoundError(f"dataset root or manifest not found: {source}")
+        if not root.exists():
+            raise FileNotFoundError(f"dataset root or manifest not found: {root}")
         check_options(batch_size=batch_size, last_batch=last_batch, device=device, seed=seed)
         self.clip = ClipSpec(clip_len=clip_len, frame_stride=frame_stride, target_fps=target_fps)
         self.augment, self.output = augment_and_output(crop_size, augment, output)
@@ -209,9 +202,13 @@ class KineticsDALILoader:
         self.last_batch: LastBatch = last_batch
         self.label_padding = (split != "train") if label_padding is None else bool(label_padding)
         self._place(device)
-        self.dali_enabled = self.decode.decoder == "auto" and _dali_usable()
-        self._load_videos(source)
-        index = self.index
+        self.dali_enabled = self.decode.decoder == "auto" and dali_usable()
+        self.manifest_path, self.classes, index, self.rejected = split_videos(root, split, device=self.route_target,
+                                                                              scan=self.scan)
+        #: This split's decodable videos (every route but ``bad``), as columns; row ``i`` is ``video_index`` i.
+        self.index: VideoIndex = index
+        if self.rejected and self.rank == 0:
+            logger.info("%d file(s) of split %r rejected by the pre-screen", len(self.rejected), split)
         check_clip_fits(index, self.clip, self.split)
         if len(self) == 0:  # only "drop" can leave none: an epoch that silently yields nothing
             per_rank = samples_per_rank(len(index), self.world_size) * self.clips_per_video
@@ -221,8 +218,7 @@ class KineticsDALILoader:
                 f"{'clips' if self.clips_per_video > 1 else 'samples'} per rank of {self.world_size}; use "
                 f"batch_size <= {per_rank} or last_batch='pad' or 'partial'")
         warn_upscaled(index, self.augment.output_size, self.split)
-        self._routes = Routes(self._dali_videos(index) if self.dali_enabled else None)
-        self._frames_of = _frames_lookup(index)
+        self._routes = Routes(dali_videos(index, self.decode.dali_max_pixels) if self.dali_enabled else None)
         #: DALI pipelines (``DecodeSpec.dali_pipelines``; "auto": one per NVDEC engine of this GPU's model)
         self.dali_pipelines = self.decode.dali_pipelines_for(self.device, self.gpu.nvdec_engines if self.gpu else None)
         if self.decode.dali_pipelines == "auto" and self.gpu is not None and self.dali_enabled:
@@ -230,26 +226,23 @@ class KineticsDALILoader:
             logger.info("%d DALI pipeline(s): %s", self.dali_pipelines,
                         f"one per NVDEC engine of {self.gpu.describe()}" if engines else
                         f"the NVDEC engines of {self.gpu.describe()} are not in daliload.prescreen.gpus")
-        self._setup = PassSetup(
-            output=self.output, device=self.torch_device, label_padding=self.label_padding,
-            mask_failed=split != "train",
-            prefetch=self.decode.batches_ahead(self.clips_per_batch, pipelines=self.dali_pipelines),
-            num_frames=self._frames_of, views=self.clips_per_batch // batch_size if self.views else 0)
+        prefetch = self.decode.batches_ahead(self.clips_per_batch, pipelines=self.dali_pipelines)
         # The two clip sources live as long as the loader: the fallback's workers start at the first
         # group it gets, the DALI pipeline at the first batch with a DALI sample.
-        self._fallback = FallbackSource(self.output, DecodeOptions(threads=self.decode.fallback_threads,
-                                                                   timeout_s=self.decode.timeout_s),
-                                        workers=self.decode.fallback_workers, hint_of=_hint_lookup(index),
-                                        frames_of=self._frames_of)  # what a truncated file is checked against
-        self._dali = None  # DaliSource, built on first use
-        self._epoch = 0  # the epoch of the pass under way (or the last), or the one set for the next pass
-        self._epoch_set = True  # set_epoch()/load_state_dict() since the last pass began (or no pass yet)
-        self._pass_epoch: int | None = None  # the epoch of the pass under way or the last one
-        self._in_pass = False  # between a pass's first batch and its end
+        self._sources = ClipSources(
+            index, self.output, FallbackOptions(threads=self.decode.fallback_threads, timeout_s=self.decode.timeout_s),
+            workers=self.decode.fallback_workers, timeout_s=self.decode.timeout_s,
+            dali=DaliSetup(batch_size=self.clips_per_batch, device=self.device, device_id=self.device_id,
+                           num_threads=self.decode.dali_threads_for(self.device, self.clips_per_batch),
+                           prefetch=prefetch, pipelines=self.dali_pipelines,
+                           cut_windows=self.decode.dali_feed == "window") if self.dali_enabled else None)
+        self._setup = PassSetup(
+            output=self.output, device=self.torch_device, label_padding=self.label_padding,
+            mask_failed=split != "train", prefetch=prefetch, num_frames=self._sources.frames_of,
+            views=self.clips_per_batch // batch_size if self.views else 0)
+        self._progress = EpochProgress()  # the epoch the next pass draws and the batch it starts at
         #: Where DDP scripts (``DistributedSampler``) and PyTorch Lightning call ``set_epoch``.
         self.sampler = EpochSampler(self)
-        self._next_batch = 0  # the batch after the last one yielded (state_dict)
-        self._resume: tuple[int, int] | None = None  # (epoch, batch) load_state_dict() asked the next pass for
         self._counters = EpochCounters()
         self._budget = FailureBudget(0, max_fraction=self.decode.max_failure_fraction, masked=split != "train")
         self._counters_epoch = 0
@@ -261,53 +254,17 @@ class KineticsDALILoader:
         if device == "auto":
             device = "gpu" if torch.cuda.is_available() else "cpu"
         self.device: Literal["gpu", "cpu"] = device
-        self.rank, self.world_size, self.local_rank = dist.rank(), dist.world_size(), dist.local_rank()
-        self.device_id = dist.local_cuda_device() if device == "gpu" else None
+        self.rank, self.world_size, self.local_rank = runtime.rank(), runtime.world_size(), runtime.local_rank()
+        self.device_id = runtime.local_cuda_device() if device == "gpu" else None
         self.torch_device = torch.device(f"cuda:{self.device_id}") if device == "gpu" else torch.device("cpu")
         # Routes depend on this GPU's NVDEC (an H200 has no AV1 decode, an L40S has): the manifest
         # routes for that generation, from its stored facts when it was scanned for another one.
         self.gpu = detect_gpu(self.device_id) if device == "gpu" else None
         self.route_target = self.gpu.route_target if self.gpu is not None else "cpu"
 
-    def _load_videos(self, source: Path) -> None:
-        """Scan ``source`` if it is a root, then read this split's videos from the manifest, as columns."""
-        if source.is_file() and source.suffix in _MANIFEST_SUFFIXES:
-            manifest_path = check_manifest(source, scan=self.scan)
-        else:
-            manifest_path = ensure_manifest(source, device=self.route_target, scan=self.scan,
-                                            splits=tuple(dict.fromkeys(("train", "val", self.split))))
-        self.manifest_path = Path(manifest_path)
-        with Manifest(self.manifest_path) as manifest:
-            known_splits = manifest.splits()
-            if self.split not in known_splits:
-                raise ValueError(f"split {self.split!r} is not in the manifest {self.manifest_path}; "
-                                 f"it has: {', '.join(known_splits) or 'no split'}")
-            index = manifest.video_index(self.split, device=self.route_target)
-            self.classes: tuple[str, ...] = manifest.classes()
-        self.rejected = tuple(Failure(path, reason) for path, reason in index.rejected())
-        #: This split's decodable videos (every route but ``bad``), as columns; row ``i`` is ``video_index`` i.
-        self.index: VideoIndex = index.decodable()
-        if not len(self.index):
-            raise ValueError(f"split {self.split!r} of {self.manifest_path} has no decodable video "
-                             f"({len(self.rejected)} rejected by the pre-screen)")
-        if self.rejected and self.rank == 0:
-            logger.info("%d file(s) of split %r rejected by the pre-screen", len(self.rejected), self.split)
-
-    def _dali_videos(self, index: VideoIndex) -> np.ndarray:
-        """By video, whether DALI decodes it: route ``dali`` and frames no larger than ``dali_max_pixels``."""
-        on_dali = index.route == ROUTE_CODES["dali"]
-        limit = self.decode.dali_max_pixels
-        if limit is not None:
-            large = on_dali & (index.width.astype(np.int64) * index.height.astype(np.int64) > limit)
-            if large.any():
-                on_dali &= ~large
-                logger.info("%d video(s) of route dali are larger than dali_max_pixels=%d: the fallback decodes "
-                            "them", int(large.sum()), limit)
-        return on_dali
-
     @property
     def videos(self) -> VideoIndex:
-        """This split's decodable videos: ``len(videos)``, ``videos[i]`` (a :class:`~daliload.videoindex.VideoRow`
+        """This split's decodable videos: ``len(videos)``, ``videos[i]`` (a :class:`~daliload.dataset.VideoRow`
         with ``path``, ``label``, ``route``, ``num_frames``, ...), in ``video_index`` order."""
         return self.index
 
@@ -325,11 +282,7 @@ class KineticsDALILoader:
     @property
     def epoch(self) -> int:
         """The epoch of the pass under way or of the last one; after :meth:`set_epoch`, the one it set."""
-        return self._epoch
-
-    def _next_epoch(self) -> int:
-        """The epoch the next pass draws: the one set since the last pass began, else that pass's plus one."""
-        return self._epoch if self._in_pass or self._epoch_set else self._epoch + 1
+        return self._progress.epoch
 
     def _plan_key(self, epoch: int) -> int:
         """Every epoch of an evaluation split has the same plan: one key for all."""
@@ -366,18 +319,15 @@ class KineticsDALILoader:
         """
         if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
             raise ValueError(f"epoch must be an integer >= 0, got {epoch!r}")
-        if self._resume is not None and self._resume[0] != epoch:
-            saved, batch = self._resume
-            if 0 < batch < len(self):
-                logger.warning("set_epoch(%d): the state loaded for epoch %d (at batch %d of %d) is not resumed; "
-                               "epoch %d starts at its first batch", epoch, saved, batch, len(self), epoch)
-            self._resume = None
-        self._epoch, self._epoch_set = epoch, True
+        dropped = self._progress.set(epoch)
+        if dropped is not None and 0 < dropped[1] < len(self):
+            logger.warning("set_epoch(%d): the state loaded for epoch %d (at batch %d of %d) is not resumed; "
+                           "epoch %d starts at its first batch", epoch, *dropped, len(self), epoch)
 
     @property
     def resumes_at(self) -> int:
         """The batch the next pass starts at: 0, or the one :meth:`load_state_dict` asked for."""
-        return self._resume[1] if self._resume is not None and self._resume[0] == self._next_epoch() else 0
+        return self._progress.resumes_at()
 
     # -- checkpointing --------------------------------------------------------------
 
@@ -394,15 +344,7 @@ class KineticsDALILoader:
         ``videos`` is the fingerprint of the split's video list the plans are
         drawn from (:meth:`VideoIndex.fingerprint`).
         """
-        if self._resume is not None:
-            epoch, next_batch = self._resume
-        elif self._pass_epoch is not None and not self._epoch_set:  # nothing set since the last pass began
-            epoch, next_batch = self._pass_epoch, self._next_batch
-            if next_batch >= len(self):  # that pass finished its epoch: the next pass draws the next one
-                epoch, next_batch = epoch + 1, 0
-        else:  # an epoch no pass has begun yet starts at its first batch
-            epoch = self._epoch
-            next_batch = self._next_batch if epoch == self._pass_epoch else 0
+        epoch, next_batch = self._progress.state(len(self))
         return {"epoch": epoch, "next_batch": next_batch, "seed": self.seed,
                 "world_size": self.world_size, "num_videos": len(self.index), "batch_size": self.batch_size,
                 "views": list(self.views) if self.views else None, "clips_per_video": self.clips_per_video,
@@ -432,8 +374,7 @@ class KineticsDALILoader:
         epoch, next_batch = int(state["epoch"]), int(state["next_batch"])
         if not 0 <= next_batch <= len(self):
             raise ValueError(f"next_batch {next_batch} is outside 0..{len(self)}")
-        self._epoch, self._epoch_set = epoch, True
-        self._resume = (epoch, next_batch)
+        self._progress.load(epoch, next_batch)
 
     def _check_videos(self, saved: dict, saved_manifest: object) -> None:
         """Raise ``ValueError`` naming what differs between the saved video list's fingerprint and this one's."""
@@ -457,19 +398,13 @@ class KineticsDALILoader:
 
     def stats(self) -> LoaderStats:
         """Counters of the current (or last) epoch, and the files the pre-screen rejected."""
-        c, budget = self._counters, self._budget
+        budget, routes = self._budget, self._routes
         return LoaderStats(
-            epoch=self._counters_epoch, batches=c.batches, clips_dali=c.clips_dali,
-            clips_fallback=c.clips_fallback, clips_redecoded=c.clips_redecoded, replaced=len(budget.replacements),
-            failures=budget.failures, rejected=self.rejected, dali_wait_s=c.dali_wait_s,
-            fallback_wait_s=c.fallback_wait_s, device=self.device, dali_enabled=self.dali_enabled,
-            rerouted=tuple(sorted(self._routes.rerouted)), quarantined=tuple(sorted(self._routes.quarantined)),
-            replacements=budget.replacements,
-            clips_masked=c.clips_masked,
-            clips_past_end=c.clips_past_end, frames_decoded_fallback=c.frames_decoded_fallback,
-            isolation_s=c.isolation_s, dali_disabled=self._routes.dali_disabled,
-            frames_decoded_dali=c.frames_decoded_dali, clips_dali_cut=c.clips_dali_cut,
-        )
+            epoch=self._counters_epoch, **dataclasses.asdict(self._counters),  # what the pass counted, by name
+            replaced=len(budget.replacements), failures=budget.failures, replacements=budget.replacements,
+            rejected=self.rejected, device=self.device, dali_enabled=self.dali_enabled,
+            rerouted=tuple(sorted(routes.rerouted)), quarantined=tuple(sorted(routes.quarantined)),
+            dali_disabled=routes.dali_disabled)
 
     # -- iteration ------------------------------------------------------------------------
 
@@ -482,20 +417,15 @@ class KineticsDALILoader:
 
     def _epoch_pass(self) -> Iterator[Batch]:
         # The pass begins here, at its first batch (a bare iter(), as Lightning's check of a loader makes, is none).
-        epoch = self._next_epoch()
-        self._epoch, self._epoch_set, self._pass_epoch, self._in_pass = epoch, False, epoch, True
+        epoch = self._progress.begin()
         try:
             yield from self._pass_over(epoch)
         finally:
-            self._in_pass = False
+            self._progress.end()
 
     def _pass_over(self, epoch: int) -> Iterator[Batch]:
         batches = self._plans.get(self._plan_key(epoch))
-        start = self.resumes_at
-        if start >= len(batches):
-            start = 0  # the saved epoch was finished: this is a new pass over it
-        self._resume = None
-        self._next_batch = start
+        start = self._progress.start(len(batches))
         plan = [s for b in batches for s in b]
         self._counters = EpochCounters()
         self._counters_epoch = epoch
@@ -503,14 +433,14 @@ class KineticsDALILoader:
         todo = batches[start:]
         uses_dali = any(self._routes.uses_dali(s) for b in todo for s in b)
         epoch_pass = EpochPass(self._setup, todo, plan, routes=self._routes, budget=self._budget,
-                               counters=self._counters, fallback=self._fallback,
-                               dali=self._dali_source() if uses_dali else None)
+                               counters=self._counters, fallback=self._sources.fallback,
+                               dali=self._sources.dali() if uses_dali else None)
         passing = iter(epoch_pass)
         try:
             for i, batch in enumerate(passing):
                 # Set before yielding: a state_dict() taken while the caller holds this batch
                 # resumes after it. After the last batch it equals len(self): epoch finished.
-                self._next_batch = start + i + 1
+                self._progress.yielded(start + i + 1)
                 self._counters.batches += 1
                 yield batch if self.with_info else batch[:2]
                 if i == 0 and self.split == "train":
@@ -521,28 +451,15 @@ class KineticsDALILoader:
             passing.close()  # drops what was submitted ahead, without waiting; the sources stay for the next pass
             self._budget.warn(stacklevel=2)
 
-    def _dali_source(self) -> DaliSource:
-        if self._dali is None:
-            from daliload.dali_source import DaliSource
-            from daliload.pipeline import DaliClipDecoder
+    @property
+    def sources(self) -> ClipSources:
+        """The loader's clip sources: ``sources.fallback`` (its workers: ``worker_pids``) and
+        ``sources.dali()`` (built on first use; ``.decoder`` is its :class:`~daliload.dali.DaliClipDecoder`).
 
-            decoder = DaliClipDecoder(
-                self.output, batch_size=self.clips_per_batch, device=self.device, device_id=self.device_id,
-                num_threads=self.decode.dali_threads_for(self.device, self.clips_per_batch),
-                prefetch_queue_depth=self._setup.prefetch, pipelines=self.dali_pipelines,
-                num_frames=self._frames_of)
-            cutter = None
-            if self.decode.dali_feed == "window":
-                from daliload.dali_cutter import WindowCutter
-
-                cutter = WindowCutter(cut_task, item_of=_cut_item(_hint_lookup(self.index)),
-                                      workers=self.decode.fallback_workers, timeout_s=self.decode.timeout_s)
-            self._dali = DaliSource(decoder, clip_timeout_s=self.decode.timeout_s, cutter=cutter)
-        return self._dali
-
-    def _dali_decoder(self):
-        """The DALI decoder under the DALI source (built on first use)."""
-        return self._dali_source().decoder
+        The loader owns them (they live until :meth:`close`); this is where tools and tests reach a decoder
+        (:func:`daliload.testing.inject_faults` makes the fallback's decodes misbehave through it).
+        """
+        return self._sources
 
     def close(self) -> None:
         """End the live pass, stop the fallback's worker processes and release the DALI pipeline.
@@ -553,10 +470,7 @@ class KineticsDALILoader:
         if self._active is not None:
             self._active.close()
             self._active = None
-        self._fallback.close()
-        if self._dali is not None:
-            self._dali.close()
-            self._dali = None
+        self._sources.close()
 
     def __repr__(self) -> str:
         return (f"KineticsDALILoader(split={self.split!r}, videos={len(self.index)}, "
@@ -565,92 +479,6 @@ class KineticsDALILoader:
                 f"dali={self.dali_enabled})")
 
 
-class EpochSampler:
-    """``loader.sampler``: the loader's epoch, where the training loops people have set it.
-
-    Scripts written for ``DistributedSampler`` call ``loader.sampler.set_epoch(epoch)``,
-    and PyTorch Lightning calls ``set_epoch`` on its dataloaders' ``sampler``
-    before every epoch; both reach :meth:`KineticsDALILoader.set_epoch`, so
-    those loops advance the plan with no daliload-specific code. It holds no
-    state of its own (the loader's plan is the one source of truth) and is
-    not an index sampler: a ``DataLoader`` cannot use it.
-    """
-
-    def __init__(self, loader: "KineticsDALILoader") -> None:
-        self._loader = weakref.proxy(loader)  # no reference cycle: the loader still closes when dropped
-
-    def set_epoch(self, epoch: int) -> None:
-        self._loader.set_epoch(epoch)
-
-    @property
-    def epoch(self) -> int:
-        return self._loader.epoch
-
-    def __repr__(self) -> str:
-        return f"EpochSampler(epoch={self.epoch})"
-
-
-#: The keywords the loader takes (a DataLoader habit or a typo is named against these).
-_OPTIONS = ("source", "split", "batch_size", "clip_len", "frame_stride", "crop_size", "seed", "last_batch",
-            "label_padding", "target_fps", "augment", "output", "device", "decode", "scan", "views", "clips_per_video",
-            "with_info")
-
-_warned_no_dali = False
-
-
-def _dali_usable() -> bool:
-    """Whether DALI imports; warns once (per process) with the install command when it does not."""
-    global _warned_no_dali
-    from daliload.dali_errors import INSTALL_HINT, is_dali_available
-
-    if is_dali_available():
-        return True
-    if not _warned_no_dali:
-        _warned_no_dali = True
-        warnings.warn(f"NVIDIA DALI is not installed: every clip goes through the PyAV fallback. "
-                      f"To decode with DALI: {INSTALL_HINT}", RuntimeWarning, stacklevel=3)
-    return False
-
-
-def _frames_lookup(index: VideoIndex) -> Callable[[str], int | None]:
-    """``path -> frames in the file`` over ``index`` (a binary search; no per-video dict on a rank)."""
-    def frames_of(path: str) -> int | None:
-        i = index.find(path)
-        return (int(index.num_frames[i]) or None) if i >= 0 else None
-    return frames_of
-
-
-def _hint_lookup(index: VideoIndex) -> Callable[[str], StreamHint | None]:
-    """``path -> the fallback's seek hint`` over ``index``, made when a video is sent to a worker."""
-    def hint_of(path: str) -> StreamHint | None:
-        i = index.find(path)
-        return _hint(index[i]) if i >= 0 else None
-    return hint_of
-
-
-def _cut_item(hint_of: Callable[[str], StreamHint | None]) -> Callable[[str, Sequence[int]], tuple | None]:
-    """``(path, frames) -> a cut task's item`` (``fallback.cut.cut_task``), or ``None`` when no cut can gain:
-    the window's entry is the file's first frame, or the file has no usable seek hint."""
-    def item_of(path: str, frames: Sequence[int]) -> tuple | None:
-        hint = hint_of(path)
-        if hint is None or hint.unsafe_seek:
-            return None
-        keys = hint.keyframe_indices
-        if keys[bisect.bisect_right(keys, min(frames)) - 1] == 0:
-            return None
-        return path, tuple(frames), hint
-    return item_of
-
-
-def _hint(entry: VideoRow) -> StreamHint | None:
-    """A seek hint for the fallback from the manifest: constant-frame-rate files with keyframes,
-    and every file the deep check found unsafe to seek (decoded from its start)."""
-    if entry.unsafe_seek:
-        return StreamHint(keyframe_indices=(0,), fps=entry.fps or 1.0,
-                          num_frames=entry.num_frames or None, unsafe_seek=True)
-    if entry.vfr or not entry.keyframes or entry.keyframes[0] != 0 or not entry.fps:
-        return None
-    try:
-        return StreamHint(keyframe_indices=entry.keyframes, fps=entry.fps, num_frames=entry.num_frames or None)
-    except ValueError:
-        return None
+#: The keywords the loader takes, from its signature (a DataLoader habit or a typo is named against these).
+_OPTIONS = tuple(name for name, parameter in inspect.signature(KineticsDALILoader).parameters.items()
+                 if parameter.kind is not inspect.Parameter.VAR_KEYWORD)

@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, Sequence
 
 import numpy as np
 
-from daliload import dist
+from daliload import runtime
 from daliload.failures import DEFAULT_MAX_FAILURE_FRACTION
 from daliload.plan import AugmentSpec, ClipSpec, OutputSpec, check_last_batch, check_views
 from daliload.plan.columns import strides
-from daliload.processes import usable_cores
-from daliload.videoindex import VideoIndex
+from daliload.runtime import usable_cores
+from daliload.dataset import VideoIndex
 
 DecoderChoice = Literal["auto", "fallback"]
 DaliFeed = Literal["window", "file"]
@@ -75,7 +77,7 @@ class DecodeSpec:
             decode past it fails (its worker is killed at ``1.25 * timeout_s +
             0.5``); a DALI batch may take ``timeout_s * (1 + ceil(clips /
             dali_threads))`` before the loader raises
-            :class:`~daliload.pipeline.DaliTimeoutError` naming its files.
+            :class:`~daliload.dali.DaliTimeoutError` naming its files.
         max_failure_fraction: raise once more than this fraction of an epoch's
             videos failed to decode (their samples are replaced until then; at
             least one failed video is allowed; a video is one however many of
@@ -163,8 +165,21 @@ _DATALOADER_EQUIVALENTS = {
     "worker_init_fn": "nothing: the workers are daliload's own",
     "multiprocessing_context": "nothing: the workers start with forkserver (spawn where it is missing)",
     "generator": "seed=",
-    "dataset": "source= (a dataset root or a manifest)",
+    "dataset": "root, the first argument (a dataset root or a manifest)",
 }
+
+
+def dataset_root(root: str | os.PathLike | None, unknown: dict[str, object]) -> Path:
+    """The loader's ``root``, or the deprecated ``source=`` (taken out of ``unknown``) with a ``DeprecationWarning``."""
+    if "source" in unknown:
+        if root is not None:
+            raise TypeError("KineticsDALILoader() got both root and source=, its old name: pass root only")
+        root = unknown.pop("source")
+        warnings.warn("KineticsDALILoader(source=...) is deprecated: the dataset root (or manifest) is root, the "
+                      "first argument: KineticsDALILoader(root, ...) or root=", DeprecationWarning, stacklevel=3)
+    if root is None:
+        raise TypeError("KineticsDALILoader() missing its first argument, root: the dataset root or a manifest")
+    return Path(root)
 
 
 def refuse_unknown_options(unknown: dict[str, object], known: Sequence[str]) -> None:
@@ -247,7 +262,7 @@ def check_options(*, batch_size: object, last_batch: object, device: object, see
     if device not in ("auto", "gpu", "cpu"):
         raise ValueError(f"device must be 'auto', 'gpu' or 'cpu', got {device!r}")
     if device == "gpu":
-        dist.require_cuda()
+        runtime.require_cuda()
     if not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
 
@@ -269,3 +284,21 @@ def augment_and_output(crop_size, augment: AugmentSpec | None,
                          f"(crop_size or augment.crop_size); give the size in one place: leave OutputSpec.size "
                          f"unset (it follows the crop size) or pass crop_size={output.size}")
     return augment, output
+
+
+_warned_no_dali = False
+
+
+def dali_usable() -> bool:
+    """Whether DALI imports (``daliload.dali.is_dali_available``, read now); warns once per process with the
+    install command when it does not (``DecodeSpec(decoder="fallback")`` asks for no DALI and no warning)."""
+    global _warned_no_dali
+    from daliload.dali import INSTALL_HINT, is_dali_available
+
+    if is_dali_available():
+        return True
+    if not _warned_no_dali:
+        _warned_no_dali = True
+        warnings.warn(f"NVIDIA DALI is not installed: every clip goes through the PyAV fallback. "
+                      f"To decode with DALI: {INSTALL_HINT}", RuntimeWarning, stacklevel=3)
+    return False

@@ -2,13 +2,18 @@
 
 Layers (imports go down only; see ``docs/architecture.md``):
 
+* :mod:`fallback.numbering` numbers a file's frames and says where a decode
+  may start (:class:`StreamHint`, :func:`probe_hint`); :mod:`fallback.cut`
+  copies the packets a window needs for DALI;
 * :mod:`fallback.decode` decodes only the frames of one clip window
-  (:func:`decode_window`); :mod:`fallback.transform` crops, resizes, flips and
+  (:func:`decode_window`; :class:`DecodeError`, of :mod:`fallback.errors`,
+  when it cannot); :mod:`fallback.transform` crops, resizes, flips and
   normalizes them as the plan says (:func:`apply_plan`); :mod:`fallback.views`
-  decodes all the windows of one video in one pass.
+  decodes all the windows of one video in one pass, with the knobs of
+  :class:`FallbackOptions` (:mod:`fallback.options`).
 * :mod:`fallback.source`: :class:`FallbackSource`, the clip source an epoch
   pass sends the fallback's samples to: supervised worker processes
-  (:class:`daliload.workerpool.WorkerPool`) writing clips into shared memory.
+  (:class:`daliload.runtime.WorkerPool`) writing clips into shared memory.
 
 The failure record and errors live in the core (:mod:`daliload.failures`) and
 are re-exported here. Public names are re-exported lazily (PEP 562), as in
@@ -21,13 +26,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from daliload.lazy import lazy_exports
+from daliload.runtime import lazy_exports
 
 _EXPORTS = {
     "daliload.failures": ("Failure", "NoReplacementError", "TooManyFailuresError"),
-    "fallback.decode": ("DecodedClip", "DecodeError", "decode_window", "probe_hint"),
-    "fallback.numbering": ("StreamHint",),
-    "fallback.source": ("DecodeOptions", "FallbackSource", "decode_sample"),
+    "fallback.decode": ("DecodedClip", "decode_window"),
+    "fallback.errors": ("DecodeError",),
+    "fallback.numbering": ("StreamHint", "probe_hint"),
+    "fallback.options": ("FallbackOptions",),
+    "fallback.source": ("FallbackSource", "decode_sample"),
     "fallback.transform": ("apply_plan",),
     "fallback.views": ("decode_views",),
 }
@@ -36,9 +43,11 @@ __all__ = sorted(_MODULE_OF)
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports on first use
     from daliload.failures import Failure, NoReplacementError, TooManyFailuresError
-    from fallback.decode import DecodedClip, DecodeError, decode_window, probe_hint
-    from fallback.numbering import StreamHint
-    from fallback.source import DecodeOptions, FallbackSource, decode_sample
+    from fallback.decode import DecodedClip, decode_window
+    from fallback.errors import DecodeError
+    from fallback.numbering import StreamHint, probe_hint
+    from fallback.options import FallbackOptions
+    from fallback.source import FallbackSource, decode_sample
     from fallback.transform import apply_plan
     from fallback.views import decode_views
 

@@ -51,9 +51,11 @@ own (``[292, 296, 300, 304] -> 292, 296, 299, 299``).
 A :class:`StreamHint` (keyframes and frame rate, from the pre-screen) enters a long constant-rate file by a seek.
 A file with a display rotation comes out upright (FFmpeg's rule, quarter turns).
 
-The numbering and random-access rules (and :class:`StreamHint`) live in
-:mod:`fallback.numbering`; here are the three strategies (hint, packet table,
-counting) and their shared decode loop and assembly step.
+The numbering and random-access rules (and :class:`StreamHint`, and
+:func:`~fallback.numbering.probe_hint`) live in :mod:`fallback.numbering`, the
+error a failed decode raises in :mod:`fallback.errors`; here are the three
+strategies (hint, packet table, counting) and their shared decode loop and
+assembly step.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ import numpy as np
 from av.video.reformatter import Colorspace, VideoReformatter
 
 from daliload.plan import clamp_frame_indices
+from fallback.errors import DecodeError, describe
 from fallback.numbering import FrameTable, StreamHint, first_output_pts, timestamps_rank_frames
 
 logger = logging.getLogger(__name__)
@@ -88,26 +91,6 @@ _UNSAFE_SEEK_MAX = 100_000
 #: it to whichever frame it outputs next (and AV1 packets may carry hidden
 #: frames), so a wanted frame went missing; AV1 files decode every frame.
 SKIP_NONREF_DECODERS = frozenset({"h264", "hevc", "mpeg4", "vp8", "vp9"})
-
-
-class DecodeError(RuntimeError):
-    """A file (or the window asked of it) could not be decoded.
-
-    Attributes:
-        path: the file.
-        reason: what went wrong, short and human readable.
-        kind: ``"timeout"`` when the time limit cut the decode, else ``"decode"``.
-    """
-
-    def __init__(self, path: str | os.PathLike, reason: str, kind: str = "decode") -> None:
-        self.path = os.fspath(path)
-        self.reason = reason
-        self.kind = kind
-        super().__init__(f"{self.path}: {reason}")
-
-    def __reduce__(self):
-        # Crosses process boundaries (worker processes) intact.
-        return (type(self), (self.path, self.reason, self.kind))
 
 
 @dataclass(frozen=True)
@@ -215,7 +198,7 @@ def decode_window(
         except av.error.ExitError as err:  # FFmpeg's I/O interrupted at the time limit
             raise DecodeError(path_str, job.timeout_reason(), "timeout") from err
         except (av.error.FFmpegError, OSError, ValueError) as err:
-            raise DecodeError(path_str, f"decode failed: {_describe(err, path_str)}") from err
+            raise DecodeError(path_str, f"decode failed: {describe(err, path_str)}") from err
         if result is not None:
             if result.video_num_frames is not None:
                 job.check_still_has(result.video_num_frames)  # the padding would be the file's, not the plan's
@@ -224,43 +207,8 @@ def decode_window(
     raise AssertionError("by_counting always returns a result or raises")  # pragma: no cover
 
 
-def probe_hint(path: str | os.PathLike) -> StreamHint:
-    """Build the :class:`StreamHint` of a constant-frame-rate file by demuxing it.
-
-    The pre-screen records the same facts; this is for tests and one-off use.
-
-    Raises:
-        DecodeError: the file cannot be demuxed, has no timestamped frames or
-            no frame rate.
-    """
-    path_str = os.fspath(path)
-    try:
-        with _Window(path_str, [0]).open() as container:
-            stream = container.streams.video[0]
-            table = FrameTable.demux(container, stream)
-            rate = stream.average_rate or stream.guessed_rate
-    except (av.error.FFmpegError, OSError, ValueError) as err:
-        raise DecodeError(path_str, f"cannot demux: {_describe(err, path_str)}") from err
-    if table is None or not table.frame_pts:
-        raise DecodeError(path_str, "no frames with usable timestamps")
-    if not rate:
-        raise DecodeError(path_str, "stream has no frame rate")
-    return StreamHint(keyframe_indices=tuple(table.keyframe_indices()), fps=Fraction(rate),
-                      num_frames=len(table.frame_pts))
-
-
 # --------------------------------------------------------------------------------------
 # internals
-
-
-def _describe(err: BaseException, path: str = "") -> str:
-    """``"InvalidDataError: Invalid data found when processing input (avcodec_send_packet())"``."""
-    name = type(err).__name__
-    if isinstance(err, av.error.FFmpegError) and err.strerror:
-        where = err.filename if err.filename and err.filename != path else None
-        return f"{name}: {err.strerror}" + (f" ({where})" if where else "")
-    text = str(err).strip()
-    return f"{name}: {text}" if text else name
 
 
 class _Window:
@@ -287,7 +235,7 @@ class _Window:
         except av.error.ExitError as err:
             raise DecodeError(self.path, self.timeout_reason(), "timeout") from err
         except (av.error.FFmpegError, OSError, ValueError) as err:
-            raise DecodeError(self.path, f"cannot open: {_describe(err, self.path)}") from err
+            raise DecodeError(self.path, f"cannot open: {describe(err, self.path)}") from err
         if not container.streams.video:
             container.close()
             raise DecodeError(self.path, "no video stream")
@@ -460,7 +408,7 @@ class _Window:
             return ctx.decode(packet)
         except av.error.InvalidDataError as err:
             if checked:
-                raise _UnsafeEntry(f"decoder error: {_describe(err, self.path)}") from err
+                raise _UnsafeEntry(f"decoder error: {describe(err, self.path)}") from err
             raise
 
     def _refuse_corrupt(self, frame, index: int) -> None:

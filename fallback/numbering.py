@@ -50,16 +50,23 @@ or before the wanted index and then counts the frames the decoder outputs. So
 DALI's frame ``N`` is the full decode's frame ``N`` only when every packet
 shows a frame; the pre-screen records both counts and routes files where they
 differ away from DALI.
+
+:func:`probe_hint` builds a file's :class:`StreamHint` by demuxing it (the
+pre-screen records the same facts in the manifest).
 """
 
 from __future__ import annotations
 
 import bisect
+import os
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable, Iterable
 
 import av
+import av.error
+
+from fallback.errors import DecodeError, describe
 
 #: VOP start code of MPEG-4 Part 2; a packet without one yields no frame.
 _MPEG4_VOP_START = b"\x00\x00\x01\xb6"
@@ -323,3 +330,34 @@ class StreamHint:
         if self.num_frames is not None and self.num_frames < 1:
             raise ValueError(f"num_frames must be >= 1 or None, got {self.num_frames}")
         object.__setattr__(self, "keyframe_indices", keys)
+
+
+def probe_hint(path: str | os.PathLike) -> StreamHint:
+    """Build the :class:`StreamHint` of a constant-frame-rate file by demuxing it.
+
+    The pre-screen records the same facts; this is for tests and one-off use.
+
+    Raises:
+        DecodeError: the file cannot be opened or demuxed, has no video
+            stream, no timestamped frames or no frame rate.
+    """
+    path_str = os.fspath(path)
+    try:
+        container = av.open(path_str, metadata_errors="ignore")
+    except (av.error.FFmpegError, OSError, ValueError) as err:
+        raise DecodeError(path_str, f"cannot open: {describe(err, path_str)}") from err
+    with container:
+        if not container.streams.video:
+            raise DecodeError(path_str, "no video stream")
+        try:
+            stream = container.streams.video[0]
+            table = FrameTable.demux(container, stream)
+            rate = stream.average_rate or stream.guessed_rate
+        except (av.error.FFmpegError, OSError, ValueError) as err:
+            raise DecodeError(path_str, f"cannot demux: {describe(err, path_str)}") from err
+    if table is None or not table.frame_pts:
+        raise DecodeError(path_str, "no frames with usable timestamps")
+    if not rate:
+        raise DecodeError(path_str, "stream has no frame rate")
+    return StreamHint(keyframe_indices=tuple(table.keyframe_indices()), fps=Fraction(rate),
+                      num_frames=len(table.frame_pts))

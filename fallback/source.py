@@ -1,10 +1,10 @@
 """The PyAV fallback as a clip source: supervised worker processes that write clips into shared memory.
 
-:class:`FallbackSource` implements :class:`daliload.source.ClipSource` for
+:class:`FallbackSource` implements :class:`daliload.clips.ClipSource` for
 every file DALI cannot decode (and for whatever an epoch pass sends it:
 replacements, DALI's culprits). A submitted group of samples gets one buffer
 of shared memory (an anonymous ``memfd``), shaped as the group's clips; each
-video of the group is one task of a :class:`daliload.workerpool.WorkerPool`
+video of the group is one task of a :class:`daliload.runtime.WorkerPool`
 (its samples decode in one pass over the file: the views of a multi-view
 sample, the clips of repeated sampling), and the worker writes its clips
 straight into their rows of that buffer. Only the buffer's file descriptor
@@ -12,7 +12,7 @@ and a few numbers cross the pipe; the buffer is the batch the training loop
 gets (no copy when the group is the whole batch). The workers live as long
 as the source, so a new epoch starts no process::
 
-    source = FallbackSource(output, DecodeOptions(timeout_s=60), workers=2, hint_of=hints.get)
+    source = FallbackSource(output, FallbackOptions(timeout_s=60), workers=2, hint_of=hints.get)
     ticket = source.submit(samples)
     decoded = source.collect(ticket)       # Decoded(videos, failures, frames_decoded)
 
@@ -30,7 +30,7 @@ What a broken file costs, whichever way it breaks:
 - a worker killed by a signal while decoding (a segfault in FFmpeg, the OOM
   killer): the video is tried once more on a fresh worker, and fails as
   ``"crash"`` only when it kills that one too; a worker killed while idle is
-  replaced (:class:`~daliload.workerpool.WorkerPool`).
+  replaced (:class:`~daliload.runtime.WorkerPool`).
 
 ``workers=0`` decodes in the calling process when a group is collected: the
 debugging mode, in which a crash inside FFmpeg ends the process and a hang
@@ -53,10 +53,11 @@ import torch
 
 from daliload.failures import Failure, FailureKind
 from daliload.plan import OutputSpec, Sample
-from daliload.source import Decoded
-from daliload.workerpool import TaskOutcome, WorkerPool
+from daliload.clips import Decoded
+from daliload.runtime import TaskOutcome, WorkerPool
 from fallback.decode import DecodeError, decode_window
 from fallback.numbering import StreamHint
+from fallback.options import FallbackOptions
 from fallback.transform import apply_plan, clip_shape, output_dtype
 from fallback.views import decode_views
 
@@ -66,40 +67,12 @@ logger = logging.getLogger(__name__)
 _Task = tuple  # (rows, samples, hint, shape, dtype name, the manifest's frame count or None)
 
 
-@dataclass(frozen=True)
-class DecodeOptions:
-    """How the fallback decodes one sample (see :func:`fallback.decode.decode_window`).
-
-    Attributes:
-        threads: FFmpeg threads per decode; 1 is right with several workers.
-        skip_nonref: skip non-reference frames the clip does not use.
-        timeout_s: per-video decode time limit in seconds (``None``: none).
-        hints: optional ``path -> StreamHint`` from the pre-screen (for
-            :func:`decode_sample`; a :class:`FallbackSource` takes ``hint_of``).
-    """
-
-    threads: int = 1
-    skip_nonref: bool = True
-    timeout_s: float | None = None
-    hints: dict[str, StreamHint] | None = field(default=None, compare=False)
-
-    def __post_init__(self) -> None:
-        if self.threads < 1:
-            raise ValueError(f"threads must be >= 1, got {self.threads}")
-        if self.timeout_s is not None and not self.timeout_s > 0:
-            raise ValueError(f"timeout_s must be > 0 or None, got {self.timeout_s}")
-
-    def hint(self, path: str) -> StreamHint | None:
-        """The pre-screen's seek hint for ``path``, if any."""
-        return self.hints.get(path) if self.hints else None
-
-
 def hard_limit(timeout_s: float) -> float:
     """When a worker still decoding is killed: after the decoder's own deadline had its chance."""
     return timeout_s * 1.25 + 0.5
 
 
-def decode_sample(sample: Sample, output: OutputSpec, decode: DecodeOptions = DecodeOptions(), *,
+def decode_sample(sample: Sample, output: OutputSpec, decode: FallbackOptions = FallbackOptions(), *,
                   out: torch.Tensor | None = None, num_frames: int | None = None) -> torch.Tensor:
     """Decode one plan sample and apply its plan: ``decode_window`` + ``apply_plan`` (into ``out`` if given).
 
@@ -120,7 +93,7 @@ def decode_sample(sample: Sample, output: OutputSpec, decode: DecodeOptions = De
     return _decode_one(sample, output, decode, hint, out, num_frames)[0]
 
 
-def _decode_one(sample: Sample, output: OutputSpec, decode: DecodeOptions, hint: StreamHint | None,
+def _decode_one(sample: Sample, output: OutputSpec, decode: FallbackOptions, hint: StreamHint | None,
                 out: torch.Tensor | None = None, num_frames: int | None = None) -> tuple[torch.Tensor, int]:
     clip = decode_window(sample.path, sample.frame_indices(), threads=decode.threads,
                          skip_nonref=decode.skip_nonref, timeout_s=decode.timeout_s, hint=hint,
@@ -128,7 +101,7 @@ def _decode_one(sample: Sample, output: OutputSpec, decode: DecodeOptions, hint:
     return apply_plan(clip.frames, sample, output, out=out), clip.num_frames_decoded
 
 
-def decode_rows(task: _Task, fds: Sequence[int] = (), *, output: OutputSpec, decode: DecodeOptions,
+def decode_rows(task: _Task, fds: Sequence[int] = (), *, output: OutputSpec, decode: FallbackOptions,
                 videos: torch.Tensor | None = None) -> list[tuple[int, tuple[str, FailureKind] | None]]:
     """Decode one video's samples of a group into their rows; a worker runs this (or the source, ``workers=0``).
 
@@ -161,8 +134,8 @@ def decode_rows(task: _Task, fds: Sequence[int] = (), *, output: OutputSpec, dec
         return [(0, (err.reason, err.kind))] * len(samples)
 
 
-def _with_hint(decode: DecodeOptions, samples: Sequence[Sample], hint: StreamHint) -> DecodeOptions:
-    return DecodeOptions(decode.threads, decode.skip_nonref, decode.timeout_s, {samples[0].path: hint})
+def _with_hint(decode: FallbackOptions, samples: Sequence[Sample], hint: StreamHint) -> FallbackOptions:
+    return FallbackOptions(decode.threads, decode.skip_nonref, decode.timeout_s, {samples[0].path: hint})
 
 
 def map_buffer(fd: int, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -229,7 +202,7 @@ class _Group:
 
 
 class FallbackSource:
-    """The PyAV fallback as a :class:`~daliload.source.ClipSource` (see the module docstring).
+    """The PyAV fallback as a :class:`~daliload.clips.ClipSource` (see the module docstring).
 
     Args:
         output: what every clip is turned into.
@@ -244,16 +217,17 @@ class FallbackSource:
             a test double can fail on command (:mod:`daliload.testing`).
     """
 
-    def __init__(self, output: OutputSpec, decode: DecodeOptions = DecodeOptions(), *, workers: int = 2,
+    def __init__(self, output: OutputSpec, decode: FallbackOptions = FallbackOptions(), *, workers: int = 2,
                  hint_of: Callable[[str], StreamHint | None] | None = None,
                  frames_of: Callable[[str], int | None] | None = None,
                  task_fn: Callable[..., list] = decode_rows) -> None:
         if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
             raise ValueError(f"workers must be an integer >= 0, got {workers!r}")
         self.output = output.sized()
-        self.decode = DecodeOptions(decode.threads, decode.skip_nonref, decode.timeout_s)  # hints: hint_of
+        self.decode = FallbackOptions(decode.threads, decode.skip_nonref, decode.timeout_s)  # hints: hint_of
         self.workers = workers
-        self._hint_of = hint_of or decode.hint
+        #: ``path -> StreamHint | None``: the seek hint a video's task carries (looked up when it is sent)
+        self.hint_of = hint_of or decode.hint
         self._frames_of = frames_of
         self._limit = None if decode.timeout_s is None else hard_limit(decode.timeout_s)
         self._task_fn = functools.partial(task_fn, output=output, decode=self.decode)
@@ -261,12 +235,15 @@ class FallbackSource:
         self._groups: dict[int, _Group] = {}
         self._group_of: dict[int, int] = {}  # task id -> ticket
         self._next_ticket = 0
-        self.frames_decoded = 0  # by every collected group
 
     def use_task_fn(self, task_fn: Callable[..., list]) -> None:
         """Run ``task_fn`` in the workers from now on (a test double); restarts them."""
         self.close()
         self._task_fn = functools.partial(task_fn, output=self.output, decode=self.decode)
+
+    def start(self) -> list[int]:
+        """Start the workers now, not with the first group (``workers=0``: none); their pids."""
+        return self._workers().start() if self.workers else []
 
     @property
     def worker_pids(self) -> list[int]:
@@ -286,7 +263,7 @@ class FallbackSource:
         else:
             group = _Group(*shared_buffer(shape, dtype), samples)
         for rows, video in _video_tasks(samples):
-            hint = self._hint_of(video[0].path)
+            hint = self.hint_of(video[0].path)
             num_frames = self._frames_of(video[0].path) if self._frames_of is not None else \
                 (hint.num_frames if hint is not None else None)
             task = (rows, video, hint, shape, str(dtype).removeprefix("torch."), num_frames)
@@ -315,9 +292,7 @@ class FallbackSource:
             if failed is not None:
                 sample = group.samples[row]
                 failures[row] = Failure(sample.path, failed[0], sample.position, failed[1])
-        frames = sum(frames for frames, _ in group.results.values())
-        self.frames_decoded += frames
-        return Decoded(group.videos, failures, frames)
+        return Decoded(group.videos, failures, sum(frames for frames, _ in group.results.values()))
 
     def cancel(self) -> None:
         """Drop every group not collected yet (running decodes finish; their results are ignored)."""

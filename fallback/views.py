@@ -14,19 +14,17 @@ crop by :func:`fallback.transform.apply_plan`, exactly as
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import torch
 
 from daliload.plan import OutputSpec, Sample
 from fallback.decode import decode_window
+from fallback.options import FallbackOptions
 from fallback.transform import apply_plan
 
-if TYPE_CHECKING:
-    from fallback.source import DecodeOptions
 
-
-def decode_views(samples: Sequence[Sample], output: OutputSpec, decode: DecodeOptions | None = None, *,
+def decode_views(samples: Sequence[Sample], output: OutputSpec, decode: FallbackOptions | None = None, *,
                  out: Sequence[torch.Tensor] | None = None,
                  num_frames: int | None = None) -> tuple[list[torch.Tensor], int]:
     """Decode the views ``samples`` of one video in one pass over the file.
@@ -34,7 +32,7 @@ def decode_views(samples: Sequence[Sample], output: OutputSpec, decode: DecodeOp
     Args:
         samples: views of the same file (any order, any windows and crops).
         output: what each clip is turned into.
-        decode: threads, non-reference skipping, time limit and seek hints (default ``DecodeOptions()``).
+        decode: threads, non-reference skipping, time limit and seek hints (default ``FallbackOptions()``).
         out: where to write each sample's clip (a worker's rows of shared memory), in the order given.
         num_frames: the file's frame count in the manifest the plan was made
             from (default: its seek hint's, if any): see
@@ -57,9 +55,7 @@ def decode_views(samples: Sequence[Sample], output: OutputSpec, decode: DecodeOp
     if others:
         raise ValueError(f"decode_views decodes the views of one file; got {path} and {sorted(others)[0]}")
     if decode is None:
-        from fallback.source import DecodeOptions  # the source module imports this one
-
-        decode = DecodeOptions()
+        decode = FallbackOptions()
     windows = [sample.frame_indices() for sample in samples]
     wanted = sorted({index for window in windows for index in window})
     hint = decode.hint(path)

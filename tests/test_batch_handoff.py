@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from daliload import epoch as epoch_mod
+from daliload.epoch import _merge as merge_mod
 from daliload.epoch import EpochCounters, EpochPass, HostTransfer, PassSetup, Routes
 from daliload.failures import FailureBudget
 from daliload.framecode import read_code
@@ -82,7 +83,7 @@ def test_a_pass_left_early_and_the_next_one_call_dali_from_one_thread(small_kine
     assert loader.dali_enabled and loader.device == "cpu"
     frames = {v.path: v.num_frames for v in loader.videos}
     calls: list[tuple[str, str]] = []
-    decoder = loader._dali_decoder()
+    decoder = loader.sources.dali().decoder
     decoder._pipes = [RecordingPipeline(pipe, calls) for pipe in decoder._pipes]
     checked = abandoned = by_dali = 0
     for round_ in range(12):
@@ -293,14 +294,14 @@ def test_a_gpu_batch_stays_valid_while_the_consumer_stream_still_reads_it(h264_r
                                         "consumer stream still reads it. XFAIL: this GPU showed it (the test above "
                                         "catches it); XPASS: not seen in this run")
 def test_handing_out_dalis_own_buffer_is_what_the_copy_prevents(h264_root, monkeypatch):
-    stack = epoch_mod._stack
+    stack = merge_mod.stack
 
     def zero_copy(parts, n, device, host=None):
         whole = [p for p in parts if p.rows]
         if len(whole) == 1 and whole[0].decoded.videos.is_cuda and whole[0].rows == list(range(n)):
             return whole[0].decoded.videos
         return stack(parts, n, device, host)
-    monkeypatch.setattr(epoch_mod, "_stack", zero_copy)
+    monkeypatch.setattr(merge_mod, "stack", zero_copy)
     loader = make_loader(h264_root, device="gpu", decode=DecodeSpec(dali_pipelines=1))
     pairs = read_while_the_stream_is_busy(loader)
     loader.close()

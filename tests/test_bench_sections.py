@@ -36,7 +36,7 @@ def test_a_micro_benchmark_replaces_its_own_section(tmp_path, module, run, headi
 
 
 def _demo_report(stopped: bool) -> dict:
-    """A demo's metrics.json, as ``daliload.demo.run_demo`` writes it (the fields the README section reads)."""
+    """A demo's metrics.json, as ``daliload.commands.demo.run_demo`` writes it (the fields the README section reads)."""
     return {
         "machine": {"cpus": 2, "device": "cpu", "date_utc": "2026-12-01 14:00", "load_average_start": [3.6, 3.2, 2.9],
                     "load_average_end": [4.8, 3.6, 3.1]},

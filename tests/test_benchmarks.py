@@ -23,7 +23,7 @@ from benchmarks.measure import _check_batch
 from benchmarks.metrics import summarize
 from benchmarks.task import PlanDataset, TaskSpec, from_start_decode_estimate, make_plan, seek_decode_estimate
 from daliload.framecode import read_code
-from daliload.index import load_index
+from daliload.dataset import load_index
 from daliload.plan import CropBox, Sample
 
 REPO = Path(__file__).resolve().parents[1]
@@ -333,7 +333,7 @@ def test_summary_median_and_spread():
 
 
 def test_daliload_bench_says_where_the_benchmarks_are_and_imports_none(capsys):
-    from daliload import bench_cli
+    from daliload.commands import bench as bench_cli
     from daliload.cli import build_parser
 
     args = build_parser().parse_args(["bench"])

@@ -265,7 +265,7 @@ def test_a_progress_bar_on_rank_0_only_and_only_when_asked_or_on_a_terminal(monk
     monkeypatch.setattr(sys, "stderr", terminal)
     evaluate(ChannelMeans(), MultiViewLoader())
     assert "evaluate val:" in "".join(terminal.text)
-    monkeypatch.setenv("RANK", "1")  # another rank (no process group: daliload.dist reads torchrun's variables)
+    monkeypatch.setenv("RANK", "1")  # another rank (no process group: daliload.runtime reads torchrun's variables)
     terminal.text.clear()
     evaluate(ChannelMeans(), MultiViewLoader(), progress=True)
     assert terminal.text == []

@@ -257,7 +257,7 @@ STUCK_SCRIPT = textwrap.dedent("""\
     # What a batch stuck inside NVDEC does: the call never returns, and DALI's own exit hook (registered
     # when DALI was imported, so it runs after any registered later) waits for it.
     atexit.register(time.sleep, 3600)
-    loader._dali_decoder()._pipe.outputs = lambda *args, **kwargs: time.sleep(3600)
+    loader.sources.dali().decoder._pipe.outputs = lambda *args, **kwargs: time.sleep(3600)
     print("{mark}", flush=True)
     for videos, labels in loader:
         pass

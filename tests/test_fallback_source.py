@@ -20,7 +20,7 @@ from daliload.framecode import read_clip
 from daliload.plan import CropBox, OutputSpec, Sample
 from daliload.testing import inject_faults
 from fallback import FallbackSource, NoReplacementError, TooManyFailuresError, decode_sample
-from fallback.source import DecodeOptions
+from fallback.options import FallbackOptions
 
 RAW = OutputSpec(size=(48, 64), mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), dtype="float32", layout="CTHW")
 CLIP_LEN, STRIDE = 4, 3
@@ -37,15 +37,15 @@ def expected_codes(sample: Sample, num_frames: int = 60) -> list[int]:
     return sample.frame_indices(num_frames)
 
 
-def run_pass(samples: list[Sample], batch_size: int, source: FallbackSource, *, max_failures: int | None = None,
-             max_fraction: float | None = 1.0, routes: Routes | None = None
+def run_pass(samples: list[Sample], batch_size: int, source: FallbackSource, *, max_fraction: float | None = 1.0,
+             routes: Routes | None = None
              ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], FailureBudget, EpochCounters]:
     """One epoch pass over ``samples`` with only the fallback: ``(batches, budget, counters)``.
 
     ``routes`` carries what a run remembers from one epoch to the next (the files it quarantined).
     """
     batches = [samples[i:i + batch_size] for i in range(0, len(samples), batch_size)]
-    budget = FailureBudget(len({s.path for s in samples}), max_fraction=max_fraction, max_count=max_failures)
+    budget = FailureBudget(len({s.path for s in samples}), max_fraction=max_fraction)
     counters = EpochCounters()
     setup = PassSetup(output=RAW, device=torch.device("cpu"), label_padding=False, mask_failed=False, prefetch=2,
                       num_frames=lambda path: None)
@@ -110,9 +110,9 @@ def test_no_replacement_found_is_reported_with_the_failures(files):
 
 def test_too_many_failures_raise_listing_them(files):
     paths = [files["h264"], files["zero"], files["vp9"], files["garbage"], files["h264"], files["vp9"]]
-    too_many = r"2 of 4 videos failed to decode, more than max_failures=1"  # h264 and vp9 are planned twice
-    with pytest.raises(TooManyFailuresError, match=too_many) as info:
-        run_pass(plan(paths), 2, FallbackSource(RAW, workers=0), max_failures=1, max_fraction=None)
+    too_many = (r"2 of 4 videos failed to decode, more than max_failure_fraction=0.25 of 4 videos \(1 allowed\)")
+    with pytest.raises(TooManyFailuresError, match=too_many) as info:  # h264 and vp9 are planned twice
+        run_pass(plan(paths), 2, FallbackSource(RAW, workers=0), max_fraction=0.25)
     assert re.search(re.escape(files["zero"]) + r" \(position 101\): cannot open", str(info.value))
     assert re.search(re.escape(files["garbage"]) + r" \(position 103\): cannot open", str(info.value))
 
@@ -121,7 +121,7 @@ def test_bad_options_are_refused():
     with pytest.raises(ValueError, match="workers must be an integer >= 0, got -1"):
         FallbackSource(RAW, workers=-1)
     with pytest.raises(ValueError, match="timeout_s must be > 0 or None, got 0"):
-        DecodeOptions(timeout_s=0)
+        FallbackOptions(timeout_s=0)
     with pytest.raises(ValueError, match="unknown fault action"):
         inject_faults(FallbackSource(RAW, workers=0), {"a.mp4": "explode"})
 
@@ -145,14 +145,13 @@ def test_broken_files_dead_and_hung_workers_cost_one_sample_each(files, realclip
     starts[14] = 40  # corrupted.mp4 decodes its first frames; its damage starts before frame 40
     samples = plan(paths, starts)
     bad = {i for i, p in enumerate(paths) if p not in (good, vp9)}
-    source = FallbackSource(RAW, DecodeOptions(timeout_s=1.0), workers=2)
+    source = FallbackSource(RAW, FallbackOptions(timeout_s=1.0), workers=2)
     inject_faults(source, {"fault:kill": "kill", "fault:segv": "segv", "fault:hang": "hang"})
     routes = Routes()  # what the run remembers across epochs
     try:
         first = None
         for epoch in range(2):
-            batches, budget, counters = run_pass(samples, 4, source, max_failures=len(bad), max_fraction=None,
-                                                 routes=routes)
+            batches, budget, counters = run_pass(samples, 4, source, routes=routes)
             assert [len(labels) for _, labels in batches] == [4, 4, 4, 4, 2]
             # each slot holds its own sample or, if that failed, the next good one
             want = [100 + next(j % len(paths) for j in range(i, i + len(paths)) if j % len(paths) not in bad)
@@ -193,7 +192,7 @@ def test_a_worker_that_exits_costs_one_sample(files):
     try:
         with pytest.warns(UserWarning, match="1 of 3 videos failed to decode and were replaced "
                                              r"\(0 timeouts, 1 worker deaths\)"):
-            batches, budget, _ = run_pass(samples, 3, source, max_failures=1, max_fraction=None)
+            batches, budget, _ = run_pass(samples, 3, source, max_fraction=1 / 3)  # one of the 3 videos
             budget.warn()
     finally:
         source.close()

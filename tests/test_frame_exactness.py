@@ -430,7 +430,7 @@ def test_counting_path_numbers_a_cut_stream_the_same_way(clips, monkeypatch):
 
 def test_scan_deep_marks_the_file_and_the_loader_decodes_it_from_the_start(tmp_path):
     """End to end: `daliload scan --deep` records unsafe_seek; the loader's hint for it starts at frame 0."""
-    from daliload.loader import _hint
+    from daliload.epoch import stream_hint
     from daliload.prescreen import Manifest, scan
 
     source = encode(tmp_path / "src.mp4", 40, "mpeg4", options={"g": "40", "qscale": "3"})
@@ -441,5 +441,5 @@ def test_scan_deep_marks_the_file_and_the_loader_decodes_it_from_the_start(tmp_p
     with Manifest(summary.manifest_path) as manifest:
         (entry,) = manifest.entries("train", device="cpu")
     assert entry.unsafe_seek and entry.route == "fallback"
-    hint = _hint(entry)
+    hint = stream_hint(entry)
     assert hint is not None and hint.unsafe_seek

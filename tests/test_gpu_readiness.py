@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from daliload import cli, dali_source, epoch
+from daliload import cli, epoch
+from daliload.dali import _source as dali_source
 from daliload.epoch import HeldOutputs
 from daliload.loader import DecodeSpec
 from daliload.prescreen import probe_file, route_for
@@ -72,7 +73,8 @@ def test_dali_outputs_are_held_until_their_copies_ran_without_a_host_wait():
 def test_the_merge_has_no_per_batch_host_synchronisation():
     """Code-level check: in the epoch pass and the DALI source only the end of a pass and the failure path
     wait for the GPU."""
-    trees = [ast.parse(Path(module.__file__).read_text()) for module in (epoch, dali_source)]
+    files = [*Path(epoch.__file__).parent.glob("*.py"), Path(dali_source.__file__)]  # the pass's modules, DALI's source
+    trees = [ast.parse(path.read_text()) for path in files]
     waiting = set()
     for function in (n for tree in trees for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
         for call in (n for n in ast.walk(function) if isinstance(n, ast.Call)):
@@ -221,7 +223,7 @@ def test_av1_on_this_gpu_decodes_as_the_nvdec_table_says(make_clip):
     """
     pytest.importorskip("nvidia.dali")
     from daliload.framecode import read_clip
-    from daliload.pipeline import DaliBatchError, DaliClipDecoder
+    from daliload.dali import DaliBatchError, DaliClipDecoder
     from daliload.plan import CropBox, OutputSpec, Sample
     from daliload.prescreen.gpus import detect_gpu
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from daliload.index import DatasetIndex, Skipped, VideoRecord, load_classes, load_index, save_classes
+from daliload.dataset import DatasetIndex, Skipped, VideoRecord, load_classes, load_index, save_classes
 from daliload.synth.dataset import generate_dataset
 from daliload.synth.spec import SynthSpec
 

@@ -18,7 +18,8 @@ from daliload.loader import KineticsDALILoader
 from daliload.prescreen import Manifest, ScanSpec, check_manifest, scan
 from daliload.prescreen import ensure as ensure_module
 from daliload.prescreen.ensure import forget_checks
-from daliload.prescreen.scan import FAULT_ENV, cache_manifest_path
+from daliload.prescreen.scan import cache_manifest_path
+from daliload.testing import probe_faults
 
 OPTIONS = dict(batch_size=2, clip_len=4, frame_stride=2, crop_size=32, device="cpu")
 
@@ -141,13 +142,13 @@ def test_a_timed_out_probe_keeps_its_verdict_between_jobs_until_retry_bad(copy, 
     (copy / "annotations").exists() and shutil.rmtree(copy / "annotations")  # the folders layout lists it
     for listing in copy.glob("*list.txt"):
         listing.unlink()
-    monkeypatch.setenv(FAULT_ENV, "hang:stuck*")
-    scan(copy, device="cpu", workers=1, progress=False, timeout_s=2.0)  # the first job's scan (a short time limit)
-    first = KineticsDALILoader(copy, "train", **OPTIONS)
-    assert ("timeout" in {f.reason for f in first.rejected if f.path == str(stuck)})
-    state = first.state_dict()
-    first.close()
-    monkeypatch.delenv(FAULT_ENV)  # the next job runs on a quiet machine: the file would probe fine
+    with probe_faults({"stuck*": "hang"}):
+        scan(copy, device="cpu", workers=1, progress=False, timeout_s=2.0)  # the first job's scan (short time limit)
+        first = KineticsDALILoader(copy, "train", **OPTIONS)
+        assert ("timeout" in {f.reason for f in first.rejected if f.path == str(stuck)})
+        state = first.state_dict()
+        first.close()
+    # the next job runs on a quiet machine: the file would probe fine
     forget_checks()
     second = KineticsDALILoader(copy, "train", **OPTIONS)
     assert second.state_dict()["videos"] == state["videos"]  # the same videos: the state resumes

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from daliload import loader as loader_mod
 from daliload.failures import DecodeFailureWarning
 from daliload.framecode import read_code
 from daliload.loader import PADDING_LABEL, DecodeSpec, KineticsDALILoader, split_batches
@@ -263,10 +262,11 @@ def test_file_broken_after_the_scan_is_replaced_and_reported(dataset, tmp_path):
 
 
 def test_without_dali_everything_goes_through_the_fallback(dataset, monkeypatch):
-    import daliload.dali_errors
+    import daliload.dali
+    import daliload.options
 
-    monkeypatch.setattr(daliload.dali_errors, "is_dali_available", lambda: False)
-    monkeypatch.setattr(loader_mod, "_warned_no_dali", False)
+    monkeypatch.setattr(daliload.dali, "is_dali_available", lambda: False)  # read when a loader is built
+    monkeypatch.setattr(daliload.options, "_warned_no_dali", False)
     with pytest.warns(RuntimeWarning, match=r"DALI is not installed.*pip install 'daliload\[cuda13\]'"):
         loader = make_loader(dataset)
     assert not loader.dali_enabled
@@ -288,6 +288,24 @@ def test_reads_a_manifest_directly(dataset):
 def m_entries(path):
     with Manifest(path) as m:
         return m.entries("train", device="cpu")
+
+
+def test_the_dataset_root_is_root_and_source_its_old_name(dataset):
+    """``root`` is the first argument; ``source=``, its name before, still works and says to use ``root``."""
+    with pytest.warns(DeprecationWarning, match=r"KineticsDALILoader\(source=\.\.\.\) is deprecated: the dataset "
+                                                r"root \(or manifest\) is root"):
+        old = KineticsDALILoader(source=dataset, split="train", batch_size=4, clip_len=6, frame_stride=3,
+                                 augment=WHOLE, output=RAW)
+    new = make_loader(dataset)
+    assert old.manifest_path == new.manifest_path and old.plan(0) == new.plan(0)
+    assert KineticsDALILoader(root=dataset, batch_size=4, clip_len=6, frame_stride=3, augment=WHOLE,
+                              output=RAW).plan(0) == new.plan(0)
+    with pytest.raises(TypeError, match="got both root and source=, its old name: pass root only"):
+        KineticsDALILoader(dataset, source=dataset)
+    with pytest.raises(TypeError, match="missing its first argument, root: the dataset root or a manifest"):
+        KineticsDALILoader(split="train")
+    for loader in (old, new):
+        loader.close()
 
 
 def test_bad_inputs_are_named(dataset, tmp_path):

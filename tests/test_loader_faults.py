@@ -19,7 +19,7 @@ from daliload.epoch import PADDING_LABEL
 from daliload.failures import DecodeFailureWarning
 from daliload.framecode import read_code
 from daliload.loader import DecodeSpec, KineticsDALILoader
-from daliload.pipeline import DaliBatchError, DaliTimeoutError
+from daliload.dali import DaliBatchError, DaliTimeoutError
 from daliload.plan import AugmentSpec, OutputSpec
 from daliload.testing import inject_faults
 
@@ -102,7 +102,7 @@ def test_a_batch_failure_that_names_no_file_is_isolated_by_halves(root):
     paths = routes(loader)
     victim = paths["dali"][1]
     Path(victim).write_bytes(b"\x1aE\xdf\xa3garbage" * 200)
-    decoder = loader._dali_decoder()
+    decoder = loader.sources.dali().decoder
     real_result = decoder.result
 
     def anonymous(*args, **kwargs):
@@ -144,7 +144,7 @@ def test_crash_and_hang_inside_a_redecode_cost_one_sample_each(root):
 
 def test_a_dali_batch_that_never_finishes_fails_loudly_naming_its_files(root):
     loader = make_loader(root, timeout_s=0.5)
-    decoder = loader._dali_decoder()
+    decoder = loader.sources.dali().decoder
     released = threading.Event()
     decoder._pipe.outputs = lambda: released.wait(600)  # DALI stuck inside a library call, far past any bound
     try:
@@ -168,7 +168,7 @@ def test_dali_failing_everything_is_given_up_for_the_run(root):
     def broken():
         raise RuntimeError('Failed to create video decoder for "memory file"')
 
-    loader._dali_decoder()._pipe.outputs = broken
+    loader.sources.dali().decoder._pipe.outputs = broken
     with pytest.warns(RuntimeWarning, match=r"3 DALI batches in a row failed with no single file to blame"):
         batches = [(v.clone(), lab.clone()) for v, lab in loader]
     check_epoch(loader, batches)

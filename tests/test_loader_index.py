@@ -34,11 +34,11 @@ def test_the_loader_keeps_its_videos_as_columns_and_plans_from_them(small_kineti
     entries = [index[i] for i in range(len(index))]  # rows read like manifest entries
     plan = make_train_plan(entries, seed=0, epoch=0, rank=0, world_size=1, clip=loader.clip, augment=loader.augment)
     assert [s for b in loader.plan(0) for s in b][:len(plan)] == plan
-    hint_of = loader._fallback._hint_of  # looked up in the index when a video is sent to a worker
+    hint_of = loader.sources.fallback.hint_of  # looked up in the index when a video is sent to a worker
     path = next(v.path for v in index if v.keyframes and v.keyframes[0] == 0 and not v.vfr)
     assert hint_of(path).keyframe_indices == index[index.find(path)].keyframes
     assert hint_of("/not/in/the/split.mp4") is None
-    assert loader._setup.num_frames(path) == index[index.find(path)].num_frames
+    assert loader.sources.frames_of(path) == index[index.find(path)].num_frames  # what the pass and DALI read
     with pytest.raises((AttributeError, pickle.PicklingError)):  # the index stays in the training process
         pickle.dumps(hint_of)
     loader.close()

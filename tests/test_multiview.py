@@ -10,7 +10,8 @@ import torch
 from daliload.framecode import read_clip
 from daliload.plan import AugmentSpec, ClipSpec, OutputSpec, VideoInfo, make_val_plan
 from fallback import views as views_module
-from fallback.source import DecodeOptions, decode_sample
+from fallback.options import FallbackOptions
+from fallback.source import decode_sample
 from fallback.views import decode_views
 
 RAW = OutputSpec(size=(48, 64), mean=(0, 0, 0), std=(1, 1, 1), dtype="float32")
@@ -40,7 +41,7 @@ def test_the_fallback_decodes_all_views_in_one_pass_and_each_equals_its_own_deco
     clips, decoded = decode_views(samples, RAW)
     assert len(calls) == 1 and calls[0] == sorted(set(calls[0]))  # one open, ascending, each frame once
     for sample, clip in zip(samples, clips):
-        assert torch.equal(clip, decode_sample(sample, RAW, DecodeOptions()))
+        assert torch.equal(clip, decode_sample(sample, RAW, FallbackOptions()))
     # Spatial views: the left end, the centre and the right end of the 192-wide frame.
     assert [s.crop.pixels(96, 192)[1] for s in samples[:3]] == [0, 32, 64]
     assert decoded <= 120
@@ -158,8 +159,8 @@ def test_the_loaders_fallback_decodes_each_videos_views_in_one_pass(small_kineti
 
 def test_dali_takes_the_same_three_crops_as_the_fallback(make_clip):
     """Spatial views on the DALI path: both ends and the centre of the long side, as the fallback cuts them."""
-    from daliload.dali_errors import is_dali_available
-    from daliload.pipeline import DaliClipDecoder
+    from daliload.dali import is_dali_available
+    from daliload.dali import DaliClipDecoder
 
     if not is_dali_available():
         pytest.skip("nvidia-dali is not installed")

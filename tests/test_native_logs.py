@@ -6,7 +6,7 @@ training script in a subprocess and reads what reached its stderr: a VP9 file cu
 on DALI's route (DALI's CPU decoder), an H.264 file cut short after the scan on the fallback's route
 (PyAV, in the fallback's worker processes). Neither opens any more, in DALI or in the fallback, so the
 loader replaces its samples and says so in one :class:`~daliload.failures.DecodeFailureWarning`.
-The line filter itself (:class:`daliload.native_logs.StderrFilter`) is tested on byte streams.
+The line filter itself (:class:`daliload.runtime.StderrFilter`) is tested on byte streams.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from daliload.native_logs import NATIVE_LOGS_ENV, StderrFilter
+from daliload.runtime import NATIVE_LOGS_ENV, StderrFilter
 from daliload.synth import SynthSpec, generate_dataset
 
 #: FFmpeg's default log line: ``[matroska,webm @ 0x7f5528004d00] File ended prematurely``.
@@ -152,8 +152,8 @@ def test_a_terminal_stays_a_terminal_behind_the_relay(tmp_path):
     script = tmp_path / "terminal_stderr.py"  # not tty.py: the script's own folder is first on its sys.path
     script.write_text(textwrap.dedent("""\
         import os, sys
-        from daliload.native_logs import quiet_dali
-        from daliload.dali_errors import import_dali
+        from daliload.runtime import quiet_dali
+        from daliload.dali import import_dali
         import_dali()
         print("before", os.isatty(2), os.get_terminal_size(2).columns, flush=True)
         quiet_dali()

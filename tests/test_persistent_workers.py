@@ -55,7 +55,7 @@ def wait_gone(pids: list[int], seconds: float = 15.0, *, collect: bool = False) 
 
 
 def workers_of(loader: KineticsDALILoader) -> list[int]:
-    return sorted(loader._fallback.worker_pids)
+    return sorted(loader.sources.fallback.worker_pids)
 
 
 def epoch(loader, batches=None) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -147,7 +147,7 @@ def test_a_crashed_worker_is_replaced_and_none_is_left_behind(root):
     loader = make_loader(root, max_failure_fraction=1.0)
     victim = sorted(v.path for v in loader.videos if v.route == "fallback")[0]
     inject_faults(loader, {victim: "segv"})
-    first = loader._fallback._workers().start()  # started now, so that the first ones are seen before any crash
+    first = loader.sources.fallback.start()  # started now, so that the first ones are seen before any crash
     seen: set[int] = set(first)
     try:
         for epoch_index in range(2):

@@ -28,8 +28,8 @@ from daliload.plan import (
     make_train_plan,
 )
 
-from daliload import pipeline
-from daliload.pipeline import DaliBatchError, DaliClipDecoder, DecodedBatch
+from daliload.dali import _pipeline as pipeline
+from daliload.dali import DaliBatchError, DaliClipDecoder, DecodedBatch
 
 try:
     import nvidia.dali  # noqa: F401
@@ -102,8 +102,6 @@ def test_frame_indices_match_the_plan(vp9, layout):
             expected_shape = (n, 3, t, 96, 128) if layout == "CTHW" else (n, t, 3, 96, 128)
             assert tuple(batch.videos.shape) == expected_shape
             assert batch.videos.dtype == torch.float32
-            assert batch.labels.tolist() == [s.label for s in samples]
-            assert batch.labels.dtype == torch.int64
             for s, clip in zip(samples, batch.videos):
                 assert read_clip(clip, layout=layout) == s.frame_indices(NUM_FRAMES)
 
@@ -284,11 +282,10 @@ def test_a_train_plan_decodes_as_planned(make_clip, counted):
     with DaliClipDecoder(output, batch_size=3, device="cpu", num_threads=2, num_frames=counts) as decoder:
         for first in range(0, len(plan), 3):
             batch = decoder.decode_batch(plan[first:first + 3])
-            for s, clip_tensor, label in zip(batch.samples, batch.videos, batch.labels.tolist()):
+            for s, clip_tensor in zip(batch.samples, batch.videos):
                 codes = [read_code(clip_tensor[:, t], layout="CHW") for t in range(8)]
                 assert [c.index for c in codes] == s.frame_indices(lengths[s.video_index])
                 assert {c.flipped for c in codes} == {s.flip}
-                assert label == s.label
 
 
 
@@ -485,7 +482,7 @@ def test_exit_waits_briefly_for_dropped_dali_work_then_exits_without_it(tmp_path
     script.write_text(textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(Path.cwd())!r})
-        from daliload import dali_wait
+        from daliload.dali import _wait as dali_wait
         dali_wait.EXIT_DRAIN_S = 2.0
         waiter = dali_wait.Waiter()
         def dropped():
@@ -508,8 +505,8 @@ def test_exit_waits_briefly_for_dropped_dali_work_then_exits_without_it(tmp_path
 
 
 def test_missing_dali_raises_an_import_error_that_says_how_to_install(monkeypatch):
-    import daliload.dali_errors as dali_errors
-    import daliload.pipeline as pipeline
+    import daliload.dali._errors as dali_errors
+    import daliload.dali._pipeline as pipeline
 
     for name in ("nvidia.dali", "nvidia.dali.fn", "nvidia.dali.pipeline", "nvidia.dali.types"):
         monkeypatch.setitem(sys.modules, name, None)  # None in sys.modules makes the import fail
@@ -606,7 +603,7 @@ def test_frame_indices_match_the_plan_on_gpu(make_clip, layout):
             samples = [sample(path, *w[:2], 8, flip=i % 2 == 1, position=i)
                        for i, w in enumerate([(0, 1), (40, 3), (61, 2), (70, 4)])]
             batch = decoder.decode_batch(samples)
-            assert batch.videos.is_cuda and not batch.labels.is_cuda  # labels stay on the CPU: no sync
+            assert batch.videos.is_cuda
             for s, clip in zip(samples, batch.videos):
                 assert read_clip(clip, layout=layout) == s.frame_indices(NUM_FRAMES)
                 frame = clip[:, 0] if layout == "CTHW" else clip[0]

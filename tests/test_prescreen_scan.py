@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from daliload import dist
+from daliload import runtime
 from daliload.cli import main
-from daliload.index import VideoRecord, load_index
+from daliload.dataset import VideoRecord, load_index
 from daliload.prescreen import Manifest, ScanSpec, default_manifest_path, ensure_manifest, scan
 from daliload.prescreen.cli import JSON_FIELDS
 from daliload.prescreen.manifest import SCHEMA_VERSION
-from daliload.prescreen.scan import FAULT_ENV
+from daliload.testing import probe_faults
 
 #: (split, class, file name) -> codec of the generated clip ("garbage" = random bytes)
 LAYOUT = {
@@ -152,11 +152,11 @@ def test_rescan_probes_only_new_or_changed_files(dataset, make_clip):
     assert "c_vp8.webm" not in routes and routes["e_new.webm"] == ("dali", "")
 
 
-def test_hang_and_crash_cost_one_file_each(dataset, make_clip, monkeypatch):
+def test_hang_and_crash_cost_one_file_each(dataset, make_clip):
     for name in ("stuck.mp4", "boom.mp4"):
         shutil.copyfile(_clip(make_clip, "h264"), dataset / "train" / "bowling" / name)
-    monkeypatch.setenv(FAULT_ENV, "hang:stuck*;crash:boom*")
-    summary = scan(dataset, device="gpu", workers=2, progress=False, timeout_s=2.0)
+    with probe_faults({"stuck*": "hang", "boom*": "crash"}):
+        summary = scan(dataset, device="gpu", workers=2, progress=False, timeout_s=2.0)
     routes = _routes(summary.manifest_path, "gpu")
     assert routes["stuck.mp4"] == ("bad", "timeout")
     assert routes["boom.mp4"] == ("bad", "crash")
@@ -165,7 +165,6 @@ def test_hang_and_crash_cost_one_file_each(dataset, make_clip, monkeypatch):
 
     # A hang or crash keeps its verdict while the file is unchanged, so that every job sees the
     # same videos; the summary says so, and an explicit --retry-bad probes exactly those two again.
-    monkeypatch.delenv(FAULT_ENV)
     kept = scan(dataset, device="gpu", workers=1, progress=False)
     assert (kept.probed, kept.transient) == (0, 2)
     assert "2 file(s) are bad because their probe timed out, crashed or raised" in kept.format()
@@ -189,8 +188,19 @@ def test_hang_and_crash_cost_one_file_each(dataset, make_clip, monkeypatch):
 _KILLABLE_SCAN = textwrap.dedent("""
     import sys
     from daliload.prescreen import scan
-    scan(sys.argv[1], manifest_path=sys.argv[2], device="cpu", workers=1, chunk_size=3,
-         progress=False)
+    from daliload.testing import probe_faults
+    with probe_faults({"*": "slow"}):  # 0.2 s per file: 24 files take ~5 s
+        scan(sys.argv[1], manifest_path=sys.argv[2], device="cpu", workers=1, chunk_size=3,
+             progress=False)
+""")
+
+#: ``python -c SLOW_CLI scan ...`` is ``daliload scan ...`` whose every probe takes a while (0.2 s a file).
+SLOW_CLI = textwrap.dedent("""
+    import sys
+    from daliload.cli import main
+    from daliload.testing import probe_faults
+    with probe_faults({"*": "slow"}):
+        sys.exit(main(sys.argv[1:]))
 """)
 
 
@@ -219,10 +229,8 @@ def test_scan_killed_midway_resumes_to_the_same_manifest(tmp_path, make_clip):
         shutil.copyfile(_clip(make_clip, codecs[i % 4]), path)
 
     killed = tmp_path / "killed.sqlite"
-    env = dict(os.environ, **{FAULT_ENV: "slow:*"})  # 0.2 s per file: 24 files take ~5 s
     proc = subprocess.Popen(
         [sys.executable, "-c", _KILLABLE_SCAN, str(root), str(killed)],
-        env=env,
         start_new_session=True,
     )
     try:
@@ -419,20 +427,20 @@ def test_dist_reads_the_environment_without_a_process_group(monkeypatch):
     monkeypatch.setenv("RANK", "3")
     monkeypatch.setenv("WORLD_SIZE", "8")
     monkeypatch.setenv("LOCAL_RANK", "1")
-    assert (dist.rank(), dist.world_size(), dist.local_rank(), dist.is_distributed()) == (
+    assert (runtime.rank(), runtime.world_size(), runtime.local_rank(), runtime.is_distributed()) == (
         3,
         8,
         1,
         False,
     )
-    dist.barrier()  # no process group: returns at once
-    assert dist.broadcast_object({"a": 1}) == {"a": 1}
+    runtime.barrier()  # no process group: returns at once
+    assert runtime.broadcast_object({"a": 1}) == {"a": 1}
     monkeypatch.setenv("RANK", "zero")
     with pytest.raises(ValueError, match=r"environment variable RANK='zero' is not an integer"):
-        dist.rank()
+        runtime.rank()
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         monkeypatch.delenv(name)
-    assert (dist.rank(), dist.world_size(), dist.local_rank()) == (0, 1, 0)
+    assert (runtime.rank(), runtime.world_size(), runtime.local_rank()) == (0, 1, 0)
 
 
 def _ddp_rank(rank: int, world: int, init_file: str, root: str, out_dir: str) -> None:
@@ -458,7 +466,7 @@ def _ddp_rank(rank: int, world: int, init_file: str, root: str, out_dir: str) ->
         return real_scan(*args, **kwargs)
 
     scan_module.scan = counting_scan
-    result = {"rank": dist.rank(), "world": dist.world_size()}
+    result = {"rank": runtime.rank(), "world": runtime.world_size()}
     result["path"] = str(ensure_manifest(root, device="cpu", scan=ScanSpec(workers=1), progress=False))
     try:
         ensure_manifest(
@@ -526,8 +534,8 @@ def test_probes_in_batches_give_each_file_its_own_verdict(tmp_path, make_clip, m
         shutil.copyfile(_clip(make_clip, "h264"), folder / f"clip{i:02d}.mp4")
     for name in ("stuck", "boom", "oops"):
         shutil.copyfile(_clip(make_clip, "h264"), folder / f"{name}.mp4")
-    monkeypatch.setenv(FAULT_ENV, "hang:stuck*;crash:boom*;raise:oops*")
-    with caplog.at_level(logging.INFO, logger="daliload.prescreen.probe_pool"):
+    with caplog.at_level(logging.INFO, logger="daliload.prescreen.probe_pool"), \
+            probe_faults({"stuck*": "hang", "boom*": "crash", "oops*": "raise"}):
         summary = scan(root, manifest_path=tmp_path / "m.sqlite", device="cpu", workers=1, splits=("train",),
                        progress=False, timeout_s=3.0)
     routes = _routes(tmp_path / "m.sqlite", "cpu")
@@ -594,16 +602,17 @@ def test_a_process_waiting_for_another_ones_scan_says_whose_and_how_far(dataset,
         import sys
         import daliload.prescreen.scan_lock as scan_lock
         from daliload.prescreen import ScanSpec, ensure_manifest
+        from daliload.testing import probe_faults
         scan_lock.FIRST_REPORT_S, scan_lock.REPORT_EVERY_S = 0.3, 0.5
-        ensure_manifest(sys.argv[1], device="cpu", scan=ScanSpec(sys.argv[2], workers=1), progress=True)
+        with probe_faults({"*": "slow"}):  # each probe takes a while: the first scan lasts a few seconds
+            ensure_manifest(sys.argv[1], device="cpu", scan=ScanSpec(sys.argv[2], workers=1), progress=True)
     """)
-    env = {**os.environ, FAULT_ENV: "slow:*"}  # each probe takes a while: the first scan lasts a few seconds
-    first = subprocess.Popen([sys.executable, "-c", code, str(dataset), str(manifest)], env=env,
+    first = subprocess.Popen([sys.executable, "-c", code, str(dataset), str(manifest)],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 60
     while scan_lock.read_note(scan_lock.lock_path(manifest)) is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    second = subprocess.run([sys.executable, "-c", code, str(dataset), str(manifest)], env=env,
+    second = subprocess.run([sys.executable, "-c", code, str(dataset), str(manifest)],
                             capture_output=True, text=True, timeout=120)
     out, _ = first.communicate(timeout=120)
     assert first.returncode == 0 and second.returncode == 0, out[-2000:] + second.stderr[-2000:]
@@ -632,10 +641,9 @@ def test_two_daliload_scans_of_one_root_take_turns_and_the_second_probes_nothing
     root = tmp_path / "k"
     shutil.copytree(small_kinetics, root, ignore=shutil.ignore_patterns(".daliload"))
     total = len(load_index(root, "train")) + len(load_index(root, "val"))
-    command = [sys.executable, "-m", "daliload.cli", "scan", str(root), "--device", "cpu", "--workers", "1",
-               "--timeout", "600"]
-    env = {**os.environ, FAULT_ENV: "slow:*"}  # the first is still probing when it is stopped
-    first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    command = [sys.executable, "-c", SLOW_CLI, "scan", str(root), "--device", "cpu", "--workers", "1",
+               "--timeout", "600"]  # slow probes: the first is still probing when it is stopped
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     # Should the second never say it waits, the first goes on after a while and the test fails, not hangs.
     resume = threading.Timer(120, lambda: first.poll() is None and first.send_signal(signal.SIGCONT))
     try:
@@ -643,7 +651,7 @@ def test_two_daliload_scans_of_one_root_take_turns_and_the_second_probes_nothing
         assert b"scan cpu" in started, started.decode(errors="replace")[-2000:]
         first.send_signal(signal.SIGSTOP)
         resume.start()
-        second = subprocess.Popen(command + ["--quiet"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        second = subprocess.Popen(command + ["--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         waiting = _read_until(second.stderr, b"daliload: waiting for the scan of", b"\n").decode()
         first.send_signal(signal.SIGCONT)
         second_out, second_err = second.communicate(timeout=300)

@@ -11,7 +11,7 @@ from daliload.cli import main
 from daliload.loader import KineticsDALILoader
 from daliload.prescreen import Manifest, scan
 from daliload.prescreen.merge import merge_manifests
-from daliload.shard import Shard
+from daliload.dataset import Shard
 
 
 def _tables(path: Path) -> dict[str, list]:

@@ -17,13 +17,13 @@ import pytest
 
 from daliload.cli import main
 from daliload.framecode import read_code
-from daliload.index import load_index
-from daliload.index_layouts import unindexed
+from daliload.dataset import load_index
+from daliload.dataset import unindexed
 from daliload.loader import DecodeSpec, KineticsDALILoader
 from daliload.plan import AugmentSpec, OutputSpec
 from daliload.prescreen import Manifest, scan
 from daliload.prescreen.merge import merge_manifests
-from daliload.shard import Shard
+from daliload.dataset import Shard
 from daliload.synth import default_spec, render_clip, write_video
 
 NUM_FRAMES = 30

@@ -24,7 +24,7 @@ from daliload import AugmentSpec, KineticsDALILoader, Manifest
 from daliload.cli import main as cli_main
 from daliload.examples import train_ddp
 from daliload.framecode import read_code
-from daliload.preview import CAPTION_HEIGHT, LABEL_HEIGHT, PAD, denormalize, preview, render_contact_sheet
+from daliload.commands.preview import CAPTION_HEIGHT, LABEL_HEIGHT, PAD, denormalize, preview, render_contact_sheet
 from daliload.synth.dataset import generate_dataset
 from daliload.synth.spec import SynthSpec
 
@@ -105,7 +105,8 @@ def test_torchrun_two_ranks_learns_and_resumes(dataset, tmp_path):
         "reason": "another epoch would overrun --max-minutes 0.0001"}
     checkpoint = torch.load(out / "checkpoint.pt", weights_only=False)
     assert checkpoint["epoch"] == 0 and len(checkpoint["loader"]) == 2
-    assert [s["epoch"] for s in checkpoint["loader"]] == [0, 0]
+    # Each rank's loader finished epoch 0: its state is the epoch the next pass draws, from its first batch.
+    assert [(s["epoch"], s["next_batch"]) for s in checkpoint["loader"]] == [(1, 0), (1, 0)]
     first_history = json.loads((out / "metrics.json").read_text())["history"]
 
     second = _torchrun([*common, "--resume"], timeout=400)
@@ -342,7 +343,7 @@ def test_preview_command_writes_the_png(dataset, tmp_path, capsys):
 
 def test_demo_end_to_end_in_miniature(tmp_path):
     """The demo's four steps on a tiny dataset and one epoch: report files, numbers and reasons."""
-    from daliload.demo import DemoConfig, run_demo
+    from daliload.commands.demo import DemoConfig, run_demo
     from daliload.options import DecodeSpec
 
     lines: list[str] = []
@@ -393,7 +394,7 @@ def test_demo_end_to_end_in_miniature(tmp_path):
 
 
 def test_the_training_curve_numbers_epochs_as_the_console_and_keeps_its_legend_off_the_lines():
-    from daliload.demo import training_curve_figure
+    from daliload.commands.demo import training_curve_figure
 
     history = [{"epoch": e, "train_loss": 1.5 - 0.3 * e, "train_top1": 0.3 + 0.1 * e, "val_top1": 0.4 + 0.1 * e}
                for e in range(4)]

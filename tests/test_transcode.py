@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from daliload.framecode import read_code
-from daliload.index import load_index
+from daliload.dataset import load_index
 from daliload.loader import KineticsDALILoader
 from daliload.prescreen import Manifest, probe_file, scan
 from daliload.prescreen.gpus import GPU_MODELS

@@ -9,7 +9,7 @@ import pytest
 
 from daliload.plan import make_train_plan
 from daliload.prescreen import Manifest, scan
-from daliload.videoindex import StringColumn, VideoIndex
+from daliload.dataset import StringColumn, VideoIndex
 
 PATHS = ["/d/train/a b/x.mp4", "/d/train/é/y.webm", "/d/val/c/z.avi", "/d/\udcff-raw-byte.mp4"]
 

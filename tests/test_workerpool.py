@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from daliload import workerpool
-from daliload.workerpool import TaskOutcome, WorkerPool
+from daliload.runtime import _workerpool as workerpool
+from daliload.runtime import TaskOutcome, WorkerPool
 
 
 def task(item):
@@ -182,7 +182,7 @@ def test_workers_do_not_rerun_the_main_script(tmp_path):
     script = tmp_path / "unguarded_pool.py"
     script.write_text(
         "import os\n"
-        "from daliload.workerpool import WorkerPool\n"
+        "from daliload.runtime._workerpool import WorkerPool\n"
         "print('top level ran in', os.getpid(), flush=True)\n"
         "with WorkerPool(abs, workers=2, timeout_s=20) as pool:\n"
         "    print(sorted(o.value for o in pool.imap_unordered([-1, -2, -3])), flush=True)\n"
@@ -243,7 +243,7 @@ def test_idle_workers_killed_from_outside_are_replaced_with_a_warning(caplog, mo
         victim = pool.pids[0]
         os.kill(victim, signal.SIGKILL)
         time.sleep(0.5)
-        with caplog.at_level("WARNING", logger="daliload.workerpool"):
+        with caplog.at_level("WARNING", logger="daliload.runtime._workerpool"):
             ids = [pool.submit(("sleep", 0.2)) for _ in range(6)]
             outcomes = drain(pool)
             deadline = time.monotonic() + 10

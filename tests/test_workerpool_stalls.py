@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from daliload.workerpool import TaskOutcome, WorkerPool
+from daliload.runtime import TaskOutcome, WorkerPool
 
 #: A hang bound, far past the 2 s limit these pools run under: before the fix they waited forever.
 HANG_BOUND_S = 120.0
@@ -64,7 +64,7 @@ def test_a_worker_stopped_before_it_starts_its_task_is_killed_and_the_task_runs_
         stopped = first.value
         os.kill(stopped, signal.SIGSTOP)
         try:
-            with caplog.at_level("WARNING", logger="daliload.workerpool"):
+            with caplog.at_level("WARNING", logger="daliload.runtime._workerpool"):
                 ids = [pool.submit(("double", i)) for i in range(3)]  # two sent to the stopped worker, one unsent
                 outcomes = drain_within(pool)
         finally:

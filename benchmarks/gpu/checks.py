@@ -326,7 +326,7 @@ def _decode(path: Path, num_frames: int, windows: list[tuple[int, int]], *, size
     (no GPU), a time-out, or the frames that differ from the plan.
     """
     from daliload.framecode import read_clip
-    from daliload.pipeline import DaliBatchError, DaliClipDecoder, DaliTimeoutError
+    from daliload.dali import DaliBatchError, DaliClipDecoder, DaliTimeoutError
     from daliload.plan import CropBox, OutputSpec, Sample
 
     samples = [Sample(position=i, video_index=0, path=str(path), label=0, start_frame=start, frame_stride=stride,

@@ -6,7 +6,7 @@ Run by ``run_gpu_bench.sh --tests`` (no NVDEC needed); on its own::
 
 A batch of fallback clips lives in one shared-memory mapping
 (:func:`fallback.source.shared_buffer`, filled here as a worker fills it).
-The epoch pass's merge (:func:`daliload.epoch._merge`) copies it to the GPU;
+The epoch pass's merge (:func:`daliload.epoch._merge.merge`) copies it to the GPU;
 how long that holds up the training loop (host time: the call's wall time,
 before the copy has finished on the GPU) depends on what the copy reads
 (:class:`daliload.epoch.HostTransfer`):
@@ -45,9 +45,10 @@ def measure(batch: int, clip_len: int, size: int, repeats: int, *, device: str =
     """Host and total milliseconds of the merge per mode (``device="cpu"``, ``modes=("pageable",)``: a dry run)."""
     import torch
 
-    from daliload.epoch import EpochCounters, HostTransfer, PassSetup, _merge, _Part
+    from daliload.epoch import EpochCounters, HostTransfer, PassSetup
+    from daliload.epoch._merge import Part, merge
     from daliload.plan import CropBox, OutputSpec, Sample
-    from daliload.source import Decoded
+    from daliload.clips import Decoded
     from fallback.source import shared_buffer
 
     output = OutputSpec(size=(size, size))
@@ -76,7 +77,7 @@ def measure(batch: int, clip_len: int, size: int, repeats: int, *, device: str =
             host = HostTransfer("pageable" if mode == "pinned" else mode)
             synchronize()
             started = time.perf_counter()
-            merged, _, _ = _merge(samples, [_Part(rows, rows, Decoded(videos, {}, 0))], {}, setup, EpochCounters(),
+            merged, _, _ = merge(samples, [Part(rows, rows, Decoded(videos, {}, 0))], {}, setup, EpochCounters(),
                                   host)
             returned = time.perf_counter()
             synchronize()

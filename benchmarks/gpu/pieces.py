@@ -22,8 +22,6 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from visit import PIECE_BYTES
-
 HERE = Path(__file__).resolve().parent
 _PIECE = re.compile(r"^(?P<base>.+)\.part-(?P<suffix>[a-z]{2})$")
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
@@ -41,8 +39,9 @@ def _suffix(index: int) -> str:
     return _LETTERS[index // 26] + _LETTERS[index % 26]
 
 
-def split(path: Path, piece_bytes: int = PIECE_BYTES) -> list[Path]:
-    """Cut ``path`` into ``path.part-aa``, ``-ab``, ... of at most ``piece_bytes`` bytes.
+def split(path: Path, piece_bytes: int) -> list[Path]:
+    """Cut ``path`` into ``path.part-aa``, ``-ab``, ... of at most ``piece_bytes`` bytes (the callers pass
+    :data:`visit.PIECE_BYTES`, a call's size; visit.py imports this module, so it is not imported back here).
 
     Also writes ``path.sha256`` (``sha256sum`` format) for the reassembly check.
     """

@@ -10,7 +10,7 @@
   draws the run's plan the same way (:func:`benchmarks.task.make_plan` over
   :func:`benchmarks.datasets.loader_order`), and this adapter refuses to run
   if the two differ in any window, crop or flip.
-- ``daliload-dali-cpu`` / ``daliload-dali-gpu``: :class:`daliload.pipeline.DaliClipDecoder`
+- ``daliload-dali-cpu`` / ``daliload-dali-gpu``: :class:`daliload.dali.DaliClipDecoder`
   alone on the plan's batches (``fn.decoders.video`` + ``fn.resize`` +
   ``fn.crop_mirror_normalize``), two batches in flight; the knob is DALI's
   thread count. The CPU one decodes VP8, VP9 and MJPEG only (DALI's CPU
@@ -44,7 +44,7 @@ _DALI_CPU_CODECS = ("vp8", "vp9", "mjpeg")
 
 def _probe_dali() -> str | None:
     try:
-        from daliload.dali_errors import INSTALL_HINT, is_dali_available
+        from daliload.dali import INSTALL_HINT, is_dali_available
     except ImportError as err:  # daliload itself (torch, numpy) missing
         return f"daliload does not import ({err}); pip install -e . from the repository root"
     if not is_dali_available():
@@ -104,11 +104,12 @@ class DaliloadFallback(LoaderAdapter):
 
         from daliload.epoch import PassSetup
         from daliload.loader import DecodeSpec
-        from fallback.source import DecodeOptions, FallbackSource
+        from fallback.options import FallbackOptions
+        from fallback.source import FallbackSource
 
         spec = DecodeSpec(fallback_workers=config.workers)
         hints = loader_hints(dataset)
-        decode = DecodeOptions(threads=spec.fallback_threads, timeout_s=spec.timeout_s)
+        decode = FallbackOptions(threads=spec.fallback_threads, timeout_s=spec.timeout_s)
         self._source = FallbackSource(config.task.output, decode, workers=spec.fallback_workers, hint_of=hints.get)
         self._plan = list(samples)
         self._batches = _batches(samples, config.task.batch_size)
@@ -138,10 +139,10 @@ class DaliloadFallback(LoaderAdapter):
 
 
 class DaliloadDali(LoaderAdapter):
-    """:class:`daliload.pipeline.DaliClipDecoder` on the plan's batches; subclasses pick the device."""
+    """:class:`daliload.dali.DaliClipDecoder` on the plan's batches; subclasses pick the device."""
 
     knob = "DALI threads"
-    decodes_from_start = True  # fn.decoders.video builds no frame index (daliload.pipeline docstring)
+    decodes_from_start = True  # fn.decoders.video builds no frame index (daliload.dali._pipeline docstring)
     device: ClassVar[Literal["cpu", "gpu"]]
 
     @classmethod
@@ -149,13 +150,15 @@ class DaliloadDali(LoaderAdapter):
         return _probe_dali()
 
     def __init__(self, dataset, samples: Sequence, config) -> None:
-        from daliload.pipeline import DaliClipDecoder
+        from daliload.dali import DaliClipDecoder
 
         self._batches = _batches(samples, config.task.batch_size)
         self._decoder = DaliClipDecoder(config.task.output, batch_size=config.task.batch_size, device=self.device,
                                         num_threads=max(1, config.workers), prefetch_queue_depth=2)
 
     def epoch(self) -> Iterator[LoadedBatch]:
+        import torch
+
         decoder, batches = self._decoder, self._batches
         submitted = 0
         for i in range(len(batches)):
@@ -164,7 +167,8 @@ class DaliloadDali(LoaderAdapter):
                 decoder.submit(batches[submitted])
                 submitted += 1
             decoded = decoder.result()  # DaliBatchError (naming the files) ends the measurement
-            yield LoadedBatch(decoded.videos, decoded.labels, len(decoded.samples), None)
+            labels = torch.tensor([s.label for s in decoded.samples], dtype=torch.int64)  # the plan's, as the loader's
+            yield LoadedBatch(decoded.videos, labels, len(decoded.samples), None)
 
     def close(self) -> None:
         self._decoder.close()

@@ -48,7 +48,7 @@ class VideoColumns:
 
     Attributes:
         paths: the files, any sequence of ``str`` (a list, or a compact
-            :class:`daliload.videoindex.StringColumn`).
+            :class:`daliload.dataset.StringColumn`).
         label: class index per video (int).
         num_frames: decodable frames per video (int, >= 1 to be planned).
         fps: frame rate per video (float; NaN where unknown or unusable).

@@ -9,7 +9,7 @@ reads, errors), :mod:`.probe_pool` (probing in worker processes),
 :mod:`.scan` (the resumable scan and :class:`ScanSpec`; :mod:`.scan_listing`
 what it covers and what changed), :mod:`.scan_lock` (one scan at a time, and
 who waits for whom), :mod:`.ensure` (a job's manifest, checked once:
-:func:`ensure_manifest`, :func:`check_manifest`) and :mod:`.merge` (the
+:func:`ensure_manifest`, :func:`check_manifest`, :func:`split_videos`) and :mod:`.merge` (the
 manifests of a scan spread over machines, joined).
 """
 
@@ -25,7 +25,7 @@ from daliload.prescreen.rules import (
     Route,
     route_for,
 )
-from daliload.prescreen.ensure import check_manifest, ensure_manifest
+from daliload.prescreen.ensure import SplitVideos, check_manifest, ensure_manifest, split_videos
 from daliload.prescreen.scan import ScanSpec, ScanSummary, default_manifest_path, scan
 
 __all__ = [
@@ -45,7 +45,9 @@ __all__ = [
     "ScanSpec",
     "ScanSummary",
     "default_manifest_path",
+    "SplitVideos",
     "check_manifest",
     "ensure_manifest",
+    "split_videos",
     "scan",
 ]

@@ -17,7 +17,7 @@ from daliload.prescreen.merge import merge_manifests
 from daliload.prescreen.ensure import copy_to_cache, writable
 from daliload.prescreen.scan import cache_manifest_path, check_root, default_manifest_path, scan
 from daliload.prescreen.scan_lock import scan_lock
-from daliload.shard import parse_shard
+from daliload.dataset import parse_shard
 
 HELP = "probe every video, route it to DALI, the PyAV fallback or out (bad); cache it in a manifest"
 

@@ -37,7 +37,7 @@ def gpu_visible() -> bool:
         return False
     if not torch.cuda.is_available():
         return False
-    from daliload.dali_errors import is_dali_available
+    from daliload.dali import is_dali_available
 
     return is_dali_available()
 
@@ -88,7 +88,7 @@ def _test_decode(task: tuple[object, int]) -> str:
 def _isolated_checks(examples: dict, device_id: int) -> dict[str, str]:
     """Run the test decodes in one supervised worker process: one DALI pipeline for the GPU, and a
     crash or hang inside the driver costs that class (it goes to the fallback), not the scan."""
-    from daliload.workerpool import WorkerPool
+    from daliload.runtime import WorkerPool
 
     keys = {id(entry): key for key, entry in examples.items()}
     problems = {}

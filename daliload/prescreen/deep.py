@@ -39,8 +39,8 @@ from typing import Any
 
 import numpy as np
 
-from daliload.dali_errors import dali_error_reason, import_dali
-from daliload.native_logs import quiet_dali
+from daliload.dali import dali_error_reason, import_dali
+from daliload.runtime import quiet_dali
 from daliload.prescreen.probe import ProbeResult
 from daliload.prescreen.rules import Device, Route
 

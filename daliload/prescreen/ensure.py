@@ -26,7 +26,7 @@ it was written; when some did, a copy in the per-user cache is brought up to
 date (only the changed files are probed) and used instead, and later jobs use
 that copy while the read-only one stays as it is.
 
-A manifest given to a loader as its source (:func:`check_manifest`) is
+A manifest given to a loader as its root (:func:`check_manifest`) is
 trusted after a cheap check: it is a whole scan, not one shard's, and a
 sample of its files still has the size and mtime it recorded.
 """
@@ -42,15 +42,17 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
-from daliload import dist
+from daliload import runtime
+from daliload.dataset import VideoIndex
+from daliload.failures import Failure
 from daliload.prescreen.manifest import Manifest
 from daliload.prescreen.rules import Device, check_device
 from daliload.prescreen.scan import ScanSpec, cache_manifest_path, check_changes, check_root, scan
 from daliload.prescreen.scan_lock import report_while, scan_lock
 from daliload.prescreen.sqlite_file import stamp
-from daliload.processes import refuse_bootstrapping_main
+from daliload.runtime import refuse_bootstrapping_main
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +107,7 @@ def job_key() -> str | None:
     if os.environ.get("SLURM_JOB_ID"):
         return f"slurm:{os.environ['SLURM_JOB_ID']}.{os.environ.get('SLURM_STEP_ID', '')}"
     addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
-    if addr and port and dist.world_size() > 1:
+    if addr and port and runtime.world_size() > 1:
         return f"master:{addr}:{port}"
     return None
 
@@ -146,28 +148,28 @@ def ensure_manifest(
     refuse_bootstrapping_main(f"A daliload loader (its scan of {root})")
     check_device(device)
     progress = True if progress is None else progress
-    if not dist.is_distributed():
+    if not runtime.is_distributed():
         return _ensure_here(root, device, scan, splits, progress)
     # A first scan of a large dataset outlasts the default group's timeout (often 10
     # minutes with NCCL): the other ranks wait on a gloo group that allows SCAN_WAIT_S.
-    group = dist.patient_group(SCAN_WAIT_S)
+    group = runtime.patient_group(SCAN_WAIT_S)
     status: tuple[str, str] = ("ok", "")
-    if dist.rank() == 0:
+    if runtime.rank() == 0:
         try:
             status = ("ok", str(_ensure_here(root, device, scan, splits, progress)))
         except BaseException as err:
             # release the waiting ranks
-            dist.broadcast_object(("error", f"{type(err).__name__}: {err}"), group=group)
+            runtime.broadcast_object(("error", f"{type(err).__name__}: {err}"), group=group)
             raise
-        status = dist.broadcast_object(status, group=group)
+        status = runtime.broadcast_object(status, group=group)
     else:  # says every so often whom it waits for, and how far rank 0 is when this node sees its lock file
         done = threading.Event()
         where = Path(os.path.abspath(scan.manifest_path)) if scan.manifest_path is not None else find_manifest(root)
         threading.Thread(target=report_while, args=(done, where, Path(os.path.abspath(root)), "global rank 0",
-                                                    progress and dist.local_rank() == 0),
+                                                    progress and runtime.local_rank() == 0),
                          name="daliload-scan-wait", daemon=True).start()
         try:
-            status = dist.broadcast_object(status, group=group)
+            status = runtime.broadcast_object(status, group=group)
         finally:
             done.set()
     if status[0] != "ok":
@@ -330,3 +332,51 @@ def forget_checks() -> None:
     """Forget the checks this process did (the next :func:`ensure_manifest` checks again); for tests."""
     with _checked_lock:
         _checked.clear()
+
+
+#: What a loader takes for a manifest rather than a dataset root (``KineticsDALILoader(root)``).
+MANIFEST_SUFFIXES = (".sqlite", ".sqlite3", ".db")
+
+
+class SplitVideos(NamedTuple):
+    """A split's videos as a job reads them from its manifest (:func:`split_videos`).
+
+    Attributes:
+        manifest_path: the manifest read.
+        classes: the class names, by label.
+        videos: the decodable videos (every route but ``bad``), as columns;
+            row ``i`` is ``Sample.video_index`` ``i`` of every plan drawn from them.
+        rejected: ``(path, reason)`` of the files the pre-screen marked ``bad``.
+    """
+
+    manifest_path: Path
+    classes: tuple[str, ...]
+    videos: VideoIndex
+    rejected: tuple[Failure, ...]
+
+
+def split_videos(root: Path, split: str, *, device: Device, scan: ScanSpec) -> SplitVideos:
+    """Scan ``root`` if it is a dataset root (:func:`ensure_manifest`; a manifest: :func:`check_manifest`), then
+    read ``split``'s videos for ``device`` from the manifest.
+
+    Raises:
+        ValueError: ``split`` is not in the manifest, or has no decodable video.
+    """
+    if root.is_file() and root.suffix in MANIFEST_SUFFIXES:
+        manifest_path = Path(check_manifest(root, scan=scan))
+    else:
+        manifest_path = Path(ensure_manifest(root, device=device, scan=scan,
+                                             splits=tuple(dict.fromkeys(("train", "val", split)))))
+    with Manifest(manifest_path) as manifest:
+        known_splits = manifest.splits()
+        if split not in known_splits:
+            raise ValueError(f"split {split!r} is not in the manifest {manifest_path}; "
+                             f"it has: {', '.join(known_splits) or 'no split'}")
+        index = manifest.video_index(split, device=device)
+        classes = manifest.classes()
+    rejected = tuple(Failure(path, reason) for path, reason in index.rejected())
+    videos = index.decodable()
+    if not len(videos):
+        raise ValueError(f"split {split!r} of {manifest_path} has no decodable video "
+                         f"({len(rejected)} rejected by the pre-screen)")
+    return SplitVideos(manifest_path, tuple(classes), videos, rejected)

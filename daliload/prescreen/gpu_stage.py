@@ -9,7 +9,7 @@ each. So a GPU deep scan splits the check:
 - the probe workers probe, run the seek check and route the file; a file the
   rules send to DALI comes back as a :class:`DaliCheck` instead of its rows
   (:func:`daliload.prescreen.probe_pool.run_probe_task`);
-- :class:`GpuStage` runs those checks in one :class:`~daliload.workerpool.WorkerPool`
+- :class:`GpuStage` runs those checks in one :class:`~daliload.runtime.WorkerPool`
   worker for the scan's GPU, on a thread of the scanner, while the probe
   workers go on with the next files. The worker builds its pipeline once and
   keeps it (:func:`daliload.prescreen.deep.dali_check`);
@@ -33,7 +33,7 @@ from daliload.prescreen.deep import deep_check
 from daliload.prescreen.gpus import parse_route_target
 from daliload.prescreen.probe import ProbeResult
 from daliload.prescreen.rows import ProbeRows
-from daliload.workerpool import TaskOutcome, WorkerPool
+from daliload.runtime import TaskOutcome, WorkerPool
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class GpuStage:
         finally:
             stage.close()
 
-    Every submitted check gives one :class:`~daliload.workerpool.TaskOutcome`
+    Every submitted check gives one :class:`~daliload.runtime.TaskOutcome`
     whose ``item`` is the :class:`DaliCheck` (after a retry, the retried one,
     with ``task.allow_dali`` false). An error inside the stage itself (the
     worker cannot start) is raised from :meth:`ready` or :meth:`finish`.

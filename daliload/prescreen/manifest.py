@@ -70,11 +70,11 @@ from daliload.prescreen.manifest_store import SCHEMA_VERSION
 from daliload.prescreen.rows import FACT_COLUMNS, META_COLUMNS, FileRecord, Probed, facts_from_row
 from daliload.prescreen.rules import DEVICES, Device, check_device, route_for
 from daliload.prescreen.sqlite_file import reads
-from daliload.videoindex import IndexBuilder, VideoIndex
+from daliload.dataset import IndexBuilder, VideoIndex
 
 __all__ = ["SCHEMA_VERSION", "Manifest", "ManifestEntry"]
 
-#: What a :class:`~daliload.videoindex.VideoIndex` row holds, in its order (route and reason come from ``routes``).
+#: What a :class:`~daliload.dataset.VideoIndex` row holds, in its order (route and reason come from ``routes``).
 _INDEX_COLUMNS = ("path", "label", "num_frames", "fps", "width", "height", "route", "reason", "keyframes", "vfr",
                   "unsafe_seek")
 #: A video index holds the displayed frame size (the coded one turned by the display rotation), what the fallback
@@ -136,7 +136,7 @@ class Manifest(RoutedManifest):
     def video_index(self, split: str | None, *, device: Device) -> VideoIndex:
         """Every file of ``split`` (all splits if ``None``), routed for ``device``, as columns sorted by path.
 
-        What a loader keeps (:class:`~daliload.videoindex.VideoIndex`), with
+        What a loader keeps (:class:`~daliload.dataset.VideoIndex`), with
         the same files and routes as :meth:`entries`: the columns the last
         scan stored when they are current and hold ``device``'s routes (a
         fraction of a second for 650k files), else the rows, a chunk at a time,

@@ -1,7 +1,7 @@
 """Joining the manifests of a scan spread over machines into one.
 
 ``daliload scan ROOT --shard I/N --manifest PART_I`` on N machines (or an
-array job) probes share ``I`` of the files each (:mod:`daliload.shard`), into
+array job) probes share ``I`` of the files each (:mod:`daliload.dataset._shard`), into
 a manifest of its own; ``daliload scan --merge PART_0 ... PART_N-1 --manifest
 OUT`` (:func:`merge_manifests`) joins them. Every part must be a share of the
 same root, of the same N, routed by the same rules; together they must be

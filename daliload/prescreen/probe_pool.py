@@ -1,7 +1,7 @@
 """Probing many files in worker processes, and storing what comes back as it comes.
 
 :func:`probe_into` runs one :class:`ProbeTask` per file in a
-:class:`daliload.workerpool.WorkerPool` (:func:`run_probe_task` is what a
+:class:`daliload.runtime.WorkerPool` (:func:`run_probe_task` is what a
 worker runs: the probe, then the deep check if asked) and commits the results
 to the manifest every ``chunk_size`` files or every :data:`COMMIT_EVERY_S`
 seconds, so a scan stopped at any point resumes where it stopped.
@@ -31,24 +31,16 @@ in the probe workers at all but in one worker for the GPU
 (:mod:`daliload.prescreen.gpu_stage`), so a scan opens one DALI pipeline per
 GPU, whatever its number of probe workers.
 
-Test-only hook: the environment variable ``DALILOAD_TEST_PROBE_FAULT``
-(:data:`FAULT_ENV`, read when :func:`daliload.prescreen.scan.scan` starts and
-carried in :attr:`ProbeTask.fault`) makes worker processes misbehave on chosen
-files, to exercise the timeout, crash and resume handling. Its value is a
-``;``-separated list of ``KIND:<glob>``, the glob matched against file names
-(e.g. ``hang:*stuck*;crash:*boom*``): ``hang`` sleeps forever, ``crash`` kills
-the worker with SIGKILL, ``raise`` raises ``RuntimeError``, ``slow`` sleeps
-:data:`SLOW_FAULT_S` before probing (so a test can kill a scan mid-way). It
-never applies in-process (``workers=0``).
+What a probe worker runs is :data:`worker_task` (:func:`run_probe_work`):
+a test double stands in for it, as for the fallback's workers, to make
+chosen files hang, crash or raise (:func:`daliload.testing.probe_faults`);
+nothing in the probe path itself knows about faults. ``workers=0`` probes in
+this process with :func:`run_probe_task`, never a double.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import logging
-import multiprocessing as mp
-import os
-import signal
 import time
 from dataclasses import replace
 from typing import Callable, Iterator, NamedTuple
@@ -60,15 +52,12 @@ from daliload.prescreen.probe import ProbeResult, probe_file
 from daliload.prescreen.rows import FileRecord, Probed, ProbeRows, RouteRow
 from daliload.prescreen.gpus import parse_route_target
 from daliload.prescreen.rules import Device, route_for
-from daliload.workerpool import TaskOutcome, WorkerPool
+from daliload.runtime import TaskOutcome, WorkerPool
 
 logger = logging.getLogger(__name__)
 
-FAULT_ENV = "DALILOAD_TEST_PROBE_FAULT"
 #: Seconds between commits even when a chunk is not full (a slow scan still saves progress).
 COMMIT_EVERY_S = 2.0
-#: Seconds a ``slow`` test fault sleeps.
-SLOW_FAULT_S = 0.2
 #: Most files in one task of cheap probes (a batch's time limit is one file's: it fails over to single files).
 BATCH_FILES = 16
 
@@ -84,7 +73,6 @@ class ProbeTask(NamedTuple):
     deep_device: Device | None = None
     allow_dali: bool = True
     device_id: int = 0
-    fault: str = ""
     #: GPU deep check with probe workers: a DALI-routed file comes back as a DaliCheck for
     #: the GPU's own worker (module docstring) instead of being decoded here.
     dali_elsewhere: bool = False
@@ -96,15 +84,17 @@ class ProbeBatch(NamedTuple):
     tasks: tuple[ProbeTask, ...]
 
 
-def run_probe_work(item: ProbeTask | ProbeBatch) -> tuple | DaliCheck | list[tuple[str, object]]:
-    """Worker entry point: :func:`run_probe_task` for a task; for a batch, ``("ok", rows)`` or
-    ``("error", "Type: message")`` per task, in order (an exception costs its file only)."""
+def run_probe_work(item: ProbeTask | ProbeBatch, probe: Callable[[ProbeTask], tuple | DaliCheck] | None = None
+                   ) -> tuple | DaliCheck | list[tuple[str, object]]:  # fmt: skip
+    """Worker entry point: ``probe`` (default :func:`run_probe_task`) for a task; for a batch, ``("ok", rows)``
+    or ``("error", "Type: message")`` per task, in order (an exception costs its file only)."""
+    probe = probe or run_probe_task
     if isinstance(item, ProbeTask):
-        return run_probe_task(item)
+        return probe(item)
     out: list[tuple[str, object]] = []
     for task in item.tasks:
         try:
-            out.append(("ok", run_probe_task(task)))
+            out.append(("ok", probe(task)))
         except Exception as err:  # noqa: BLE001 - that file's outcome, reported to the scanner as its verdict
             out.append(("error", f"{type(err).__name__}: {err}"))
     return out
@@ -118,7 +108,6 @@ def run_probe_task(task: ProbeTask) -> tuple | DaliCheck:
         for a DALI-routed file of a task with ``dali_elsewhere``, the
         :class:`~daliload.prescreen.gpu_stage.DaliCheck` still to run.
     """
-    _apply_test_fault(task)
     facts = probe_file(task.path)
     deep: tuple[RouteRow, ...] = ()
     if task.deep_device is not None:
@@ -137,23 +126,9 @@ def run_probe_task(task: ProbeTask) -> tuple | DaliCheck:
     return ProbeRows.of(facts, deep).as_tuple()
 
 
-def _apply_test_fault(task: ProbeTask) -> None:
-    """The documented test-only hook (module docstring); only inside worker processes."""
-    if not task.fault or mp.parent_process() is None:
-        return
-    name = os.path.basename(task.path)
-    for rule in task.fault.split(";"):
-        kind, _, pattern = rule.partition(":")
-        if pattern and fnmatch.fnmatch(name, pattern):
-            if kind == "hang":
-                while True:
-                    time.sleep(3600)
-            if kind == "crash":
-                os.kill(os.getpid(), signal.SIGKILL)
-            if kind == "slow":
-                time.sleep(SLOW_FAULT_S)
-            if kind == "raise":
-                raise RuntimeError(f"test fault on {name}")
+#: What the probe workers run per task or batch (read when a scan starts its pool); a test double may
+#: stand in for it (:func:`daliload.testing.probe_faults`).
+worker_task: Callable[[ProbeTask | ProbeBatch], object] = run_probe_work
 
 
 def _failed(task: ProbeTask, reason: str) -> ProbeRows:
@@ -177,9 +152,9 @@ def _execute(tasks: list[ProbeTask], workers: int, timeout_s: float
     errors = [0]
     stage = GpuStage(timeout_s=timeout_s)
     # The forkserver started here also serves the loader's fallback workers later in this
-    # process: WorkerPool preloads what they all need (daliload.processes.FORKSERVER_PRELOAD).
+    # process: WorkerPool preloads what they all need (daliload.runtime._processes.FORKSERVER_PRELOAD).
     try:
-        with WorkerPool(run_probe_work, workers=min(workers, max(1, len(tasks))), timeout_s=timeout_s) as pool:
+        with WorkerPool(worker_task, workers=min(workers, max(1, len(tasks))), timeout_s=timeout_s) as pool:
             for attempt in (_batched(tasks, workers), retry):
                 for outcome in pool.imap_unordered(attempt) if attempt else ():
                     if isinstance(outcome.item, ProbeBatch):

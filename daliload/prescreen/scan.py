@@ -6,7 +6,7 @@ changed is :mod:`.scan_listing`; probing in worker processes is
 :mod:`.probe_pool`, how a job gets its manifest once is :mod:`.ensure`,
 merging the manifests of a scan spread over machines :mod:`.merge`.
 
-:func:`scan` lists the dataset (through :func:`daliload.index.load_index`, or
+:func:`scan` lists the dataset (through :func:`daliload.dataset.load_index`, or
 an explicit list of records), ``stat``s every file, and probes only files that
 are new or whose size or modification time changed (plus files not yet
 deep-checked on the device when ``deep=True``, and, with ``retry_bad=True``,
@@ -22,7 +22,7 @@ point resumes where it stopped.
 A scan that finds nothing changed is cheap: it compares a digest of what it
 listed (paths, sizes, mtimes, labels) with the one the last scan of the same
 splits stored, and writes only its summary. ``shard=Shard(i, n)`` scans the
-files of share ``i`` of ``n`` (by path hash, :mod:`daliload.shard`) into a
+files of share ``i`` of ``n`` (by path hash, :mod:`daliload.dataset._shard`) into a
 manifest of their own, which :func:`daliload.prescreen.merge.merge_manifests`
 joins with the others'.
 
@@ -33,8 +33,9 @@ Where the manifest goes by default (:func:`default_manifest_path`)::
       (~/.cache when XDG_CACHE_HOME is unset; <hash> is derived from ROOT's
        absolute path, so each dataset gets its own file)
 
-The test-only fault hook (``DALILOAD_TEST_PROBE_FAULT``) is described in
-:mod:`daliload.prescreen.probe_pool`; :func:`scan` reads it when it starts.
+Tests make chosen files' probes hang, crash or raise with a test double of
+the probe workers' task (:func:`daliload.testing.probe_faults`), not with a
+switch in the scan.
 """
 
 from __future__ import annotations
@@ -45,9 +46,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from daliload import dist
+from daliload import runtime
 from daliload.prescreen.manifest import Manifest
-from daliload.prescreen.probe_pool import FAULT_ENV, ProbeTask, probe_into
+from daliload.prescreen.probe_pool import ProbeTask, probe_into
 from daliload.prescreen.confirm import confirm_classes, gpu_visible
 from daliload.prescreen.gpus import resolve_gpu
 from daliload.prescreen.rules import ROUTES, Device, check_device
@@ -62,10 +63,10 @@ from daliload.prescreen.scan_listing import (
     listing_digest,
     stat_records,
 )
-from daliload.processes import refuse_bootstrapping_main, usable_cores
-from daliload.shard import ALL_FILES, Shard
+from daliload.runtime import refuse_bootstrapping_main, usable_cores
+from daliload.dataset import ALL_FILES, Shard
 
-__all__ = ["PROBE_TIMEOUT_S", "DEEP_TIMEOUT_S", "FAULT_ENV", "ScanSpec", "ScanSummary", "scan", "default_workers",
+__all__ = ["PROBE_TIMEOUT_S", "DEEP_TIMEOUT_S", "ScanSpec", "ScanSummary", "scan", "default_workers",
            "totals_from_json", "default_manifest_path", "cache_manifest_path", "check_root", "check_changes"]
 
 
@@ -224,10 +225,10 @@ def scan(
     """Probe a dataset's files and write or update its manifest.
 
     Args:
-        source: the dataset root (listed with :func:`daliload.index.load_index`),
+        source: the dataset root (listed with :func:`daliload.dataset.load_index`),
             or records with ``path``, ``label``, ``class_name`` and ``split``
             attributes (``youtube_id``, ``time_start``, ``time_end`` optional),
-            such as :class:`daliload.index.VideoRecord`.
+            such as :class:`daliload.dataset.VideoRecord`.
         manifest_path: the SQLite file; default :func:`default_manifest_path`
             of the root (required when ``source`` is a list of records).
         device: route for ``"gpu"`` (DALI with NVDEC), ``"gpu:<generation>"``
@@ -277,15 +278,14 @@ def scan(
         raise ValueError(f"shard={shard} needs a dataset root (a share is chosen by the path under the root)")
     listed = stat_records(listing.records, listing.root, shard)
     digest = listing_digest(listed, splits=listing.splits, shard=shard, deep_device=device if deep else None)
-    fault = os.environ.get(FAULT_ENV, "")
-    device_id = dist.local_rank()
+    device_id = runtime.local_rank()
     with Manifest(listing.manifest_path, writable=True) as manifest:
         _check_part(manifest, shard, listing.root)
         known = manifest.current_meta("listing")
         unchanged = not retry_bad and known is not None and known.get("digest") == digest
         changes = Changes([], [], None) if unchanged else find_changes(manifest, listed, device, deep, retry_bad)
         manifest.update_meta(changes.relabelled)
-        tasks = [ProbeTask(i, rec.path, device if deep else None, device_id=device_id, fault=fault)
+        tasks = [ProbeTask(i, rec.path, device if deep else None, device_id=device_id)
                  for i, rec in enumerate(changes.to_probe)]  # fmt: skip
         probe_into(
             manifest,

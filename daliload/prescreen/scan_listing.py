@@ -1,7 +1,7 @@
 """What a scan covers, and what changed: the listing of a dataset compared with its manifest.
 
 :func:`list_source` lists a dataset root through its index
-(:func:`daliload.index.load_index`, one split after another, with what the
+(:func:`daliload.dataset.load_index`, one split after another, with what the
 index skipped and what it lists but is missing) or takes explicit records;
 :func:`stat_records` calls ``stat`` on every file of the share scanned;
 :func:`listing_digest` sums all that up, so that a scan whose digest equals
@@ -26,7 +26,7 @@ import numpy as np
 from daliload.prescreen.manifest import Manifest
 from daliload.prescreen.rows import FileRecord
 from daliload.prescreen.rules import RULES_VERSION, Device
-from daliload.shard import ALL_FILES, Shard
+from daliload.dataset import ALL_FILES, Shard
 
 #: A scan's messages keep one logger, whichever of its modules they come from.
 logger = logging.getLogger("daliload.prescreen.scan")
@@ -103,7 +103,7 @@ def list_source(source: str | os.PathLike | Iterable[Any], splits: Sequence[str]
 
 def _records_from_root(root: Path, splits: Sequence[str], manifest_path: str | os.PathLike) -> Listing:
     """What a scan of ``root`` covers, through the dataset index."""
-    from daliload.index import load_index
+    from daliload.dataset import load_index
 
     records: list[Any] = []
     classes: tuple[str, ...] | None = None

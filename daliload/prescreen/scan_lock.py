@@ -72,7 +72,7 @@ def _flock(lock: IO[bytes], how: int) -> None:
         raise OSError(err.errno, f"cannot take the scan lock {lock.name}: {err.strerror}. This file system gives "
                                  "no flock (Lustre: mount with -o flock; NFSv3: run lockd on clients and server); "
                                  "or scan once before the jobs start and pass the manifest file as the loader's "
-                                 "source, which takes no lock") from err
+                                 "root, which takes no lock") from err
 
 
 def _acquire(lock: IO[bytes], root: Path, progress: bool) -> None:

@@ -20,7 +20,7 @@ what the tables hold is :mod:`.manifest`.)
   ``surrogateescape`` (``os.fsdecode``), and Python's ``sqlite3`` refuses
   such a ``str``. A :class:`Connection` binds it as its own bytes cast to
   TEXT (:func:`raw_bound`), so the column holds the name's bytes, sorts
-  by them (as :class:`~daliload.videoindex.StringColumn` expects) and
+  by them (as :class:`~daliload.dataset.StringColumn` expects) and
   compares equal to them; it first records meta :data:`RAW_TEXT_KEY`, and
   every connection to a file with that record decodes TEXT with
   ``surrogateescape``, which gives back the ``str`` ``os.scandir`` gave.

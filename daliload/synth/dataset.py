@@ -20,7 +20,7 @@ What :func:`generate_dataset` writes under ``ROOT``::
 
 Label indices are positions in the class names sorted alphabetically (as
 torchvision and mmaction number Kinetics classes), so they match what
-:func:`daliload.index.load_index` computes from any of the three layouts.
+:func:`daliload.dataset.load_index` computes from any of the three layouts.
 
 Everything is a function of :class:`~daliload.synth.spec.SynthSpec` (including
 its seed): :func:`~daliload.synth.spec.plan_dataset` decides every file without
@@ -47,7 +47,7 @@ import av
 from daliload.synth.broken import write_broken
 from daliload.synth.encode import default_spec, write_video
 from daliload.synth.spec import Split, SynthClip, SynthSpec, plan_dataset
-from daliload.processes import main_script_hidden, mp_context
+from daliload.runtime import main_script_hidden, mp_context
 
 #: Columns of the annotation CSVs, in Kinetics' order.
 CSV_COLUMNS = ("label", "youtube_id", "time_start", "time_end", "split")

@@ -6,10 +6,10 @@ import argparse
 import errno
 import sys
 
-from daliload.index import SPLITS
+from daliload.dataset import SPLITS
 from daliload.transcode.options import ENCODERS, TranscodeOptions, parse_fps, parse_shard, resolve_encoder
 from daliload.transcode.run import DEFAULT_TIMEOUT_S, transcode_dataset
-from daliload.processes import usable_cores
+from daliload.runtime import usable_cores
 
 HELP = "re-encode a dataset to H.264 8-bit 4:2:0 MP4 with short keyframe intervals, same layout (resumable)"
 

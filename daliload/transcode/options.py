@@ -21,7 +21,7 @@ from typing import Literal
 
 import av
 
-from daliload.shard import ALL_FILES, Shard, parse_shard  # noqa: F401 - the transcode's --shard, re-exported
+from daliload.dataset import ALL_FILES, Shard, parse_shard  # noqa: F401 - the transcode's --shard, re-exported
 
 logger = logging.getLogger(__name__)
 EncoderChoice = Literal["auto", "libx264", "nvenc"]

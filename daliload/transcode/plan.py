@@ -1,6 +1,6 @@
 """Which files a transcode writes where, and the dataset layout files it copies.
 
-The files are those :func:`daliload.index.load_index` finds for each split
+The files are those :func:`daliload.dataset.load_index` finds for each split
 (``train``, ``val``, ``test``, whichever exist, or the ``--split`` ones), with
 whatever layout the split has, so the output holds exactly what training on
 the source reads. Each keeps its path relative to the root; only the extension
@@ -24,7 +24,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from daliload.index import SPLITS, VIDEO_EXTENSIONS, load_index
+from daliload.dataset import SPLITS, VIDEO_EXTENSIONS, load_index
 from daliload.transcode.encode import FileJob
 from daliload.transcode.options import ALL_FILES, Shard, TranscodeOptions
 

@@ -12,8 +12,8 @@ from daliload.transcode.options import ALL_FILES, Shard, TranscodeOptions
 from daliload.transcode.plan import copy_layout_files, plan_transcode
 from daliload.transcode.record import Record
 from daliload.transcode.summary import FileResult, TranscodeSummary
-from daliload.processes import usable_cores
-from daliload.workerpool import WorkerPool
+from daliload.runtime import usable_cores
+from daliload.runtime import WorkerPool
 
 #: Seconds one file may take before its worker is killed and the file reported as failed.
 DEFAULT_TIMEOUT_S = 600.0

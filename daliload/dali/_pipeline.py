@@ -2,7 +2,7 @@
 
 One DALI pipeline per process (per rank), fed batch by batch with the plan::
 
-    external_source: encoded file bytes (uint8, 1-D per sample), label,
+    external_source: encoded file bytes (uint8, 1-D per sample),
                      start_frame, frame_stride, clip_len (0-d int32 each)
                        | frames (1-D int32: with frame counts, see below),
                      roi_start, roi_end ((y, x) relative, float32), flip (0-d)
@@ -14,10 +14,10 @@ One DALI pipeline per process (per rank), fed batch by batch with the plan::
       -> torch tensors, zero-copy through DLPack (CPU tensors for device "cpu");
          a clip DALI returned short gets its last frame repeated here, in torch
 
-Usage (the loader goes through :class:`daliload.dali_source.DaliSource`)::
+Usage (the loader goes through :class:`daliload.dali.DaliSource`)::
 
     decoder = DaliClipDecoder(OutputSpec(size=(224, 224)), batch_size=32, device="gpu")
-    batch = decoder.decode_batch(samples)            # DecodedBatch(samples, videos, labels)
+    batch = decoder.decode_batch(samples)            # DecodedBatch(samples, videos)
     decoder.submit(samples); decoder.submit(more)    # batches in flight ...
     first, second = decoder.result(), decoder.result()  # ... collected in order
 
@@ -32,8 +32,8 @@ Outputs stay valid while referenced (the dynamic executor); on a GPU
 :meth:`DaliClipDecoder.result` binds them to the caller's torch stream (no
 host wait). A batch DALI cannot decode raises :class:`DaliBatchError` naming
 its files; the pipeline stays usable. A wait past its time limit raises
-:class:`~daliload.dali_wait.DaliTimeoutError` and the decoder is unusable
-from then on (:mod:`daliload.dali_wait`). Batches of an abandoned pass are
+:class:`~daliload.dali.DaliTimeoutError` and the decoder is unusable
+from then on (:mod:`daliload.dali._wait`). Batches of an abandoned pass are
 dropped with :meth:`DaliClipDecoder.discard_pending`, which never waits.
 """
 
@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import contextlib
 import functools
 import logging
 import re
@@ -51,11 +50,11 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 
-from daliload.dali_errors import (DaliBatchError, DaliTimeoutError, dali_error_reason, import_dali)
-from daliload.dali_wait import Waiter, exit_without_waiting_for
-from daliload.dist import require_cuda
-from daliload.native_logs import quiet_dali
+from daliload.dali._errors import DaliBatchError, DaliTimeoutError, dali_error_reason, import_dali
+from daliload.dali._graph import build, feed, videos_to_torch
+from daliload.dali._wait import Waiter, exit_without_waiting_for
 from daliload.plan import OutputSpec, Sample, clamp_frame_indices
+from daliload.runtime import quiet_dali, require_cuda
 
 if TYPE_CHECKING:
     import torch
@@ -63,11 +62,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 Device = Literal["cpu", "gpu"]
-
-#: DALI has no bfloat16: such batches are normalised in float32 and cast in torch (:meth:`DaliClipDecoder.result`).
-_DALI_DTYPES = {"float32": "FLOAT", "float16": "FLOAT16", "bfloat16": "FLOAT", "uint8": "UINT8"}
-_DALI_LAYOUTS = {"CTHW": "CFHW", "TCHW": "FCHW"}
-
 
 @dataclass(frozen=True)
 class DecodedBatch:
@@ -80,8 +74,8 @@ class DecodedBatch:
             CPU or on ``cuda:device_id``. Shares memory with DALI's output
             buffer, which stays valid while this object is referenced; on a GPU
             it is ready in the order of the torch stream that was current when
-            :meth:`DaliClipDecoder.result` was called.
-        labels: ``(B,)`` int64 class indices, on the CPU (also for ``"gpu"``).
+            :meth:`DaliClipDecoder.result` was called. Labels are not DALI's
+            business: they come from the plan (``samples``).
         outputs: DALI's output buffers the videos come from. When ``videos`` is
             a copy (a batch with clips past their file's end), the copy is
             queued on the torch stream and reads these: holding this object
@@ -91,7 +85,6 @@ class DecodedBatch:
 
     samples: tuple[Sample, ...]
     videos: "torch.Tensor"
-    labels: "torch.Tensor"
     outputs: Any = field(default=None, repr=False, compare=False)
 
 
@@ -187,7 +180,9 @@ class DaliClipDecoder:
         # Every wait for DALI's outputs runs on this one thread, so it can be timed out.
         self._waiter = Waiter()
         self._stuck: DaliTimeoutError | None = None
-        self._pipes = [self._build(pipeline_mod, fn, types) for _ in range(pipelines)]
+        self._pipes = [build(pipeline_mod, fn, types, self.output, batch_size=batch_size, num_threads=num_threads,
+                             device=device, device_id=device_id, frames_given=num_frames is not None)
+                       for _ in range(pipelines)]
         self._next_pipe = 0
 
     @property
@@ -199,51 +194,6 @@ class DaliClipDecoder:
     def _pipe(self) -> Any:
         """The first pipeline (``None`` once closed)."""
         return self._pipes[0] if self._pipes else None
-
-    def _build(self, pipeline_mod: Any, fn: Any, types: Any) -> Any:
-        pipe = pipeline_mod.Pipeline(
-            batch_size=self.batch_size,
-            num_threads=self.num_threads,
-            device_id=self.device_id,
-            prefetch_queue_depth=1,  # our own queue bounds the batches in flight (module docstring)
-            seed=0,
-            exec_dynamic=True,  # survives a failed batch; queues any number of runs
-        )
-        out = self.output
-        with pipe:
-            encoded = fn.external_source(name="encoded", dtype=types.UINT8, ndim=1)
-            labels = fn.external_source(name="label", dtype=types.INT64, ndim=0)
-            if self.num_frames is None:
-                window = {"start_frame": fn.external_source(name="start_frame", dtype=types.INT32, ndim=0),
-                          "stride": fn.external_source(name="frame_stride", dtype=types.INT32, ndim=0),
-                          "sequence_length": fn.external_source(name="clip_len", dtype=types.INT32, ndim=0),
-                          "pad_mode": "edge"}
-            else:  # only frames that exist (module docstring): nothing to pad
-                window = {"frames": fn.external_source(name="frames", dtype=types.INT32, ndim=1),
-                          "pad_mode": "none"}
-            roi_start = fn.external_source(name="roi_start", dtype=types.FLOAT, ndim=1)
-            roi_end = fn.external_source(name="roi_end", dtype=types.FLOAT, ndim=1)
-            flip = fn.external_source(name="flip", dtype=types.INT32, ndim=0)
-            decode_kw: dict[str, Any] = {}
-            if self.device == "gpu":
-                # Unpinned threads: several ranks per node would otherwise pin to the same cores.
-                decode_kw["affine"] = False
-            frames = fn.decoders.video(
-                encoded, device="mixed" if self.device == "gpu" else "cpu", **window, **decode_kw,
-            )
-            frames = fn.resize(
-                frames, roi_start=roi_start, roi_end=roi_end, roi_relative=True,
-                size=[float(out.size[0]), float(out.size[1])], interp_type=types.INTERP_LINEAR,
-                antialias=True,
-            )
-            videos = fn.crop_mirror_normalize(
-                frames, mirror=flip, mean=list(out.mean), std=list(out.std),
-                dtype=getattr(types, _DALI_DTYPES[out.dtype]),
-                output_layout=_DALI_LAYOUTS[out.layout],
-            )
-            pipe.set_outputs(videos, labels)
-        pipe.build()
-        return pipe
 
     @property
     def pending(self) -> int:
@@ -306,7 +256,7 @@ class DaliClipDecoder:
         pipe = self._pipes[self._next_pipe]
         self._next_pipe = (self._next_pipe + 1) % len(self._pipes)
         # Fed and run on the waiting thread, where every call on a pipeline runs (_feed_and_run).
-        fed = self._waiter.submit(functools.partial(_feed_and_run, self._feed, pipe, samples, encoded, frame_ids))
+        fed = self._waiter.submit(functools.partial(_feed_and_run, feed, pipe, samples, encoded, frame_ids))
         lengths = tuple(s.clip_len for s in samples) if frame_ids is None else tuple(map(len, frame_ids))
         self._pending.append(_Pending(samples, None, pipe, lengths, fed))
 
@@ -333,7 +283,7 @@ class DaliClipDecoder:
             raise entry.error
         waiting = self._waiter.submit(_once_fed(entry.fed, self._outputs_call(entry.pipe)))
         try:
-            videos_tl, labels_tl = waiting.result(timeout=timeout_s)
+            (videos_tl,) = waiting.result(timeout=timeout_s)
         except concurrent.futures.TimeoutError:
             self._stuck = DaliTimeoutError(entry.samples, timeout_s)
             exit_without_waiting_for(self._waiter)
@@ -346,15 +296,13 @@ class DaliClipDecoder:
                 culprit = entry.samples[int(match.group(1))]
             logger.debug("DALI batch failed: %s", err)
             raise DaliBatchError(entry.samples, reason, culprit=culprit) from err
-        videos = self._videos_to_torch(videos_tl, entry.lengths, entry.samples[0].clip_len)
+        videos = videos_to_torch(videos_tl, entry.lengths, entry.samples[0].clip_len, self.output.layout,
+                                 self.device_id)
         if self.output.dtype == "bfloat16":  # one cast, queued on the stream the outputs are bound to
             import torch
 
             videos = videos.to(torch.bfloat16)
-        # Labels never touch the GPU (a CPU input): moving them there would cost a
-        # synchronous copy per batch for a value the plan already has.
-        labels = self._to_torch(labels_tl)
-        return DecodedBatch(entry.samples, videos, labels, outputs=(videos_tl, labels_tl))
+        return DecodedBatch(entry.samples, videos, outputs=(videos_tl,))
 
     def _outputs_call(self, pipe: Any):
         """``pipe.outputs``, bound on a GPU to the caller's current torch stream.
@@ -437,61 +385,6 @@ class DaliClipDecoder:
             raise ValueError(
                 f"all samples of a batch need the same clip_len to stack, got {sorted(lengths)}"
             )
-
-    def _feed(self, pipe: Any, samples: tuple[Sample, ...], encoded: list[np.ndarray],
-              frame_ids: list[list[int]] | None) -> None:
-        column = np.asarray
-        pipe.feed_input("encoded", encoded)
-        pipe.feed_input("label", column([s.label for s in samples], np.int64))
-        if frame_ids is None:
-            pipe.feed_input("start_frame", column([s.start_frame for s in samples], np.int32))
-            pipe.feed_input("frame_stride", column([s.frame_stride for s in samples], np.int32))
-            pipe.feed_input("clip_len", column([s.clip_len for s in samples], np.int32))
-        else:
-            pipe.feed_input("frames", [np.asarray(ids, dtype=np.int32) for ids in frame_ids])
-        pipe.feed_input("roi_start", column([(s.crop.y0, s.crop.x0) for s in samples], np.float32))
-        pipe.feed_input("roi_end", column([(s.crop.y1, s.crop.x1) for s in samples], np.float32))
-        pipe.feed_input("flip", column([int(s.flip) for s in samples], np.int32))
-
-    def _videos_to_torch(self, tensor_list: Any, lengths: tuple[int, ...], clip_len: int) -> "torch.Tensor":
-        """The batch as one ``(B, ...)`` tensor: a zero-copy view when every clip came back whole.
-
-        Otherwise (a clip asked for fewer frames: its window ran past the end)
-        one copy, with each short clip's last frame repeated up to ``clip_len``,
-        queued on the current torch stream (the one the outputs are bound to).
-        """
-        import torch
-        from nvidia.dali.tensors import TensorListGPU
-
-        if all(n == clip_len for n in lengths):
-            return self._to_torch(tensor_list)
-        time_axis = 1 if self.output.layout == "CTHW" else 0  # of one clip: CFHW or FCHW
-        on_gpu = isinstance(tensor_list, TensorListGPU)
-        with torch.cuda.device(self.device_id) if on_gpu else contextlib.nullcontext():
-            clips = [torch.from_dlpack(tensor_list[i]) for i in range(len(tensor_list))]
-            shape = list(clips[0].shape)
-            shape[time_axis] = clip_len
-            videos = clips[0].new_empty((len(clips), *shape))
-            for row, clip in zip(videos, clips):
-                n = clip.shape[time_axis]
-                row.narrow(time_axis, 0, n).copy_(clip)
-                if n < clip_len:  # broadcast the last frame over the rest
-                    row.narrow(time_axis, n, clip_len - n).copy_(clip.narrow(time_axis, n - 1, 1))
-        return videos
-
-    def _to_torch(self, tensor_list: Any) -> "torch.Tensor":
-        import torch
-        from nvidia.dali.tensors import TensorListGPU
-
-        # Dense: one zero-copy view of the whole batch. Otherwise the samples
-        # live in separate buffers and are stacked (one copy).
-        dense = tensor_list.is_dense_tensor()
-        parts = [tensor_list.as_tensor()] if dense else [tensor_list[i] for i in range(len(tensor_list))]
-        on_gpu = isinstance(tensor_list, TensorListGPU)
-        with torch.cuda.device(self.device_id) if on_gpu else contextlib.nullcontext():
-            tensors = [torch.from_dlpack(p) for p in parts]
-        return tensors[0] if dense else torch.stack(tensors)
-
 
 def _feed_and_run(feed: Callable[..., None], pipe: Any, *batch: Any) -> None:
     """Feed one batch to ``pipe`` and schedule its run; the waiting thread runs this.

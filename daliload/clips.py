@@ -3,8 +3,9 @@
 An epoch pass (:mod:`daliload.epoch`) sends each sample of a batch to a
 :class:`ClipSource` by its route and collects one :class:`Decoded` per group
 it submitted. Two sources exist: DALI
-(:class:`daliload.pipeline.DaliClipDecoder`, which isolates a failed batch
-by bisection inside it) and the PyAV fallback
+(:class:`daliload.dali.DaliSource` over a
+:class:`daliload.dali.DaliClipDecoder`; the source isolates a failed
+batch by bisection) and the PyAV fallback
 (:class:`fallback.source.FallbackSource`, supervised worker processes writing
 into shared memory). A test double can stand in for either.
 

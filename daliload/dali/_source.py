@@ -1,7 +1,7 @@
 """DALI as a clip source: a DaliClipDecoder's batches, with a failed batch isolated by halves inside.
 
-:class:`DaliSource` implements :class:`daliload.source.ClipSource` over one
-:class:`~daliload.pipeline.DaliClipDecoder`. A batch DALI decodes comes back
+:class:`DaliSource` implements :class:`daliload.clips.ClipSource` over one
+:class:`~daliload.dali.DaliClipDecoder`. A batch DALI decodes comes back
 as DALI's own output (zero-copy). A batch DALI fails on comes back with every
 row settled: DALI's message often names no sample ("memory file"), so the
 batch's samples go back to DALI in halves until the files it fails on alone
@@ -12,14 +12,14 @@ every sample fails alone too, nothing singles a file out (a driver or library
 problem): the rows get kind ``"dali_batch"`` and keep their route; the pass
 gives DALI up after a few such batches in a row.
 
-With a :class:`~daliload.dali_cutter.WindowCutter`, DALI gets per sample only
+With a :class:`~daliload.dali.WindowCutter`, DALI gets per sample only
 the packets its window needs (``fallback.cut``): a batch's cuts are made in
 worker processes while the batches before it decode, and the batch is fed to
 DALI once they are in (at the latest when it is collected). A sample whose
 cut fails, or gains nothing, gets its whole file as before.
 
 A batch that does not finish within its time limit raises
-:class:`~daliload.pipeline.DaliTimeoutError` from :meth:`DaliSource.collect`:
+:class:`~daliload.dali.DaliTimeoutError` from :meth:`DaliSource.collect`:
 a thread stuck inside DALI cannot be stopped, so the run ends, loudly.
 """
 
@@ -34,17 +34,18 @@ from typing import Sequence
 
 import torch
 
-from daliload.dali_cutter import WindowCutter
+from daliload.dali._cutter import WindowCutter
+from daliload.dali._errors import DaliBatchError
+from daliload.dali._pipeline import DaliClipDecoder, DecodedBatch
 from daliload.failures import Failure
-from daliload.pipeline import DaliBatchError, DaliClipDecoder, DecodedBatch
 from daliload.plan import Sample
-from daliload.source import Decoded
+from daliload.clips import Decoded
 
 logger = logging.getLogger(__name__)
 
 
 class DaliSource:
-    """A :class:`~daliload.source.ClipSource` over ``decoder`` (see the module docstring).
+    """A :class:`~daliload.clips.ClipSource` over ``decoder`` (see the module docstring).
 
     Args:
         decoder: the DALI decoder (its ``prefetch_queue_depth`` bounds the batches in flight).
@@ -69,11 +70,6 @@ class DaliSource:
         self._frames: dict[int, tuple[int, int]] = {}
         self._early: dict[int, DecodedBatch | DaliBatchError] = {}  # collected ahead while isolating (copies)
         self._next_ticket = 0
-
-    @property
-    def capacity(self) -> int:
-        """Batches that may be in flight at once."""
-        return self.decoder.prefetch_queue_depth
 
     def submit(self, samples: Sequence[Sample], *, urgent: bool = False) -> int:
         """Queue ``samples`` as one DALI batch (``urgent`` changes nothing: DALI runs batches in order)."""

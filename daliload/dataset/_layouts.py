@@ -1,8 +1,8 @@
 """A split's records, and how each dataset layout is read into them.
 
 :class:`VideoRecord`, :class:`Skipped` and :class:`DatasetIndex` are what
-:func:`daliload.index.load_index` returns (the layouts are drawn in
-:mod:`daliload.index`). :func:`load_folders`, :func:`load_csv` and
+:func:`daliload.dataset.load_index` returns (the layouts are drawn in
+:mod:`daliload.dataset._index`). :func:`load_folders`, :func:`load_csv` and
 :func:`load_list` read one split in one layout, with the class map of all
 splits or the one given; :func:`unindexed` lists what a split folder holds
 that the index does not, and why. What counts as a video file (an extension of

@@ -15,7 +15,7 @@ the file). Who prints them, and what keeps each off the console:
 - **FFmpeg inside PyAV**, in daliload's worker processes (fallback decoders,
   probes): nothing to undo. PyAV installs a log callback that drops every
   line when it is imported (``av.logging``); each worker keeps it so
-  (:func:`configure_worker`, from :func:`daliload.processes.worker_main`).
+  (:func:`configure_worker`, from :func:`daliload.runtime._processes.worker_main`).
   The user's own process, where ``DecodeSpec(fallback_workers=0)`` decodes,
   keeps the user's PyAV settings.
 - **FFmpeg inside DALI**: DALI ships its own FFmpeg

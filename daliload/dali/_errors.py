@@ -5,7 +5,7 @@
 - A batch DALI cannot decode raises :class:`DaliBatchError`, naming every
   file of the batch and, when DALI's message points at one, the culprit.
 - A batch that does not finish in time raises :class:`DaliTimeoutError`
-  (:mod:`daliload.dali_wait`): the run cannot go on.
+  (:mod:`daliload.dali._wait`): the run cannot go on.
 """
 
 from __future__ import annotations

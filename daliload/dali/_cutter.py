@@ -4,7 +4,7 @@ The DALI source hands DALI, per sample, the packets its window needs instead
 of the whole file (``fallback.cut``). A cut is about 3-10 ms of PyAV work per
 clip, most of it holding the GIL: made in the training process it would slow
 the training loop, so :class:`WindowCutter` makes them in supervised worker
-processes (:class:`~daliload.workerpool.WorkerPool`) while earlier batches
+processes (:class:`~daliload.runtime.WorkerPool`) while earlier batches
 decode, and the DALI source feeds a batch to DALI once its cuts are in::
 
     DaliSource.submit(batch i)   -> WindowCutter.submit: one task per sample (path, frames, the file's hint)
@@ -21,7 +21,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from daliload.workerpool import WorkerPool
+from daliload.runtime import WorkerPool
 
 logger = logging.getLogger(__name__)
 

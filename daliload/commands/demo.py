@@ -277,7 +277,7 @@ def _train(config: DemoConfig, data: Path, run_dir: Path, echo) -> dict:
 def _draw(config: DemoConfig, data: Path, report_dir: Path, metrics: dict, *,
           chance: float) -> dict:  # fmt: skip
     """Step 4's pictures: a contact sheet of augmented training clips and the training curve."""
-    from daliload.preview import preview
+    from daliload.commands.preview import preview
 
     sheet = preview(data, report_dir / "contact_sheet.png", split="train", clips=8,
                     frames_per_clip=min(8, config.clip_len), clip_len=config.clip_len,
@@ -369,7 +369,7 @@ def plot_training_curve(history: list[dict], path: str | os.PathLike, *,
             drawn as one point at the last epoch, when given.
         title: figure title.
     """
-    from daliload.preview import _pyplot
+    from daliload.commands.preview import _pyplot
 
     plt = _pyplot()
     figure = training_curve_figure(history, chance=chance, multiview=multiview, title=title)
@@ -385,7 +385,7 @@ def training_curve_figure(history: list[dict], *, chance: float | None = None, m
     """The matplotlib figure :func:`plot_training_curve` writes (the caller closes it)."""
     from matplotlib.ticker import MaxNLocator
 
-    from daliload.preview import _pyplot
+    from daliload.commands.preview import _pyplot
 
     plt = _pyplot()
     epochs = [r["epoch"] for r in history]

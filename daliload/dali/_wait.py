@@ -2,7 +2,7 @@
 
 DALI's ``Pipeline.outputs()`` blocks until a batch is done, with no time
 limit. :class:`Waiter` runs those calls on one daemon thread, in order, so
-that the caller can give a wait up (:class:`~daliload.dali_errors.DaliTimeoutError`),
+that the caller can give a wait up (:class:`~daliload.dali.DaliTimeoutError`),
 and every other call on a pipeline too (feeding a batch and scheduling its
 run), so that a pipeline is only ever called from that one thread; a thread
 stuck inside DALI cannot be stopped, so the decoder is unusable afterwards

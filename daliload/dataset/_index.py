@@ -42,7 +42,7 @@ once and pass it back::
 
 Nothing is ever written under ``ROOT``, which may be read-only.
 
-The records and the reader of each layout are in :mod:`daliload.index_layouts`;
+The records and the reader of each layout are in :mod:`daliload.dataset._layouts`;
 this module picks the layout of a split and reads and writes class maps.
 """
 
@@ -55,7 +55,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Literal, Sequence
 
-from daliload.index_layouts import (
+from daliload.dataset._layouts import (
     CSV_REQUIRED,
     SPLIT_ALIASES,
     SPLITS,

@@ -2,7 +2,7 @@
 
 Every process the package starts (the fallback's decoders, the scan's probes,
 transcode, the synthetic dataset's encoders) is a worker of
-:class:`daliload.workerpool.WorkerPool`, started through :func:`mp_context`
+:class:`daliload.runtime.WorkerPool`, started through :func:`mp_context`
 inside :func:`main_script_hidden`:
 
 - ``fork`` is refused: a child forked from a threaded process (FFmpeg,
@@ -17,7 +17,7 @@ inside :func:`main_script_hidden`:
 - Workers die with their parent (:func:`die_with_parent`), so a ``kill -9``
   of the training process leaves none behind.
 
-The one other process, the relay of :mod:`daliload.native_logs` that keeps
+The one other process, the relay of :mod:`daliload.runtime._native_logs` that keeps
 DALI's own lines off a DALI process's stderr, is not a worker: it must
 outlive a crash of that process to pass on its last words, and ends with
 the pipe it reads.
@@ -38,7 +38,7 @@ from multiprocessing.connection import Connection
 from types import FrameType
 from typing import Iterator, Literal
 
-from daliload.native_logs import configure_worker
+from daliload.runtime._native_logs import configure_worker
 
 logger = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ def refuse_bootstrapping_main(what: str) -> None:
 
 
 def worker_main(conn: Connection) -> None:
-    """A :class:`~daliload.workerpool.WorkerPool` worker: receive the function, then run tasks one at a
+    """A :class:`~daliload.runtime.WorkerPool` worker: receive the function, then run tasks one at a
     time: ``(STARTED, task_id)`` when one starts, ``(task_id, status, value, error)`` when it is done.
 
     The function is the first message, not a process argument, so an error

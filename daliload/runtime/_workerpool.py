@@ -44,7 +44,7 @@ or persistent workers fed task by task (the fallback decoder's)::
 A task's file descriptors (a shared-memory buffer it writes its output into,
 so that clips never travel through the pipe) are passed over the worker's
 socket (``SCM_RIGHTS``); the worker calls ``fn(item, fds)`` and closes them
-after. Workers start through :mod:`daliload.processes` (forkserver, never
+after. Workers start through :mod:`daliload.runtime._processes` (forkserver, never
 fork; never re-running the main script; dying with their parent). ``fn`` and
 the items must be picklable (``fn`` a module-level function or a
 ``functools.partial`` of one).
@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Deque, Generic, Iterable, Iterator, Literal, Sequence, TypeVar
 
-from daliload.processes import FAILED, READY, STARTED, StartMethod, main_script_hidden, mp_context, worker_main
+from daliload.runtime._processes import FAILED, READY, STARTED, StartMethod, main_script_hidden, mp_context, worker_main
 
 logger = logging.getLogger(__name__)
 

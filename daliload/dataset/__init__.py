@@ -1,0 +1,31 @@
+"""The dataset: which files a split holds (its index), the videos a loader keeps (as columns), a machine's share.
+
+Modules, by concept:
+
+* :mod:`._index`: :func:`load_index`, the split's files and labels in any of
+  the three layouts (folders, CSV, list; drawn there), and class maps
+  (:func:`save_classes`, :func:`load_classes`);
+* :mod:`._layouts`: the records (:class:`VideoRecord`, :class:`Skipped`,
+  :class:`DatasetIndex`) and the reader of each layout; what counts as a video
+  file; :func:`unindexed`, what a split folder holds that the index does not;
+* :mod:`._videoindex`: :class:`VideoIndex`, a split's probed videos as numpy
+  columns (what a loader keeps per video: about 130 bytes), its rows
+  (:class:`VideoRow`) and its fingerprint;
+* :mod:`._shard`: :class:`Shard`, a deterministic share of the files for a
+  scan or transcode spread over machines.
+
+The dataset root is the folder these read (``KineticsDALILoader(root, ...)``);
+nothing here writes under it. Imports neither torch nor a decoder.
+"""
+
+from daliload.dataset._index import (CSV_REQUIRED, SPLITS, VIDEO_EXTENSIONS, DatasetIndex, Layout, Skipped,
+                                     VideoRecord, load_classes, load_index, save_classes)
+from daliload.dataset._layouts import unindexed
+from daliload.dataset._shard import ALL_FILES, Shard, parse_shard
+from daliload.dataset._videoindex import ROUTE_CODES, ROUTE_NAMES, IndexBuilder, StringColumn, VideoIndex, VideoRow
+
+__all__ = [
+    "ALL_FILES", "CSV_REQUIRED", "ROUTE_CODES", "ROUTE_NAMES", "SPLITS", "VIDEO_EXTENSIONS", "DatasetIndex",
+    "IndexBuilder", "Layout", "Shard", "Skipped", "StringColumn", "VideoIndex", "VideoRecord", "VideoRow",
+    "load_classes", "load_index", "parse_shard", "save_classes", "unindexed",
+]

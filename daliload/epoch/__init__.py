@@ -1,0 +1,54 @@
+"""The epoch pass: one rank's pass over an epoch, from its plan's batches to ``(videos, labels)`` batches.
+
+:class:`~daliload.KineticsDALILoader` is the public face; an :class:`EpochPass`
+does the work of one pass over the batches of its plan (``docs/architecture.md``
+walks a clip through it)::
+
+    batch i of the plan
+      -> Routes: which samples DALI decodes (route ``dali``, DALI enabled and
+         not given up, the file not moved off DALI); the rest go to the fallback
+      -> each share submitted to its ClipSource (daliload.clips), up to
+         ``prefetch`` batches ahead of the one the caller is on
+      -> collected in plan order, one Decoded per share: a clip per row, or a
+         typed Failure
+           kind "dali" / "dali_batch": DALI could not decode it -> the fallback
+             decodes it now (and "dali" moves the file off DALI for the run)
+           any other kind -> the epoch's FailureBudget, then the replacement
+             loop: the next sample of the plan that decodes fills the slot
+      -> merge: the rows in plan order into one (videos, labels) batch on the
+         loader's device: on the CPU no copy when one share is the whole batch;
+         on the GPU always torch's own memory (fallback clips from page-locked memory)
+
+Which source decodes a sample is decided by :class:`Routes` when its batch is
+submitted: the one place a routing policy lives (a hybrid one, sending DALI's
+samples to idle CPU workers when NVDEC is saturated, would go there).
+
+Modules, by concept:
+
+* :mod:`._routes`: :class:`Routes`, where each file goes for the whole run;
+* :mod:`._progress`: :class:`EpochProgress`, the epoch the next pass draws
+  and the batch it starts at (``set_epoch``, checkpoints);
+* :mod:`._pass`: :class:`EpochPass`, the scheduler over the clip sources and
+  the replacement loop;
+* :mod:`._merge`: the merge into one batch, :class:`BatchInfo` (what each row
+  is), and the GPU hand-off (:class:`HeldOutputs`, :class:`HostTransfer`);
+* :mod:`._setup`: what a pass is given (:class:`PassSetup`) and counts
+  (:class:`EpochCounters`), and :data:`PADDING_LABEL`;
+* :mod:`._plans`: :class:`EpochPlans`, a rank's plans by epoch, the next one
+  drawn ahead;
+* :mod:`._sources`: :class:`ClipSources`, the loader's two clip sources
+  (built from its split and settings, kept as long as it), and the per-path
+  lookups they need (:func:`stream_hint`: a manifest row's seek hint).
+"""
+
+from daliload.epoch._merge import HOST_TRANSFER, BatchInfo, HeldOutputs, HostTransfer, HostTransferMode
+from daliload.epoch._pass import EpochPass
+from daliload.epoch._plans import EpochPlans
+from daliload.epoch._progress import EpochProgress, EpochSampler
+from daliload.epoch._routes import DALI_FAILURE_STREAK, Routes, dali_videos
+from daliload.epoch._setup import PADDING_LABEL, EpochCounters, PassSetup
+from daliload.epoch._sources import ClipSources, DaliSetup, stream_hint
+
+__all__ = ["DALI_FAILURE_STREAK", "HOST_TRANSFER", "PADDING_LABEL", "BatchInfo", "ClipSources", "DaliSetup",
+           "EpochCounters", "EpochPass", "EpochPlans", "EpochProgress", "EpochSampler", "HeldOutputs", "HostTransfer",
+           "HostTransferMode", "PassSetup", "Routes", "dali_videos", "stream_hint"]

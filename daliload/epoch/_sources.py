@@ -1,0 +1,152 @@
+"""The loader's two clip sources, built from its split and settings, and kept as long as the loader.
+
+:class:`ClipSources` holds the PyAV fallback (built at once; its workers start
+at its first group) and DALI (built at the first pass with a DALI sample):
+both serve every pass of every epoch. The lookups they need per path (the
+manifest's frame count, the fallback's seek hint, a DALI cut's item) are
+binary searches over the split's :class:`~daliload.dataset.VideoIndex`, made
+when a video is sent, so no per-video dict lives on a rank and the index never
+leaves the training process.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Literal, Sequence
+
+from daliload.dataset import VideoIndex, VideoRow
+from daliload.plan import OutputSpec
+from fallback.cut import cut_task
+from fallback.numbering import StreamHint
+from fallback.options import FallbackOptions
+from fallback.source import FallbackSource
+
+if TYPE_CHECKING:
+    from daliload.dali import DaliSource
+
+
+@dataclass(frozen=True)
+class DaliSetup:
+    """How the DALI source is built (:class:`~daliload.dali.DaliClipDecoder`'s settings and the feed).
+
+    Attributes:
+        batch_size: clips per DALI batch (the loader's clips per batch).
+        device: ``"gpu"`` (NVDEC) or ``"cpu"`` (DALI's CPU decoder).
+        device_id: the CUDA device on ``"gpu"``.
+        num_threads: DALI threads per pipeline.
+        prefetch: batches in flight (the pass's ``prefetch``).
+        pipelines: DALI pipelines taking the batches in turn.
+        cut_windows: feed DALI the packets each window needs (made by a
+            :class:`~daliload.dali.WindowCutter`) instead of whole files.
+    """
+
+    batch_size: int
+    device: Literal["cpu", "gpu"]
+    device_id: int | None
+    num_threads: int
+    prefetch: int
+    pipelines: int
+    cut_windows: bool
+
+
+class ClipSources:
+    """The fallback (:attr:`fallback`) and DALI (:meth:`dali`) of one loader.
+
+    The loader hands them to each pass and closes them with itself; tools and
+    tests reach a decoder here (``loader.sources.fallback.worker_pids``,
+    :func:`daliload.testing.inject_faults`, ``loader.sources.dali().decoder``).
+
+    Args:
+        index: the split's decodable videos.
+        output: what every clip is turned into.
+        options: how the fallback decodes.
+        workers: the fallback's worker processes (and the cutter's).
+        timeout_s: the time limit of one clip, in seconds.
+        dali: how DALI is built when first needed; ``None``: DALI is not used.
+    """
+
+    def __init__(self, index: VideoIndex, output: OutputSpec, options: FallbackOptions, *, workers: int,
+                 timeout_s: float, dali: DaliSetup | None = None) -> None:
+        #: ``path -> frames in the file`` (the manifest's), what the plan was drawn from
+        self.frames_of = frames_lookup(index)
+        self._hint_of = hint_lookup(index)
+        self._output, self._workers, self._timeout_s, self._dali_setup = output, workers, timeout_s, dali
+        #: the PyAV fallback: what a truncated file is checked against is the manifest's frame count
+        self.fallback = FallbackSource(output, options, workers=workers, hint_of=self._hint_of,
+                                       frames_of=self.frames_of)
+        self._dali: DaliSource | None = None
+
+    def dali(self) -> DaliSource:
+        """The DALI source, built on first use (its pipelines then live until :meth:`close`).
+
+        Raises:
+            RuntimeError: this loader does not use DALI.
+        """
+        if self._dali is None:
+            setup = self._dali_setup
+            if setup is None:
+                raise RuntimeError("this loader does not decode with DALI (not installed, decoder='fallback')")
+            from daliload.dali import DaliClipDecoder, DaliSource, WindowCutter
+
+            decoder = DaliClipDecoder(self._output, batch_size=setup.batch_size, device=setup.device,
+                                      device_id=setup.device_id, num_threads=setup.num_threads,
+                                      prefetch_queue_depth=setup.prefetch, pipelines=setup.pipelines,
+                                      num_frames=self.frames_of)
+            cutter = None
+            if setup.cut_windows:
+                cutter = WindowCutter(cut_task, item_of=cut_item(self._hint_of), workers=self._workers,
+                                      timeout_s=self._timeout_s)
+            self._dali = DaliSource(decoder, clip_timeout_s=self._timeout_s, cutter=cutter)
+        return self._dali
+
+    def close(self) -> None:
+        """Stop the fallback's workers and release DALI's pipelines (the next pass starts them again)."""
+        self.fallback.close()
+        if self._dali is not None:
+            self._dali.close()
+            self._dali = None
+
+
+def frames_lookup(index: VideoIndex) -> Callable[[str], int | None]:
+    """``path -> frames in the file`` over ``index`` (a binary search; no per-video dict on a rank)."""
+    def frames_of(path: str) -> int | None:
+        i = index.find(path)
+        return (int(index.num_frames[i]) or None) if i >= 0 else None
+    return frames_of
+
+
+def hint_lookup(index: VideoIndex) -> Callable[[str], StreamHint | None]:
+    """``path -> the fallback's seek hint`` over ``index``, made when a video is sent to a worker."""
+    def hint_of(path: str) -> StreamHint | None:
+        i = index.find(path)
+        return stream_hint(index[i]) if i >= 0 else None
+    return hint_of
+
+
+def cut_item(hint_of: Callable[[str], StreamHint | None]) -> Callable[[str, Sequence[int]], tuple | None]:
+    """``(path, frames) -> a cut task's item`` (``fallback.cut.cut_task``), or ``None`` when no cut can gain:
+    the window's entry is the file's first frame, or the file has no usable seek hint."""
+    def item_of(path: str, frames: Sequence[int]) -> tuple | None:
+        hint = hint_of(path)
+        if hint is None or hint.unsafe_seek:
+            return None
+        keys = hint.keyframe_indices
+        if keys[bisect.bisect_right(keys, min(frames)) - 1] == 0:
+            return None
+        return path, tuple(frames), hint
+    return item_of
+
+
+def stream_hint(entry: VideoRow) -> StreamHint | None:
+    """A seek hint for the fallback from the manifest: constant-frame-rate files with keyframes,
+    and every file the deep check found unsafe to seek (decoded from its start)."""
+    if entry.unsafe_seek:
+        return StreamHint(keyframe_indices=(0,), fps=entry.fps or 1.0,
+                          num_frames=entry.num_frames or None, unsafe_seek=True)
+    if entry.vfr or not entry.keyframes or entry.keyframes[0] != 0 or not entry.fps:
+        return None
+    try:
+        return StreamHint(keyframe_indices=entry.keyframes, fps=entry.fps, num_frames=entry.num_frames or None)
+    except ValueError:
+        return None
