@@ -34,7 +34,7 @@ import argparse
 import statistics
 import time
 
-from benchmarks.datasets import kinetics_layout, prepare_dataset, standard_specs
+from benchmarks.datasets import kinetics_layout, prepare_standard
 from benchmarks.options import int_at_least
 from benchmarks.report import add_output_options, append_markdown, load_average, publish, run_heading, write_marked
 from benchmarks.machine import machine_info
@@ -205,14 +205,11 @@ def readme_figures(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     names = [n for n in args.datasets.split(",") if n]
-    size = tuple(int(x) for x in args.size.split("x")) if args.size else None
-    specs = standard_specs(names, num_clips=args.clips, num_clips_hd=args.clips, duration_s=args.duration,
-                           **({"size": size} if size else {}))
     started = load_average()
     datasets = {}
-    for spec in specs:
-        dataset = prepare_dataset(spec, args.data_dir, workers=2)
-        datasets[spec.name] = measure(kinetics_layout(dataset), args)
+    for dataset in prepare_standard(args.datasets, clips=args.clips, duration_s=args.duration, size=args.size,
+                                    data_dir=args.data_dir):
+        datasets[dataset.spec.name] = measure(kinetics_layout(dataset), args)
     result = {"name": "dali_window", "machine": machine_info(args.machine), "load_average": [started, load_average()],
               "settings": {"datasets": names, "clips": args.clips, "duration_s": args.duration,
                            "batch_size": args.batch_size, "workers": args.workers, "rounds": args.rounds},

@@ -26,7 +26,7 @@ import statistics
 import time
 from pathlib import Path
 
-from benchmarks.datasets import layout_relpath, prepare_dataset, standard_specs
+from benchmarks.datasets import layout_relpath, prepare_standard
 from benchmarks.machine import machine_info
 from benchmarks.report import add_output_options, append_markdown, load_average, publish, run_heading, write_marked
 from daliload.loader import DecodeSpec, KineticsDALILoader
@@ -153,14 +153,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bench_repeated: {args.readme} has no repeated markers; not written")
         return 0
     names = [n for n in args.datasets.split(",") if n]
-    size = tuple(int(x) for x in args.size.split("x")) if args.size else None
-    specs = standard_specs(names, num_clips=args.clips, num_clips_hd=args.clips, duration_s=args.duration,
-                           **({"size": size} if size else {}))
     started = load_average()
     datasets = {}
-    for spec in specs:
-        dataset = prepare_dataset(spec, args.data_dir, workers=2)
-        datasets[spec.name] = [measure(subset_layout(dataset, args.clips // k), k, args) for k in KS]
+    for dataset in prepare_standard(args.datasets, clips=args.clips, duration_s=args.duration, size=args.size,
+                                    data_dir=args.data_dir):
+        datasets[dataset.spec.name] = [measure(subset_layout(dataset, args.clips // k), k, args) for k in KS]
     result = {"name": "repeated", "machine": machine_info(args.machine), "load_average": [started, load_average()],
               "settings": {"datasets": names, "clips": args.clips, "duration_s": args.duration,
                            "batch_size": args.batch_size, "workers": args.workers, "runs": args.runs},

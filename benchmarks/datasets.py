@@ -42,7 +42,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Iterator, Literal, Sequence
 
 DatasetName = Literal["h264-gop250", "h264-gop16", "vp9", "vp9-gop16", "h264-720p"]
 
@@ -336,3 +336,15 @@ def prepare_dataset(spec: DatasetSpec, data_dir: str | os.PathLike, *, workers: 
     tmp.write_text(json.dumps(meta, indent=1), encoding="utf-8")
     os.replace(tmp, folder / META_NAME)
     return load_dataset(folder)
+
+
+def prepare_standard(names_csv: str, *, clips: int, duration_s: float, size: str | None,
+                     data_dir: str | os.PathLike) -> Iterator[Dataset]:
+    """The small benchmarks' datasets: ``--datasets`` (comma-separated :data:`STANDARD` names), ``--clips``
+    videos of ``--duration`` seconds, ``--size WIDTHxHEIGHT`` replacing 340x256; each generated (or reused)
+    when the caller reaches it."""
+    names = [n for n in names_csv.split(",") if n]
+    frame = tuple(int(x) for x in size.split("x")) if size else None
+    for spec in standard_specs(names, num_clips=clips, num_clips_hd=clips, duration_s=duration_s,
+                               **({"size": frame} if frame else {})):
+        yield prepare_dataset(spec, data_dir, workers=2)
