@@ -20,11 +20,18 @@ holds a :class:`~daliload.failures.Failure` for ``k`` (then that row of
 
 ``source.cancel()`` drops every group not yet collected without waiting for
 it (an abandoned pass: an exception in the training step, Ctrl-C, ``break``).
+
+``source.load()`` says how busy it is (:class:`SourceLoad`: clips in flight,
+clips it decodes at once, groups the pass had to wait for): what the router
+of :class:`daliload.epoch.Routes` splits a batch by. A source keeps it with a
+:class:`LoadMeter` fed at each submit and collect, so nothing needs a view of
+its processes or threads.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple, Protocol, Sequence
+import time
+from typing import TYPE_CHECKING, Callable, NamedTuple, Protocol, Sequence
 
 if TYPE_CHECKING:
     import torch
@@ -58,6 +65,73 @@ class Decoded(NamedTuple):
     keepalive: object = None
 
 
+class SourceLoad(NamedTuple):
+    """How busy a source is, as the router sees it (:class:`daliload.epoch.Routes`).
+
+    Attributes:
+        in_flight: clips submitted and not yet collected.
+        capacity: clips it decodes at once (DALI's threads times pipelines,
+            the fallback's workers): the router's first split.
+        waited: groups so far whose collect had to wait for it (it was behind
+            the pass): the router's signal of which decoder is the bottleneck.
+    """
+
+    in_flight: int
+    capacity: int
+    waited: int = 0
+
+
+#: A collect that returned within this many seconds did not wait: the source was ahead of the pass.
+WAITED_S = 0.001
+
+
+class LoadMeter:
+    """A source's clips in flight and the groups the pass had to wait for, from its submits and collects.
+
+    Why waits and not clips/s: a source says when a group is done only when
+    the pass collects it, so a decoder that is ahead of the pass shows the
+    pass's pace, not its own; which decoder the pass waits for is what a
+    collect can tell for certain. Worked example::
+
+        meter = LoadMeter(2)
+        meter.submitted(0, clips=4)           # load(): SourceLoad(in_flight=4, capacity=2, waited=0)
+        asked = time.perf_counter(); ...      # the collect blocks 30 ms for the group
+        meter.collected(0, asked)             # load(): SourceLoad(in_flight=0, capacity=2, waited=1)
+
+    Args:
+        capacity: clips the source decodes at once (at least 1 is reported).
+        clock: seconds, monotonic (default ``time.perf_counter``; a test's virtual clock).
+    """
+
+    def __init__(self, capacity: int, *, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.capacity = max(1, int(capacity))
+        self._clock = clock
+        self.in_flight = 0
+        self.waited = 0
+        self._clips: dict[int, int] = {}  # ticket -> clips, for groups not collected
+
+    def submitted(self, ticket: int, clips: int) -> None:
+        self._clips[ticket] = clips
+        self.in_flight += clips
+
+    def collected(self, ticket: int, asked_at: float) -> None:
+        """``ticket``'s group came back (its collect was called at ``asked_at``, a time of the clock)."""
+        clips = self._clips.pop(ticket, None)
+        if clips is None:
+            return
+        self.in_flight -= clips
+        if self._clock() - asked_at > WAITED_S:
+            self.waited += 1
+
+    def dropped(self) -> None:
+        """Every group not collected was cancelled."""
+        self._clips.clear()
+        self.in_flight = 0
+
+    def load(self) -> SourceLoad:
+        return SourceLoad(self.in_flight, self.capacity, self.waited)
+
+
 class ClipSource(Protocol):
     """A decoder as an epoch pass uses it (see the module docstring)."""
 
@@ -73,6 +147,9 @@ class ClipSource(Protocol):
 
     def cancel(self) -> None:
         """Drop every group not yet collected, without waiting for it."""
+
+    def load(self) -> SourceLoad:
+        """How busy the source is now (for the router)."""
 
     def close(self) -> None:
         """Release the source's processes, threads and pipelines."""

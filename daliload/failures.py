@@ -175,36 +175,42 @@ class FailureBudget:
     def reset(self, num_videos: int) -> None:
         """Start a new epoch of ``num_videos`` videos: forget failures and replacements."""
         self.num_videos = num_videos
-        self._failures: dict[str, FailedVideo] = {}
+        self._failures: dict[int | str, FailedVideo] = {}  # by video_index (or path)
         self._replacements: list[tuple[int, int]] = []
         self._warned = False
         self._exceeded = False
 
     # -- recording ------------------------------------------------------------------
 
-    def record(self, failure: Failure) -> bool:
-        """Count ``failure``'s video (once per file), note its position; raise past the limit.
+    def record(self, failure: Failure, video: int | str | None = None) -> bool:
+        """Count ``failure``'s video (once per video), note its position; raise past the limit.
+
+        Args:
+            failure: what failed.
+            video: the video's key: its ``video_index`` in the loader's split
+                (default: ``failure.path``).
 
         Returns:
-            True when this file had not failed before in this epoch.
+            True when this video had not failed before in this epoch.
 
         Raises:
             TooManyFailuresError: more failed videos than the limit allows.
         """
-        known = self._failures.get(failure.path)
+        key = failure.path if video is None else video
+        known = self._failures.get(key)
         if known is None:
             positions = () if failure.position is None else (failure.position,)
-            self._failures[failure.path] = FailedVideo(failure.path, failure.reason, positions, failure.kind)
+            self._failures[key] = FailedVideo(failure.path, failure.reason, positions, failure.kind)
             self.check()
             return True
         if failure.position is not None and failure.position not in known.positions:
-            self._failures[failure.path] = FailedVideo(known.path, known.reason, (*known.positions, failure.position),
-                                                       known.kind)
+            self._failures[key] = FailedVideo(known.path, known.reason, (*known.positions, failure.position),
+                                              known.kind)
         return False
 
-    def failure_of(self, path: str) -> FailedVideo | None:
-        """How ``path`` failed in this epoch, if it did."""
-        return self._failures.get(path)
+    def failure_of(self, video: int | str) -> FailedVideo | None:
+        """How ``video`` (the key it was recorded with: a ``video_index``, or a path) failed in this epoch."""
+        return self._failures.get(video)
 
     def record_replacement(self, slot_position: int, used_position: int) -> None:
         """Note that the slot at ``slot_position`` was filled with the sample at ``used_position``."""

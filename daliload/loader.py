@@ -218,7 +218,6 @@ class KineticsDALILoader:
                 f"{'clips' if self.clips_per_video > 1 else 'samples'} per rank of {self.world_size}; use "
                 f"batch_size <= {per_rank} or last_batch='pad' or 'partial'")
         warn_upscaled(index, self.augment.output_size, self.split)
-        self._routes = Routes(dali_videos(index, self.decode.dali_max_pixels) if self.dali_enabled else None)
         #: DALI pipelines (``DecodeSpec.dali_pipelines``; "auto": one per NVDEC engine of this GPU's model)
         self.dali_pipelines = self.decode.dali_pipelines_for(self.device, self.gpu.nvdec_engines if self.gpu else None)
         if self.decode.dali_pipelines == "auto" and self.gpu is not None and self.dali_enabled:
@@ -227,6 +226,8 @@ class KineticsDALILoader:
                         f"one per NVDEC engine of {self.gpu.describe()}" if engines else
                         f"the NVDEC engines of {self.gpu.describe()} are not in daliload.prescreen.gpus")
         prefetch = self.decode.batches_ahead(self.clips_per_batch, pipelines=self.dali_pipelines)
+        self._routes = Routes(dali_videos(index, self.decode.dali_max_pixels) if self.dali_enabled else None,
+                              policy=self.decode.routing_for(split), lag=prefetch)
         # The two clip sources live as long as the loader: the fallback's workers start at the first
         # group it gets, the DALI pipeline at the first batch with a DALI sample.
         self._sources = ClipSources(
@@ -238,14 +239,13 @@ class KineticsDALILoader:
                            cut_windows=self.decode.dali_feed == "window") if self.dali_enabled else None)
         self._setup = PassSetup(
             output=self.output, device=self.torch_device, label_padding=self.label_padding,
-            mask_failed=split != "train", prefetch=prefetch, num_frames=self._sources.frames_of,
+            mask_failed=split != "train", prefetch=prefetch, num_frames=index.frames_of_video,
             views=self.clips_per_batch // batch_size if self.views else 0)
         self._progress = EpochProgress()  # the epoch the next pass draws and the batch it starts at
         #: Where DDP scripts (``DistributedSampler``) and PyTorch Lightning call ``set_epoch``.
         self.sampler = EpochSampler(self)
-        self._counters = EpochCounters()
         self._budget = FailureBudget(0, max_fraction=self.decode.max_failure_fraction, masked=split != "train")
-        self._counters_epoch = 0
+        self._last_pass: EpochPass | None = None  # the pass under way or the last one: what stats() reports
         self._active: Iterator | None = None  # the live pass over an epoch, if any
         self._plans = EpochPlans(self._draw_plan)
 
@@ -398,13 +398,16 @@ class KineticsDALILoader:
 
     def stats(self) -> LoaderStats:
         """Counters of the current (or last) epoch, and the files the pre-screen rejected."""
-        budget, routes = self._budget, self._routes
+        budget, routes, last = self._budget, self._routes, self._last_pass
+        path_of = self.index.path_of
         return LoaderStats(
-            epoch=self._counters_epoch, **dataclasses.asdict(self._counters),  # what the pass counted, by name
+            epoch=last.epoch if last else 0,
+            **dataclasses.asdict(last.counters if last else EpochCounters()),  # what the pass counted, by name
             replaced=len(budget.replacements), failures=budget.failures, replacements=budget.replacements,
             rejected=self.rejected, device=self.device, dali_enabled=self.dali_enabled,
-            rerouted=tuple(sorted(routes.rerouted)), quarantined=tuple(sorted(routes.quarantined)),
-            dali_disabled=routes.dali_disabled)
+            rerouted=tuple(sorted(map(path_of, routes.rerouted))),
+            quarantined=tuple(sorted(map(path_of, routes.quarantined))),
+            dali_disabled=routes.dali_disabled, routing=routes.policy)
 
     # -- iteration ------------------------------------------------------------------------
 
@@ -426,22 +429,18 @@ class KineticsDALILoader:
     def _pass_over(self, epoch: int) -> Iterator[Batch]:
         batches = self._plans.get(self._plan_key(epoch))
         start = self._progress.start(len(batches))
-        plan = [s for b in batches for s in b]
-        self._counters = EpochCounters()
-        self._counters_epoch = epoch
-        self._budget.reset(len({s.video_index for s in plan}))  # the videos of this rank's epoch
         todo = batches[start:]
         uses_dali = any(self._routes.uses_dali(s) for b in todo for s in b)
-        epoch_pass = EpochPass(self._setup, todo, plan, routes=self._routes, budget=self._budget,
-                               counters=self._counters, fallback=self._sources.fallback,
-                               dali=self._sources.dali() if uses_dali else None)
+        epoch_pass = EpochPass(self._setup, todo, [s for b in batches for s in b], routes=self._routes,
+                               budget=self._budget, fallback=self._sources.fallback,
+                               dali=self._sources.dali() if uses_dali else None, epoch=epoch, start=start)
+        self._last_pass = epoch_pass
         passing = iter(epoch_pass)
         try:
             for i, batch in enumerate(passing):
-                # Set before yielding: a state_dict() taken while the caller holds this batch
-                # resumes after it. After the last batch it equals len(self): epoch finished.
-                self._progress.yielded(start + i + 1)
-                self._counters.batches += 1
+                # A state_dict() taken while the caller holds this batch resumes after it; after the
+                # last batch it equals len(self): epoch finished.
+                self._progress.yielded(epoch_pass.next_batch)
                 yield batch if self.with_info else batch[:2]
                 if i == 0 and self.split == "train":
                     # After the first batch, which it would delay: the next epoch's plan, as set_epoch
@@ -449,7 +448,6 @@ class KineticsDALILoader:
                     self._plans.draw_ahead(epoch + 1)
         finally:
             passing.close()  # drops what was submitted ahead, without waiting; the sources stay for the next pass
-            self._budget.warn(stacklevel=2)
 
     @property
     def sources(self) -> ClipSources:

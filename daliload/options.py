@@ -28,6 +28,7 @@ from daliload.dataset import VideoIndex
 
 DecoderChoice = Literal["auto", "fallback"]
 DaliFeed = Literal["window", "file"]
+Routing = Literal["auto", "adaptive", "static"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,20 @@ class DecodeSpec:
             need about 16 GB of device memory for decoders alone. Default
             ``1920 * 1088`` (1080p, coded height; at most about 4 GB for 32
             clips); ``None``: no limit (the routes allow up to 4096x4096).
+        routing: which decoder takes a file DALI can decode, batch by batch.
+            ``"adaptive"``: the fallback's workers take a share of them,
+            steered away from whichever decoder the pass has to wait for, so
+            neither idles while the other is the bottleneck (NVDEC saturated:
+            the CPU cores help; the fallback faster, as for VP9 on a CPU host:
+            it takes most). ``"static"``: DALI always, as the pre-screen routed
+            it. ``"auto"`` (default): ``"adaptive"`` on the training split,
+            ``"static"`` on the others, whose figures then come out the same,
+            bit for bit, on every run and world size. Either way each clip is
+            the plan's (window, crop, flip) and batches keep plan order; with
+            ``"adaptive"`` which decoder made a clip can differ between runs,
+            and the two differ by a few levels in pixels (``docs/performance.md``,
+            "Both decoders at once"). Files only the fallback can decode never
+            go to DALI; with ``fallback_workers=0`` routing is ``"static"``.
         fallback_workers: PyAV decoding processes. Default 2. 0 decodes in the
             training process: a debugging mode in which a crash inside FFmpeg
             ends the run and a hang inside it is not cut. DALI's cuts are made
@@ -90,6 +105,7 @@ class DecodeSpec:
     dali_pipelines: int | Literal["auto"] = "auto"
     dali_feed: DaliFeed = "window"
     dali_max_pixels: int | None = 1920 * 1088
+    routing: Routing = "auto"
     fallback_workers: int = 2
     fallback_threads: int = 1
     timeout_s: float = 60.0
@@ -98,6 +114,8 @@ class DecodeSpec:
     def __post_init__(self) -> None:
         if self.decoder not in ("auto", "fallback"):
             raise ValueError(f"decoder must be 'auto' or 'fallback', got {self.decoder!r}")
+        if self.routing not in ("auto", "adaptive", "static"):
+            raise ValueError(f"routing must be 'auto', 'adaptive' or 'static', got {self.routing!r}")
         if self.dali_feed not in ("window", "file"):
             raise ValueError(f"dali_feed must be 'window' or 'file', got {self.dali_feed!r}")
         if self.dali_max_pixels is not None and (not isinstance(self.dali_max_pixels, int)
@@ -135,6 +153,15 @@ class DecodeSpec:
         if self.dali_pipelines != "auto":
             return self.dali_pipelines
         return (nvdec_engines or 1) if device == "gpu" else 1
+
+    def routing_for(self, split: str) -> Literal["adaptive", "static"]:
+        """The routing policy on ``split``: as given, else (``"auto"``) adaptive on ``"train"``, static on the
+        others; static without fallback workers (decoding in the training process: nothing to share with)."""
+        if self.fallback_workers == 0:
+            return "static"
+        if self.routing == "auto":
+            return "adaptive" if split == "train" else "static"
+        return self.routing
 
     def dali_threads_for(self, device: str, batch_size: int) -> int:
         """DALI threads: as given, else ``min(batch_size, 16)`` on a GPU and one per core on the CPU."""

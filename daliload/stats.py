@@ -53,6 +53,11 @@ class LoaderStats:
         isolation_s: seconds spent finding which files broke DALI batches.
         dali_disabled: why DALI was given up for the rest of the run (several
             failed batches in a row with no single file to blame), or ``None``.
+        clips_moved: clips of route ``dali`` that the fallback decoded because
+            the router found it would finish them first (``routing="adaptive"``;
+            counted in ``clips_fallback``; not the re-decodes of failed DALI
+            batches, which are ``clips_redecoded``).
+        routing: the routing policy (``DecodeSpec.routing``).
     """
 
     epoch: int
@@ -77,6 +82,8 @@ class LoaderStats:
     dali_disabled: str | None = None
     frames_decoded_dali: int = 0
     clips_dali_cut: int = 0
+    clips_moved: int = 0
+    routing: str = "adaptive"
 
     @property
     def dali_share(self) -> float:
@@ -88,7 +95,8 @@ class LoaderStats:
         """A few readable lines for logs."""
         lines = [
             f"epoch {self.epoch}: {self.batches} batches, {self.clips_dali} clips by DALI ({self.device}), "
-            f"{self.clips_fallback} by the fallback ({self.dali_share:.0%} DALI)",
+            f"{self.clips_fallback} by the fallback ({self.dali_share:.0%} DALI; routing {self.routing}: "
+            f"{self.clips_moved} DALI-route clips moved to the fallback)",
             f"waiting: DALI {self.dali_wait_s:.2f} s, fallback {self.fallback_wait_s:.2f} s; "
             f"re-decoded after a DALI failure: {self.clips_redecoded}; replaced: {self.replaced}",
         ]

@@ -45,6 +45,7 @@ import math
 import mmap
 import os
 import tempfile
+import time
 import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -53,7 +54,7 @@ import torch
 
 from daliload.failures import Failure, FailureKind
 from daliload.plan import OutputSpec, Sample
-from daliload.clips import Decoded
+from daliload.clips import Decoded, LoadMeter, SourceLoad
 from daliload.runtime import TaskOutcome, WorkerPool
 from fallback.decode import DecodeError, decode_window
 from fallback.numbering import StreamHint
@@ -235,6 +236,7 @@ class FallbackSource:
         self._groups: dict[int, _Group] = {}
         self._group_of: dict[int, int] = {}  # task id -> ticket
         self._next_ticket = 0
+        self._meter = LoadMeter(workers)
 
     def use_task_fn(self, task_fn: Callable[..., list]) -> None:
         """Run ``task_fn`` in the workers from now on (a test double); restarts them."""
@@ -274,17 +276,20 @@ class FallbackSource:
             group.waiting[task_id] = rows
             self._group_of[task_id] = ticket
         self._groups[ticket] = group
+        self._meter.submitted(ticket, len(samples))
         return ticket
 
     def collect(self, ticket: int) -> Decoded:
         """Wait for the group of ``ticket``; its clips, and a failure for each row that has none."""
         group = self._groups[ticket]
+        asked = time.perf_counter()
         for task in group.local:  # workers=0
             group.results.update(zip(task[0], self._task_fn(task, videos=group.videos)))
         while group.waiting:
             for outcome in self._pool.wait():
                 self._settle(outcome)
         del self._groups[ticket]
+        self._meter.collected(ticket, asked)
         if group.fd is not None:
             os.close(group.fd)
         failures = {}
@@ -303,6 +308,11 @@ class FallbackSource:
                 os.close(group.fd)
         self._groups.clear()
         self._group_of.clear()
+        self._meter.dropped()
+
+    def load(self) -> SourceLoad:
+        """Clips in flight, recent clips/s and the workers (:class:`~daliload.clips.LoadMeter`)."""
+        return self._meter.load()
 
     def close(self) -> None:
         """Drop what is pending and stop the workers (the next group starts new ones)."""

@@ -28,8 +28,9 @@ CLIP_LEN, STRIDE = 4, 3
 
 def plan(paths: list[str], starts: list[int] | None = None) -> list[Sample]:
     starts = starts or [(7 * i) % 40 for i in range(len(paths))]
-    return [Sample(position=100 + i, video_index=i, path=str(p), label=i, start_frame=s, frame_stride=STRIDE,
-                   clip_len=CLIP_LEN, crop=CropBox.full(), flip=bool(i % 2))
+    videos = {p: v for v, p in enumerate(dict.fromkeys(map(str, paths)))}  # a video is its file, as in a loader
+    return [Sample(position=100 + i, video_index=videos[str(p)], path=str(p), label=i, start_frame=s,
+                   frame_stride=STRIDE, clip_len=CLIP_LEN, crop=CropBox.full(), flip=bool(i % 2))
             for i, (p, s) in enumerate(zip(paths, starts))]
 
 
@@ -178,7 +179,8 @@ def test_broken_files_dead_and_hung_workers_cost_one_sample_each(files, realclip
                 # The second epoch gives the same batches on the same workers: what killed or hung a
                 # worker was not decoded again (the run quarantined it), so no worker died.
                 assert torch.equal(videos, first) and sorted(source.worker_pids) == pids
-                assert set(routes.quarantined) == {"fault:kill", "fault:segv", "fault:hang"}
+                path_of = {s.video_index: s.path for s in samples}  # the run keeps them by video
+                assert {path_of[v] for v in routes.quarantined} == {"fault:kill", "fault:segv", "fault:hang"}
     finally:
         source.close()
 

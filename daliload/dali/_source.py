@@ -39,7 +39,7 @@ from daliload.dali._errors import DaliBatchError
 from daliload.dali._pipeline import DaliClipDecoder, DecodedBatch
 from daliload.failures import Failure
 from daliload.plan import Sample
-from daliload.clips import Decoded
+from daliload.clips import Decoded, LoadMeter, SourceLoad
 
 logger = logging.getLogger(__name__)
 
@@ -70,11 +70,13 @@ class DaliSource:
         self._frames: dict[int, tuple[int, int]] = {}
         self._early: dict[int, DecodedBatch | DaliBatchError] = {}  # collected ahead while isolating (copies)
         self._next_ticket = 0
+        self._meter = LoadMeter(decoder.num_threads * decoder.pipelines)
 
     def submit(self, samples: Sequence[Sample], *, urgent: bool = False) -> int:
         """Queue ``samples`` as one DALI batch (``urgent`` changes nothing: DALI runs batches in order)."""
         ticket, self._next_ticket = self._next_ticket, self._next_ticket + 1
         samples = tuple(samples)
+        self._meter.submitted(ticket, len(samples))
         if self.cutter is None:
             self._feed(ticket, samples, None)
         else:
@@ -89,11 +91,13 @@ class DaliSource:
         Raises:
             DaliTimeoutError: DALI did not finish it in time; the run cannot go on.
         """
+        asked = time.perf_counter()
         self._feed_cut(until=ticket)
         frames, cut = self._frames.pop(ticket, (None, 0))
         outcome = self._early.pop(ticket, None)
         if outcome is None:
             outcome = self._next(ticket)
+        self._meter.collected(ticket, asked)  # a failed batch too: the time it took DALI to fail it
         if isinstance(outcome, DaliBatchError):
             return self._isolate(outcome)  # its clips are decoded again from whole files
         self.clips_cut += cut
@@ -107,7 +111,12 @@ class DaliSource:
         self._tickets.clear()
         self._early.clear()
         self._frames.clear()
+        self._meter.dropped()
         self.decoder.discard_pending()
+
+    def load(self) -> SourceLoad:
+        """Clips in flight, recent clips/s and DALI's threads times pipelines (:class:`~daliload.clips.LoadMeter`)."""
+        return self._meter.load()
 
     def close(self) -> None:
         self.cancel()

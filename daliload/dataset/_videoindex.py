@@ -211,6 +211,14 @@ class VideoIndex:
     def num_frames_of(self, i: int) -> int:
         return int(self.num_frames[i])
 
+    def frames_of_video(self, i: int) -> int | None:
+        """Frames of video ``i`` (its ``Sample.video_index``) as the manifest counted them; ``None``: unknown."""
+        return int(self.num_frames[i]) or None
+
+    def path_of(self, i: int) -> str:
+        """The file of video ``i``."""
+        return self.paths[int(i)]
+
     def keyframes_of(self, i: int) -> tuple[int, ...]:
         text = self.keyframes[i]
         return tuple(int(k) for k in text.split(",")) if text else ()

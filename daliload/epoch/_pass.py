@@ -1,10 +1,13 @@
 """One pass over an epoch's batches for one rank: one scheduler over the clip sources, one replacement loop.
 
 :class:`EpochPass` submits each batch's shares to their sources (the routes
-decide which), up to ``prefetch`` batches ahead, collects them in plan order,
-re-decodes DALI's failures through the fallback, replaces what fails (the
-replacement rule of :mod:`daliload.failures`) and merges the rows
-(:mod:`._merge`).
+split each batch by route and by the sources' loads when it is submitted), up
+to ``prefetch`` batches ahead, collects them in plan order, re-decodes DALI's
+failures through the fallback, replaces what fails (the replacement rule of
+:mod:`daliload.failures`) and merges the rows (:mod:`._merge`). What a pass
+counts and where it is lives here too: its counters, the epoch's failure
+budget (reset when the pass begins, its warning when it ends) and the next
+batch it yields.
 """
 
 from __future__ import annotations
@@ -24,27 +27,36 @@ from daliload.plan import Sample
 
 
 class EpochPass:
-    """Iterate ``(videos, labels)`` over ``batches``, one per batch, in plan order.
+    """Iterate ``(videos, labels, info)`` over ``batches``, one per batch, in plan order.
 
     Args:
         setup: the loader's fixed settings.
         batches: the batches of this pass (an epoch's, or the rest of one).
         plan: every sample of the epoch, in order (replacements are searched there).
-        routes: the run's routes (updated when a file fails in DALI).
-        budget: the epoch's failure budget.
-        counters: where this pass counts what it did.
+        routes: the run's routes (updated when a file fails in DALI) and routing policy.
+        budget: the epoch's failure budget, reset here for the plan's videos.
         fallback: the PyAV source (it also decodes replacements and DALI's culprits).
         dali: the DALI source, when any sample may go to DALI; else ``None``.
+        counters: where this pass counts what it did (default: new ones, :attr:`counters`).
+        epoch: the epoch the batches are of (for :attr:`epoch`).
+        start: the epoch's batch the first of ``batches`` is (a resumed pass).
+
+    Attributes:
+        counters: what the pass did so far (:class:`EpochCounters`).
+        next_batch: the epoch's batch after the last one yielded (``start`` before the first).
     """
 
     def __init__(self, setup: PassSetup, batches: Sequence[Sequence[Sample]], plan: Sequence[Sample], *,
-                 routes: Routes, budget: FailureBudget, counters: EpochCounters, fallback: ClipSource,
-                 dali: ClipSource | None = None) -> None:
+                 routes: Routes, budget: FailureBudget, fallback: ClipSource, dali: ClipSource | None = None,
+                 counters: EpochCounters | None = None, epoch: int = 0, start: int = 0) -> None:
         self.setup = setup
         self.batches = [list(b) for b in batches]
         self.plan = list(plan)
-        self.routes, self.budget, self.counters = routes, budget, counters
+        self.routes, self.budget = routes, budget
+        self.counters = counters if counters is not None else EpochCounters()
         self.fallback, self.dali = fallback, dali
+        self.epoch, self.next_batch = epoch, start
+        budget.reset(len({s.video_index for s in self.plan}))  # the videos of this rank's epoch
         # Per batch submitted ahead: each share's (source, ticket, rows), and rows known to fail already.
         self._submitted: deque[tuple[list[tuple[ClipSource, int, list[int]]], dict[int, Failure]]] = deque()
         self._held = HeldOutputs()
@@ -62,6 +74,9 @@ class EpochPass:
                     if host is not None:  # what the batch's copies read lives until they have run
                         self._held.hold([p.decoded for p in parts], torch.cuda.current_stream(self.setup.device),
                                         on_release=host.release)
+                # Set before yielding: a state taken while the caller holds this batch resumes after it.
+                self.next_batch += 1
+                self.counters.batches += 1
                 yield videos, labels, info
         finally:
             # Nothing waits here: an abandoned pass (an exception in the caller's loop, Ctrl-C, break,
@@ -70,6 +85,7 @@ class EpochPass:
                 if source is not None:
                     source.cancel()
             self._held.release_all()
+            self.budget.warn(stacklevel=3)  # once per epoch, pointing at the caller's loop
 
     # -- the scheduler ------------------------------------------------------------------------
 
@@ -80,17 +96,20 @@ class EpochPass:
             # Decided now, not when the pass began: a file moved off DALI leaves from the next batch on,
             # and a file that failed is not decoded again.
             known = {k: failure for k, s in enumerate(batch) if (failure := self._known_failure(s)) is not None}
-            on_dali = [self.dali is not None and self.routes.uses_dali(s) for s in batch]
+            rows = [k for k in range(len(batch)) if k not in known]
+            to_dali, to_fallback = self.routes.assign(batch, rows, self.dali.load() if self.dali else None,
+                                                      self.fallback.load())
+            self.counters.clips_moved += sum(self.dali is not None and self.routes.uses_dali(batch[k])
+                                             for k in to_fallback)
             shares = []
-            for source, rows in ((self.dali, [k for k, d in enumerate(on_dali) if d and k not in known]),
-                                 (self.fallback, [k for k, d in enumerate(on_dali) if not d and k not in known])):
-                if rows:
-                    shares.append((source, source.submit([batch[k] for k in rows]), rows))
+            for source, share in ((self.dali, to_dali), (self.fallback, to_fallback)):
+                if share:
+                    shares.append((source, source.submit([batch[k] for k in share]), share))
             self._submitted.append((shares, known))
 
     def _known_failure(self, sample: Sample) -> Failure | None:
         """How ``sample`` fails without decoding it: its file failed this epoch, or was quarantined."""
-        failure = self.routes.quarantined.get(sample.path) or self.budget.failure_of(sample.path)
+        failure = self.routes.quarantined.get(sample.video_index) or self.budget.failure_of(sample.video_index)
         if failure is None:
             return None
         return Failure(sample.path, failure.reason, sample.position, failure.kind)
@@ -102,7 +121,7 @@ class EpochPass:
         redo: list[int] = []
         c = self.counters
         for row, failure in known.items():
-            self.budget.record(failure)
+            self.budget.record(failure, batch[row].video_index)
             failed.append((row, batch[row]))
         for source, ticket, rows in shares:
             on_dali = source is self.dali
@@ -111,10 +130,10 @@ class EpochPass:
             decoded = source.collect(ticket)
             waited = time.perf_counter() - started
             if on_dali:
-                isolated = source.isolation_s - isolating  # finding the files that broke a batch
+                isolated = getattr(source, "isolation_s", 0.0) - isolating  # finding the files that broke a batch
                 c.isolation_s += isolated
                 c.dali_wait_s += waited - isolated
-                c.clips_dali_cut += source.clips_cut - cut
+                c.clips_dali_cut += getattr(source, "clips_cut", 0) - cut
             else:
                 c.fallback_wait_s += waited
             parts.append(self._part(decoded, rows, on_dali=on_dali))
@@ -122,15 +141,15 @@ class EpochPass:
                 if failure.kind in ("dali", "dali_batch"):
                     redo.append(rows[j])
                 else:
-                    self._fail(failure)
+                    self._fail(failure, batch[rows[j]])
                     failed.append((rows[j], batch[rows[j]]))
-            self._note_dali_failures(decoded)
+            self._note_dali_failures(decoded, [batch[k] for k in rows])
         if redo:  # DALI's culprits and the batch-mates it could not tell apart: the fallback decodes them now
             c.clips_redecoded += len(redo)
             decoded = self.fallback.collect(self.fallback.submit([batch[k] for k in redo], urgent=True))
             parts.append(self._part(decoded, redo, on_dali=False))
             for j, failure in decoded.failures.items():
-                self._fail(failure)
+                self._fail(failure, batch[redo[j]])
                 failed.append((redo[j], batch[redo[j]]))
         replaced = {}
         for row, sample in failed:
@@ -149,15 +168,16 @@ class EpochPass:
             self.counters.frames_decoded_fallback += decoded.frames_decoded or 0
         return Part([rows[j] for j in ok], ok, decoded)
 
-    def _fail(self, failure: Failure) -> None:
-        """A sample failed: the budget counts it (and may end the epoch); a worker-killing file is quarantined."""
-        self.routes.quarantine(failure)
-        self.budget.record(failure)
+    def _fail(self, failure: Failure, sample: Sample) -> None:
+        """``sample`` failed: the budget counts its video (and may end the epoch); a worker-killing one is
+        quarantined."""
+        self.routes.quarantine(failure, sample.video_index)
+        self.budget.record(failure, sample.video_index)
 
-    def _note_dali_failures(self, decoded: Decoded) -> None:
+    def _note_dali_failures(self, decoded: Decoded, samples: list[Sample]) -> None:
         kinds = {f.kind for f in decoded.failures.values()}
         if "dali" in kinds:
-            self.routes.reroute({f.path for f in decoded.failures.values() if f.kind == "dali"})
+            self.routes.reroute({samples[j].video_index for j, f in decoded.failures.items() if f.kind == "dali"})
             self.routes.note_batch(blamed=True)
         elif "dali_batch" in kinds:
             reason = next(f.reason for f in decoded.failures.values() if f.kind == "dali_batch")
@@ -172,7 +192,7 @@ class EpochPass:
             decoded = self.fallback.collect(self.fallback.submit([candidate], urgent=True))
             part = self._part(decoded, [row], on_dali=False)
             if decoded.failures:
-                self._fail(decoded.failures[0])
+                self._fail(decoded.failures[0], candidate)
                 continue
             self.budget.record_replacement(sample.position, candidate.position)
             return part, candidate
@@ -187,6 +207,6 @@ class EpochPass:
 
     def _count_past_end(self, batch: Sequence[Sample]) -> None:
         for s in batch:
-            frames = self.setup.num_frames(s.path)
+            frames = self.setup.num_frames(s.video_index)
             if frames is not None and s.last_frame >= frames:
                 self.counters.clips_past_end += 1

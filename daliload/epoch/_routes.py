@@ -1,16 +1,47 @@
 """Where each sample of a pass goes: DALI, the fallback, or nowhere (:class:`Routes`, one per loader).
 
-The one place a routing policy lives: a hybrid one (idle CPU workers taking
-DALI's samples when NVDEC is saturated) would change :class:`Routes`, nothing else.
+The one place a routing policy lives. A sample's *route* (the pre-screen's,
+changed at run time when DALI fails on its file) says which decoders may take
+it: a file of route ``dali`` may go to either (the fallback decodes everything
+DALI can), any other only to the fallback. The *policy*
+(``DecodeSpec.routing``) picks, per batch, which decoder takes each sample
+that may go to either:
+
+- ``"static"``: DALI, always (the pre-screen's routes as they are);
+- ``"adaptive"`` (default): the fallback takes a share of them, steered
+  batch by batch away from the decoder the pass has to wait for. The share
+  starts at the fallback's part of both capacities (workers against DALI's
+  threads times pipelines) and moves by :data:`SHARE_STEP` towards the
+  decoder that kept up, whenever one made the pass wait more often than the
+  other since the last batch (each source's :class:`~daliload.clips.SourceLoad`);
+  after a step it holds for the batches already in flight (their split is
+  older than the step). So while NVDEC is the bottleneck the fallback's idle
+  workers take DALI's files, and where the fallback is the faster decoder
+  (VP9 on a CPU host) it takes most of them; while the training step is the
+  bottleneck nobody waits and the share stays.
+
+A video's samples in a row (its views, its clips of repeated sampling) go to
+one decoder together, and the share's fraction of a clip is carried to the
+next batch. Either way a sample is decoded as the plan says (the same window,
+crop and flip) and the batch keeps plan order: only which decoder produced a
+clip can differ between runs.
+
+Worked example: a share of 0.30 and batches of 8 DALI-route samples: the
+fallback is owed 2.4 clips of the first batch and takes the last 2 (0.4
+carried), 2.8 of the second and takes 3 (-0.2 carried), 2.2 of the third and
+takes 2. If the pass then waited for DALI and not for the fallback, the share
+becomes 0.34 and stays so for the batches in flight.
 """
 
 from __future__ import annotations
 
 import logging
 import warnings
+from typing import Literal, Sequence
 
 import numpy as np
 
+from daliload.clips import SourceLoad
 from daliload.dataset import ROUTE_CODES, VideoIndex
 from daliload.failures import Failure
 from daliload.plan import Sample
@@ -20,43 +51,110 @@ logger = logging.getLogger(__name__)
 #: DALI batches in a row that fail with no single file to blame before DALI is given up for the run.
 DALI_FAILURE_STREAK = 3
 
+RoutingPolicy = Literal["adaptive", "static"]
+ROUTING_POLICIES: tuple[str, ...] = ("adaptive", "static")
+#: How far the fallback's share of DALI-route clips moves at a step, toward the decoder that kept up. Measured
+#: on the simulation of ``tests/test_routing.py`` (prefetch 4): 0.04 came within 4-7 % of the sum of both
+#: decoders' speeds; 0.08 and 0.15 overshot (8-15 % short), as did steps that grew while one decoder led.
+SHARE_STEP = 0.04
+
 
 class Routes:
-    """Where each file goes, for the whole run: DALI, the fallback, or nowhere.
+    """Where each video goes, for the whole run, and which decoder takes each sample of a batch.
 
-    Starts from the pre-screen's routes. A file that DALI alone fails on (found
-    by isolating a failed batch) moves to the fallback from the next batch on;
-    after :data:`DALI_FAILURE_STREAK` failed batches in a row with no single
-    file to blame (a driver or library problem), DALI is given up for the run.
-    A file whose decode killed a worker twice or ran past the time limit is
-    not decoded again in this run (:meth:`quarantine`): its samples fail at
-    once with that reason, and are replaced.
+    Starts from the pre-screen's routes. A video that DALI alone fails on
+    (found by isolating a failed batch) moves to the fallback from the next
+    batch on; after :data:`DALI_FAILURE_STREAK` failed batches in a row with
+    no single file to blame (a driver or library problem), DALI is given up
+    for the run. A video whose decode killed a worker twice or ran past the
+    time limit is not decoded again in this run (:meth:`quarantine`): its
+    samples fail at once with that reason, and are replaced. Everything is
+    keyed by ``Sample.video_index`` (no per-path lookup per sample).
 
     Args:
         on_dali: by ``Sample.video_index``, whether the video's route is
             ``dali`` (a boolean array over the split: no Python object per
             video); ``None`` (default): DALI is not used.
+        policy: how samples that may go to either decoder are split
+            (see the module docstring).
+        lag: batches submitted ahead of the one collected (the pass's
+            ``prefetch``): how many batches later a step of the share shows.
     """
 
-    def __init__(self, on_dali: np.ndarray | None = None) -> None:
+    def __init__(self, on_dali: np.ndarray | None = None, *, policy: RoutingPolicy = "adaptive", lag: int = 1) -> None:
+        if policy not in ROUTING_POLICIES:
+            raise ValueError(f"routing must be one of {', '.join(map(repr, ROUTING_POLICIES))}, got {policy!r}")
         self._on_dali = on_dali
-        self.rerouted: set[str] = set()
-        self.quarantined: dict[str, Failure] = {}  # path -> the failure that put it there
+        self.policy: RoutingPolicy = policy
+        self.rerouted: set[int] = set()  # video indices DALI failed on
+        self.quarantined: dict[int, Failure] = {}  # video index -> the failure that put it there
         self.dali_disabled: str | None = None  # why DALI was given up, once it was
         self._streak = 0
+        self._share: float | None = None  # of the DALI-route clips, the fallback's (adaptive)
+        self._carry = 0.0  # the fraction of a clip the fallback is owed from the batches before
+        self._waited = (0, 0)  # groups DALI, the fallback had made the pass wait for, at the last batch
+        self._hold = 0  # batches to go before the next step
+        self.lag = max(1, lag)
 
     def uses_dali(self, sample: Sample) -> bool:
+        """Whether DALI may decode ``sample`` (its route is ``dali``, DALI failed on neither it nor the run)."""
         return (self.dali_disabled is None and self._on_dali is not None and bool(self._on_dali[sample.video_index])
-                and sample.path not in self.rerouted)
+                and sample.video_index not in self.rerouted)
 
-    def quarantine(self, failure: Failure) -> None:
-        """Decode ``failure``'s file no more in this run, if it crashed or hung a worker."""
+    def assign(self, batch: Sequence[Sample], rows: Sequence[int], dali: SourceLoad | None,
+               fallback: SourceLoad) -> tuple[list[int], list[int]]:
+        """Split ``rows`` of ``batch`` into ``(DALI's rows, the fallback's rows)``, by route and policy.
+
+        Called once per batch, in submission order (the adaptive share steps here).
+
+        Args:
+            batch: the batch's samples.
+            rows: the rows to decode (the others are known to fail).
+            dali: DALI's load now; ``None``: DALI takes nothing this pass.
+            fallback: the fallback's load now.
+        """
+        eligible = [k for k in rows if dali is not None and self.uses_dali(batch[k])]
+        if self.policy == "static" or not eligible:
+            taken = set(eligible)
+            return eligible, [k for k in rows if k not in taken]
+        self._steer(dali, fallback)
+        units = _videos(batch, eligible)
+        wanted = self._share * len(eligible) + self._carry  # clips for the fallback, carrying the fraction
+        on_dali = set(eligible)
+        to_dali, to_fallback = [], [k for k in rows if k not in on_dali]
+        moved = 0
+        for unit in reversed(units):  # the batch's last videos to the fallback, a video's samples together
+            if moved + len(unit) <= wanted + 0.5 * len(unit):
+                to_fallback += unit
+                moved += len(unit)
+            else:
+                to_dali[:0] = unit
+        self._carry = wanted - moved
+        return sorted(to_dali), sorted(to_fallback)
+
+    def _steer(self, dali: SourceLoad, fallback: SourceLoad) -> None:
+        """Step the fallback's share away from the decoder the pass waited for more often since the last batch."""
+        if self._share is None:
+            self._share = fallback.capacity / (fallback.capacity + dali.capacity)
+        # (a source built again counts from 0: no step on its account)
+        waited_dali, waited_fallback = max(0, dali.waited - self._waited[0]), max(0, fallback.waited - self._waited[1])
+        self._waited = (dali.waited, fallback.waited)
+        if self._hold > 0:  # the batches in flight were split before the last step: their waits are old news
+            self._hold -= 1
+            return
+        direction = (waited_dali > waited_fallback) - (waited_fallback > waited_dali)  # +1: more to the fallback
+        if direction:
+            self._share = min(1.0, max(0.0, self._share + direction * SHARE_STEP))
+            self._hold = self.lag
+
+    def quarantine(self, failure: Failure, video_index: int) -> None:
+        """Decode video ``video_index`` no more in this run, if ``failure`` crashed or hung a worker."""
         if failure.kind in ("crash", "timeout"):
-            self.quarantined.setdefault(failure.path, failure)
+            self.quarantined.setdefault(video_index, failure)
 
-    def reroute(self, paths: set[str]) -> None:
-        """Send ``paths`` (files of route ``dali``) to the fallback from now on."""
-        self.rerouted |= paths
+    def reroute(self, video_indices: set[int]) -> None:
+        """Send these videos (of route ``dali``) to the fallback only, from now on."""
+        self.rerouted |= video_indices
 
     def note_batch(self, *, blamed: bool, reason: str = "") -> None:
         """Count a failed DALI batch: ``blamed`` when isolation found the files at fault."""
@@ -66,6 +164,17 @@ class Routes:
                                   f"(last: {reason})")
             warnings.warn(f"{self.dali_disabled}; the rest of this run decodes every file with the PyAV "
                           "fallback (loader.stats().dali_disabled)", RuntimeWarning, stacklevel=2)
+
+
+def _videos(batch: Sequence[Sample], rows: Sequence[int]) -> list[list[int]]:
+    """``rows`` in runs of one video (consecutive rows of the same ``video_index``): a decoder's unit."""
+    units: list[list[int]] = []
+    for k in rows:
+        if units and units[-1][-1] == k - 1 and batch[k - 1].video_index == batch[k].video_index:
+            units[-1].append(k)
+        else:
+            units.append([k])
+    return units
 
 
 def dali_videos(index: VideoIndex, max_pixels: int | None) -> np.ndarray:

@@ -27,6 +27,7 @@ class EpochCounters:
     frames_decoded_fallback: int = 0
     frames_decoded_dali: int = 0
     clips_dali_cut: int = 0
+    clips_moved: int = 0
     dali_wait_s: float = 0.0
     fallback_wait_s: float = 0.0
     isolation_s: float = 0.0
@@ -43,8 +44,8 @@ class PassSetup:
         mask_failed: give failed (replaced) samples :data:`PADDING_LABEL`
             (evaluation splits).
         prefetch: batches submitted ahead of the one being collected.
-        num_frames: ``path -> frames`` of a video (for counting clips that run
-            past its end; ``None`` when unknown).
+        num_frames: ``video_index -> frames`` of a video (for counting clips
+            that run past its end; ``None`` when unknown).
         views: clips per video of a multi-view plan (its views follow one
             another in each batch); the merge then gives ``(B, V, ...)``
             videos and one label per video. 0: single-view batches.
@@ -55,5 +56,5 @@ class PassSetup:
     label_padding: bool
     mask_failed: bool
     prefetch: int
-    num_frames: Callable[[str], int | None]
+    num_frames: Callable[[int], int | None]
     views: int = 0
