@@ -61,6 +61,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--frame-stride", type=int, default=4, help="source frames between clip frames")
     p.add_argument("--crop-size", type=int, default=112, help="output height and width in pixels")
     p.add_argument("--fallback-workers", type=int, default=2, help="PyAV decoding processes per rank")
+    p.add_argument("--routing", choices=("auto", "adaptive", "static"), default="auto",
+                   help="static: each clip's decoder pinned, for batches identical bit for bit across runs")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-val", dest="val", action="store_false", help="skip validation")
@@ -70,7 +72,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def build_loaders(args: argparse.Namespace, device: str) -> tuple[KineticsDALILoader, KineticsDALILoader | None]:
     """The only data code: the train loader (and the val one), for this process's rank."""
     options = dict(batch_size=args.batch_size, clip_len=args.clip_len, frame_stride=args.frame_stride,
-                   seed=args.seed, device=device, decode=DecodeSpec(fallback_workers=args.fallback_workers))
+                   seed=args.seed, device=device, decode=DecodeSpec(fallback_workers=args.fallback_workers,
+                                                                       routing=args.routing))
     augment = AugmentSpec(crop_size=args.crop_size, crop_mode="random_resized", area_range=(0.3, 1.0))
     train_loader = KineticsDALILoader(args.root, "train", augment=augment, **options)
     val_loader = KineticsDALILoader(args.root, "val", crop_size=args.crop_size, **options) if args.val else None

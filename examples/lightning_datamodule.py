@@ -73,11 +73,11 @@ class KineticsDataModule(L.LightningDataModule):
     """The train and val splits of a Kinetics-style root, one :class:`KineticsDALILoader` each."""
 
     def __init__(self, root: str, *, batch_size: int, clip_len: int, frame_stride: int, crop_size: int,
-                 seed: int = 0, device: str = "auto", fallback_workers: int = 2) -> None:
+                 seed: int = 0, device: str = "auto", fallback_workers: int = 2, routing: str = "auto") -> None:
         super().__init__()
         self.root = root
         self.options = dict(batch_size=batch_size, clip_len=clip_len, frame_stride=frame_stride, seed=seed,
-                            device=device, decode=DecodeSpec(fallback_workers=fallback_workers))
+                            device=device, decode=DecodeSpec(fallback_workers=fallback_workers, routing=routing))
         self.crop_size = crop_size
         # The model's head is built before any loader (Lightning configures the optimizer first), so the
         # classes come from the dataset's layout (a listing of the files, no probing) or the manifest given.
@@ -159,6 +159,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--frame-stride", type=int, default=4, help="source frames between clip frames")
     p.add_argument("--crop-size", type=int, default=112, help="output height and width in pixels")
     p.add_argument("--fallback-workers", type=int, default=2, help="PyAV decoding processes per rank")
+    p.add_argument("--routing", choices=("auto", "adaptive", "static"), default="auto",
+                   help="static: each clip's decoder pinned, for batches identical bit for bit across runs")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress-bar", dest="progress_bar", action="store_false")
@@ -173,7 +175,8 @@ def main(argv: list[str] | None = None, *, callbacks: list[L.Callback] = ()) -> 
     on_gpu = args.accelerator == "gpu" or (args.accelerator == "auto" and torch.cuda.is_available())
     data = KineticsDataModule(args.root, batch_size=args.batch_size, clip_len=args.clip_len,
                               frame_stride=args.frame_stride, crop_size=args.crop_size, seed=args.seed,
-                              device="gpu" if on_gpu else "cpu", fallback_workers=args.fallback_workers)
+                              device="gpu" if on_gpu else "cpu", fallback_workers=args.fallback_workers,
+                              routing=args.routing)
     model = VideoClassifier(data.num_classes, lr=args.lr)
     out = Path(args.out)
     checkpoints = ModelCheckpoint(dirpath=out / "checkpoints", filename="epoch{epoch}", auto_insert_metric_name=False,

@@ -31,6 +31,9 @@ def make_loader(root, split="train", **kw) -> KineticsDALILoader:
     kw.setdefault("frame_stride", 3)
     kw.setdefault("augment", WHOLE)
     kw.setdefault("output", RAW)
+    # Each clip's decoder pinned: these tests compare loaders batch for batch and count DALI's clips; adaptive
+    # routing (the training default) is tested in tests/test_routing_loader.py.
+    kw.setdefault("decode", DecodeSpec(routing="static"))
     return KineticsDALILoader(root, split, **kw)
 
 
@@ -217,7 +220,7 @@ def test_epoch_survives_losing_every_fallback_file(dataset, tmp_path):
     """With no fallback-route file left, replacements come from the rest of the plan."""
     root = tmp_path / "copy"
     shutil.copytree(dataset, root, ignore=shutil.ignore_patterns(".daliload"))
-    loader = make_loader(root, decode=DecodeSpec(max_failure_fraction=1.0))
+    loader = make_loader(root, decode=DecodeSpec(max_failure_fraction=1.0, routing="static"))
     gone = {v.path for v in loader.videos if v.route == "fallback"}
     for path in gone:
         Path(path).unlink()
@@ -232,7 +235,7 @@ def test_epoch_survives_losing_every_fallback_file(dataset, tmp_path):
 def test_file_broken_after_the_scan_is_replaced_and_reported(dataset, tmp_path):
     root = tmp_path / "copy"
     shutil.copytree(dataset, root, ignore=shutil.ignore_patterns(".daliload"))
-    loader = make_loader(root, decode=DecodeSpec(max_failure_fraction=1.0))
+    loader = make_loader(root, decode=DecodeSpec(max_failure_fraction=1.0, routing="static"))
     routes = {v.path: v.route for v in loader.videos}
     dali_victim = next(p for p, r in routes.items() if r == "dali")
     fallback_victim = next(p for p, r in routes.items() if r == "fallback")

@@ -37,7 +37,7 @@ SCRIPT = textwrap.dedent("""\
     if __name__ == "__main__":
         loader = KineticsDALILoader(sys.argv[1], "train", batch_size=2, clip_len=4, frame_stride=2, crop_size=48,
                                     device="cpu", scan=ScanSpec(check=False),
-                                    decode=DecodeSpec(fallback_workers=1, max_failure_fraction=1.0))
+                                    decode=DecodeSpec(fallback_workers=1, max_failure_fraction=1.0, routing="static"))
         for videos, labels in loader:
             pass
         print([f.path for f in loader.stats().failures], flush=True)

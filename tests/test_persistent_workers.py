@@ -30,6 +30,7 @@ WHOLE = AugmentSpec(crop_size=(48, 64), crop_mode="center", flip_prob=0.5)
 
 
 def make_loader(root, **decode) -> KineticsDALILoader:
+    decode.setdefault("routing", "static")  # loaders compared batch for batch: each clip's decoder pinned
     return KineticsDALILoader(root, "train", batch_size=4, clip_len=6, frame_stride=3, augment=WHOLE, output=RAW,
                               decode=DecodeSpec(**decode))
 
@@ -253,7 +254,7 @@ def test_workers_killed_from_outside_at_random_cost_no_file_and_no_batch(busy_ro
     import threading
 
     loader = KineticsDALILoader(busy_root, "train", batch_size=4, clip_len=16, frame_stride=4, augment=WHOLE,
-                                output=RAW)
+                                output=RAW, decode=DecodeSpec(routing="static"))
     stop, kills = threading.Event(), []
 
     def decoding(pid: int) -> bool:

@@ -61,7 +61,7 @@ def check_rows(loader, batches) -> None:
 @pytest.mark.parametrize("route", ["dali", "fallback"])
 @pytest.mark.parametrize("k", [1, 2, 4])
 def test_every_clip_of_every_video_is_the_planned_one(roots, route, k):
-    loader = make_loader(roots[route], k)
+    loader = make_loader(roots[route], k, decode=DecodeSpec(routing="static"))  # route dali: DALI's decode
     try:
         assert {v.route for v in loader.videos} == {route}
         batches = [(v.clone(), lab.clone()) for v, lab in loader]
