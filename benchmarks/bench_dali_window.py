@@ -5,7 +5,9 @@
 decoder: VP9), on the benchmark's ``vp9-gop16`` (a keyframe every 16 frames)
 and ``vp9`` (every 250, as downloads arrive) datasets, three ways with the
 same plan (seed, epoch, windows, crops and flips) and the same CPU budget
-(``--workers`` DALI threads, fallback workers and cut processes):
+(``--workers`` DALI threads, fallback workers and cut processes); DALI's two
+ways pin every clip to DALI (``routing="static"``; both decoders at once is
+``benchmarks.bench_routing``):
 
 - ``dali-window``: the default, ``DecodeSpec(dali_feed="window")``: DALI gets
   the packets from the clean keyframe at or before each window (``fallback.cut``);
@@ -66,9 +68,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def build(root, way: str, args: argparse.Namespace) -> KineticsDALILoader:
+    # DALI's ways pin every clip to DALI (routing="static"): what is measured is how DALI is fed.
     decode = {"dali-window": DecodeSpec(dali_feed="window", dali_threads=args.workers,
-                                        fallback_workers=args.workers),
-              "dali-file": DecodeSpec(dali_feed="file", dali_threads=args.workers, fallback_workers=args.workers),
+                                        fallback_workers=args.workers, routing="static"),
+              "dali-file": DecodeSpec(dali_feed="file", dali_threads=args.workers, fallback_workers=args.workers,
+                                      routing="static"),
               "fallback": DecodeSpec(decoder="fallback", fallback_workers=args.workers)}[way]
     return KineticsDALILoader(root, "train", batch_size=args.batch_size, clip_len=16, frame_stride=4, crop_size=224,
                               device="cpu", last_batch="partial", decode=decode)

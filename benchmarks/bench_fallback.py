@@ -215,7 +215,7 @@ class FallbackPasses:
         self.batches = [self.samples[i:i + batch_size] for i in range(0, len(self.samples), batch_size)]
         self.source = FallbackSource(output, FallbackOptions(skip_nonref=skip_nonref, timeout_s=60.0), workers=workers)
         self.setup = PassSetup(output=output, device=torch.device("cpu"), label_padding=False, mask_failed=False,
-                               prefetch=2, num_frames=lambda path: None)
+                               prefetch=2, num_frames=lambda video: None)
 
     def __iter__(self):
         from daliload.epoch import EpochCounters, EpochPass, Routes

@@ -66,7 +66,9 @@ def make_dataset(args: argparse.Namespace) -> Path:
 def new_loader(source, args: argparse.Namespace) -> KineticsDALILoader:
     return KineticsDALILoader(source, "train", batch_size=args.batch_size, clip_len=8, frame_stride=4,
                               crop_size=112, device="cpu",
-                              decode=DecodeSpec(fallback_workers=args.workers, max_failure_fraction=1.0))
+                              decode=DecodeSpec(fallback_workers=args.workers, max_failure_fraction=1.0,
+                                                # DALI meets its culprits: each DALI-route file to DALI
+                                                routing="static"))
 
 
 def run_epoch(loader: KineticsDALILoader, monitor: ResourceMonitor, epoch: int) -> dict:

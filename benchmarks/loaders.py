@@ -61,6 +61,7 @@ LOADERS: dict[str, str] = {
     # ---- daliload's own loaders (benchmarks.peers.daliload_peer) ---------------------
     # the whole loader (its own plan, which is the run's), then each of its paths alone
     "daliload": "benchmarks.peers.daliload_peer:Daliload",
+    "daliload-static": "benchmarks.peers.daliload_peer:DaliloadStatic",
     "daliload-dali-gpu": "benchmarks.peers.daliload_peer:DaliloadDaliGPU",
     "daliload-dali-cpu": "benchmarks.peers.daliload_peer:DaliloadDaliCPU",
     "daliload-fallback": "benchmarks.peers.daliload_peer:DaliloadFallback",

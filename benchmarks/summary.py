@@ -55,6 +55,7 @@ _README_LOADERS = {
     "torchcodec-cuda": ("torchcodec on NVDEC", "torchcodec"),
     "dali-readers-video": ("DALI readers.video", None),
     "daliload": ("daliload (as users run it)", None),
+    "daliload-static": ("daliload, static routing", None),
     "daliload-fallback": ("daliload fallback alone", None),
 }
 

@@ -226,20 +226,24 @@ def test_daliload_fallback_adapter_decodes_the_planned_frames(tiny_dataset, tiny
     assert 3 * 16 <= decoded <= 3 * 63  # 2.1 s at 30 fps: 63 frames
 
 
-def test_daliload_adapter_runs_its_own_plan_which_is_the_runs(tiny_vp9):
-    if _available("daliload"):
-        pytest.skip(_available("daliload"))
+@pytest.mark.parametrize("name", ["daliload", "daliload-static"])
+def test_daliload_adapter_runs_its_own_plan_which_is_the_runs(tiny_vp9, name):
+    if _available(name):
+        pytest.skip(_available(name))
     task = TaskSpec(batch_size=2, seed=5)
     samples = make_plan(tiny_vp9.videos, task, loader_order(tiny_vp9))
     config = LoaderConfig(task=task, workers=1, device="cpu")
-    adapter = load_adapter("daliload")(tiny_vp9, samples, config)
+    adapter = load_adapter(name)(tiny_vp9, samples, config)
     try:
         batches = list(adapter.epoch())
         stats = adapter.stats()
     finally:
         adapter.close()
     assert [b.num_clips for b in batches] == [2, 1]
-    assert (stats.clips_dali, stats.clips_fallback) == (3, 0)  # VP9 routes to DALI on the CPU
+    if name == "daliload-static":
+        assert (stats.clips_dali, stats.clips_fallback) == (3, 0)  # VP9 routes to DALI on the CPU
+    else:  # one DALI thread and one worker: the router gives the first batch half each
+        assert stats.clips_dali + stats.clips_fallback == 3 and stats.clips_moved == stats.clips_fallback > 0
     assert all(b.frames_decoded is None for b in batches)  # DALI cannot count its frames
     # Another seed draws other windows: the adapter refuses to time them under the run's name.
     other = make_plan(tiny_vp9.videos, TaskSpec(batch_size=2, seed=6), loader_order(tiny_vp9))

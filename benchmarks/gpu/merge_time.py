@@ -54,7 +54,7 @@ def measure(batch: int, clip_len: int, size: int, repeats: int, *, device: str =
     output = OutputSpec(size=(size, size))
     shape = (batch, 3, clip_len, size, size)
     setup = PassSetup(output=output, device=torch.device(device), label_padding=False, mask_failed=False,
-                      prefetch=2, num_frames=lambda path: None)
+                      prefetch=2, num_frames=lambda video: None)
     on_gpu = setup.device.type == "cuda"
 
     def synchronize() -> None:

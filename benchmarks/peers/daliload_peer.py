@@ -10,6 +10,9 @@
   draws the run's plan the same way (:func:`benchmarks.task.make_plan` over
   :func:`benchmarks.datasets.loader_order`), and this adapter refuses to run
   if the two differ in any window, crop or flip.
+- ``daliload-static``: the same with ``DecodeSpec(routing="static")``: each
+  file on its pre-screen route, DALI's files all to DALI (``daliload`` lets
+  the fallback's workers take a share of them: ``benchmarks.bench_routing``).
 - ``daliload-dali-cpu`` / ``daliload-dali-gpu``: :class:`daliload.dali.DaliClipDecoder`
   alone on the plan's batches (``fn.decoders.video`` + ``fn.resize`` +
   ``fn.crop_mirror_normalize``), two batches in flight; the knob is DALI's
@@ -116,7 +119,7 @@ class DaliloadFallback(LoaderAdapter):
         self._max_failure_fraction = spec.max_failure_fraction
         device = torch.device("cuda" if config.device == "cuda" else "cpu")
         self._setup = PassSetup(output=config.task.output, device=device, label_padding=False, mask_failed=False,
-                                prefetch=spec.batches_ahead(config.task.batch_size), num_frames=lambda path: None)
+                                prefetch=spec.batches_ahead(config.task.batch_size), num_frames=lambda video: None)
         self.options = (decode, spec.fallback_workers, self._setup.prefetch, hints)  # for tests
 
     def epoch(self) -> Iterator[LoadedBatch]:
@@ -200,6 +203,7 @@ class Daliload(LoaderAdapter):
     uses_nvdec = True  # on a GPU, route dali goes to NVDEC
     counts_frames = True  # the fallback's frames; an epoch with DALI clips reports None (see the module docstring)
     estimate_uncounted = False
+    routing = "adaptive"  # DecodeSpec.routing: the default
 
     @classmethod
     def probe(cls, config) -> str | None:
@@ -225,7 +229,7 @@ class Daliload(LoaderAdapter):
             frame_stride=task.frame_stride, seed=task.seed,
             last_batch="partial",  # the harness checks every plan sample arrives once, no padding
             augment=task.augment, output=task.output, device="gpu" if config.device == "cuda" else "cpu",
-            decode=DecodeSpec(dali_threads=max(1, workers), fallback_workers=workers),
+            decode=DecodeSpec(dali_threads=max(1, workers), fallback_workers=workers, routing=self.routing),
         )
         check_same_plan([s for batch in self._loader.plan(0) for s in batch], samples)
 
@@ -248,6 +252,13 @@ class Daliload(LoaderAdapter):
 
     def close(self) -> None:
         self._loader.close()
+
+
+class DaliloadStatic(Daliload):
+    name = "daliload-static"
+    summary = ("KineticsDALILoader with routing='static': every file DALI can open goes to DALI, however busy, "
+               "the rest to the fallback (the routing before both decoders shared the DALI-route files)")
+    routing = "static"
 
 
 def check_same_plan(loader_plan: Sequence, run_plan: Sequence) -> None:
