@@ -64,8 +64,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--crop", type=int_at_least(1), default=224, help="crop size in pixels (default 224)")
     parser.add_argument("--batch-size", type=int_at_least(1), default=8, help="clips per group (default 8)")
     parser.add_argument("--workers", type=int_at_least(1), default=2, help="fallback workers (default 2)")
-    parser.add_argument("--passes", type=int_at_least(1), default=5,
-                        help="timed passes over the plan of each way (default 5)")
+    parser.add_argument("--passes", type=int_at_least(1), default=8,
+                        help="timed passes over the plan of each way (default 8)")
     parser.add_argument("--round-groups", type=int_at_least(1), default=2,
                         help="groups each way decodes per round before the other way's turn (default 2)")
     parser.add_argument("--data-dir", default="bench_out/datasets", help="where the datasets are generated (cached)")
@@ -171,6 +171,14 @@ def _ms(row: dict, key: str = "cpu_ms_per_clip") -> str:
     return f"{row[key]:.1f} ({row['min']:.1f} to {row['max']:.1f})"
 
 
+def _saved(saved: dict) -> str:
+    """The paired saving: median, quartiles, range, and how many rounds saved anything (a noisy VM's spread)."""
+    runs = saved["runs"]
+    q1, _, q3 = statistics.quantiles(runs, n=4) if len(runs) > 1 else (runs[0],) * 3
+    return (f"{saved['median']:.1f} (quartiles {q1:.1f} to {q3:.1f}, range {saved['min']:.1f} to {saved['max']:.1f}; "
+            f"{sum(x > 0 for x in runs)} of {len(runs)} rounds > 0)")
+
+
 def markdown(result: dict) -> str:
     s = result["settings"]
     lines = [
@@ -192,7 +200,7 @@ def markdown(result: dict) -> str:
         saved = row["saved_ms_per_clip"]
         lines.append(f"| `{name}` | {row['clips']} x {result['settings']['passes']} ({row['rounds']}) | "
                      f"{_ms(row['worker'])} | {_ms(row['device'])} | "
-                     f"{_ms(saved, 'median')} | "
+                     f"{_saved(saved)} | "
                      f"{row['worker']['bytes_per_clip']:,} / {row['device']['bytes_per_clip']:,} | "
                      f"{row['normalize_pixels_cpu_ms_per_clip']:.2f} |")
     lines += ["", "Not measured here (no GPU): what the normalise costs on the GPU stream, and the copy of the "
@@ -205,7 +213,7 @@ def readme_figures(result: dict) -> str:
     for name, row in result["datasets"].items():
         w, d, saved = row["worker"], row["device"], row["saved_ms_per_clip"]
         parts.append(f"on `{name}` a worker spends {_ms(w)} ms of CPU per clip normalising and {_ms(d)} leaving "
-                     f"it to the merge, {_ms(saved, 'median')} ms saved")
+                     f"it to the merge; saved per clip, paired by round: {_saved(saved)} ms")
     m, s = result["machine"], result["settings"]
     first = next(iter(result["datasets"].values()))
     start, end = result["load_average"]
