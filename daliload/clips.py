@@ -26,6 +26,15 @@ clips it decodes at once, groups the pass had to wait for): what the router
 of :class:`daliload.epoch.Routes` splits a batch by. A source keeps it with a
 :class:`LoadMeter` fed at each submit and collect, so nothing needs a view of
 its processes or threads.
+
+A group holds finished clips (the output spec's dtype, layout and size,
+normalised), unless ``decoded.normalized`` is false: then ``videos`` holds
+uint8 pixels of that layout and size (cropped, resized, flipped; what
+:func:`fallback.transform.pixel_spec` describes) and the merge normalises
+them on the batch's device with :func:`fallback.transform.normalize_pixels`,
+which gives what the source would have given. The fallback does that when the
+batches go to a GPU (its ``normalize_on``, chosen where the loader builds its
+sources); DALI always normalises.
 """
 
 from __future__ import annotations
@@ -45,7 +54,8 @@ class Decoded(NamedTuple):
 
     Attributes:
         videos: ``(n, ...)`` clips in submission order (layout, dtype and size
-            of the output spec), on the CPU or the source's GPU. Nothing else
+            of the output spec; uint8 when ``normalized`` is false), on the
+            CPU or the source's GPU. Nothing else
             writes into this memory while it is referenced, so on the CPU it can
             be handed out as a batch without a copy. On the GPU the merge copies
             it: DALI reuses its memory in the order of its own stream once the
@@ -57,12 +67,16 @@ class Decoded(NamedTuple):
         keepalive: what must stay referenced until the GPU work queued on
             ``videos`` (or on what it was copied from) has run: DALI's output
             buffers. The epoch pass holds it until an event after its copies.
+        normalized: ``videos`` are finished clips (default); false: uint8
+            pixels in the output's layout and size, for the merge to normalise
+            (see the module docstring).
     """
 
     videos: "torch.Tensor"
     failures: dict[int, "Failure"]
     frames_decoded: int | None = None
     keepalive: object = None
+    normalized: bool = True
 
 
 class SourceLoad(NamedTuple):

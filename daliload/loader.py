@@ -232,7 +232,7 @@ class KineticsDALILoader:
         # group it gets, the DALI pipeline at the first batch with a DALI sample.
         self._sources = ClipSources(
             index, self.output, FallbackOptions(threads=self.decode.fallback_threads, timeout_s=self.decode.timeout_s),
-            workers=self.decode.fallback_workers, timeout_s=self.decode.timeout_s,
+            workers=self.decode.fallback_workers, timeout_s=self.decode.timeout_s, device=self.torch_device,
             dali=DaliSetup(batch_size=self.clips_per_batch, device=self.device, device_id=self.device_id,
                            num_threads=self.decode.dali_threads_for(self.device, self.clips_per_batch),
                            prefetch=prefetch, pipelines=self.dali_pipelines,

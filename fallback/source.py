@@ -35,6 +35,15 @@ What a broken file costs, whichever way it breaks:
 ``workers=0`` decodes in the calling process when a group is collected: the
 debugging mode, in which a crash inside FFmpeg ends the process and a hang
 inside it is not cut.
+
+Where the clips are normalised is the source's ``normalize_on``, one choice
+for all its groups (replacements and DALI's culprits included): ``"worker"``
+(the default) writes finished clips; ``"device"`` writes the uint8 pixels of
+:func:`fallback.transform.pixel_spec` (cropped, resized, flipped, laid out;
+``Decoded.normalized`` false) and leaves the float math to the merge, on the
+batch's device (:func:`fallback.transform.normalize_pixels`). The loader
+chooses ``"device"`` when its batches go to a GPU
+(:func:`daliload.epoch.fallback_normalizes_on`).
 """
 
 from __future__ import annotations
@@ -48,7 +57,7 @@ import tempfile
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Literal, Sequence
 
 import torch
 
@@ -59,10 +68,13 @@ from daliload.runtime import TaskOutcome, WorkerPool
 from fallback.decode import DecodeError, decode_window
 from fallback.numbering import StreamHint
 from fallback.options import FallbackOptions
-from fallback.transform import apply_plan, clip_shape, output_dtype
+from fallback.transform import apply_plan, clip_shape, output_dtype, pixel_spec
 from fallback.views import decode_views
 
 logger = logging.getLogger(__name__)
+
+#: Where a source's clips are normalised: in its workers, or by the merge on the batch's device.
+NormalizeOn = Literal["worker", "device"]
 
 #: Decodes of one file per task: a group's samples of the same video (its views, its clips).
 _Task = tuple  # (rows, samples, hint, shape, dtype name, the manifest's frame count or None)
@@ -214,24 +226,39 @@ class FallbackSource:
         frames_of: ``path -> frames | None``, the manifest's frame counts (the
             ones the plan was made from): a window that needs a frame the file
             no longer decodes fails. Default: the count in the file's hint.
+        normalize_on: ``"worker"`` (default): the workers write finished
+            clips of ``output``; ``"device"``: they write uint8 pixels
+            (:func:`~fallback.transform.pixel_spec`) and the merge normalises
+            them (see the module docstring). With a uint8 ``output`` there is
+            nothing to normalise: the workers write it either way.
         task_fn: what a worker runs for a task (default :func:`decode_rows`);
             a test double can fail on command (:mod:`daliload.testing`).
+
+    Raises:
+        ValueError: ``workers`` is not an integer >= 0, or ``normalize_on``
+            is neither ``"worker"`` nor ``"device"``.
     """
 
     def __init__(self, output: OutputSpec, decode: FallbackOptions = FallbackOptions(), *, workers: int = 2,
                  hint_of: Callable[[str], StreamHint | None] | None = None,
                  frames_of: Callable[[str], int | None] | None = None,
-                 task_fn: Callable[..., list] = decode_rows) -> None:
+                 normalize_on: NormalizeOn = "worker", task_fn: Callable[..., list] = decode_rows) -> None:
         if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
             raise ValueError(f"workers must be an integer >= 0, got {workers!r}")
+        if normalize_on not in ("worker", "device"):
+            raise ValueError(f"normalize_on must be 'worker' or 'device', got {normalize_on!r}")
         self.output = output.sized()
+        #: where the clips are normalised (``"worker"`` for a uint8 output, whatever was asked)
+        self.normalize_on: NormalizeOn = "worker" if self.output.dtype == "uint8" else normalize_on
+        #: what the workers write: ``output``, or its uint8 pixels when the merge normalises
+        self.written = self.output if self.normalize_on == "worker" else pixel_spec(self.output)
         self.decode = FallbackOptions(decode.threads, decode.skip_nonref, decode.timeout_s)  # hints: hint_of
         self.workers = workers
         #: ``path -> StreamHint | None``: the seek hint a video's task carries (looked up when it is sent)
         self.hint_of = hint_of or decode.hint
         self._frames_of = frames_of
         self._limit = None if decode.timeout_s is None else hard_limit(decode.timeout_s)
-        self._task_fn = functools.partial(task_fn, output=output, decode=self.decode)
+        self._task_fn = functools.partial(task_fn, output=self.written, decode=self.decode)
         self._pool: WorkerPool | None = None
         self._groups: dict[int, _Group] = {}
         self._group_of: dict[int, int] = {}  # task id -> ticket
@@ -241,7 +268,7 @@ class FallbackSource:
     def use_task_fn(self, task_fn: Callable[..., list]) -> None:
         """Run ``task_fn`` in the workers from now on (a test double); restarts them."""
         self.close()
-        self._task_fn = functools.partial(task_fn, output=self.output, decode=self.decode)
+        self._task_fn = functools.partial(task_fn, output=self.written, decode=self.decode)
 
     def start(self) -> list[int]:
         """Start the workers now, not with the first group (``workers=0``: none); their pids."""
@@ -257,8 +284,8 @@ class FallbackSource:
         samples = list(samples)
         if not samples:
             raise ValueError("a group needs at least one sample")
-        shape = (len(samples), *clip_shape(samples[0].clip_len, self.output))
-        dtype = output_dtype(self.output)
+        shape = (len(samples), *clip_shape(samples[0].clip_len, self.written))
+        dtype = output_dtype(self.written)
         ticket, self._next_ticket = self._next_ticket, self._next_ticket + 1
         if self.workers == 0:
             group = _Group(torch.empty(shape, dtype=dtype), None, samples)
@@ -297,7 +324,8 @@ class FallbackSource:
             if failed is not None:
                 sample = group.samples[row]
                 failures[row] = Failure(sample.path, failed[0], sample.position, failed[1])
-        return Decoded(group.videos, failures, sum(frames for frames, _ in group.results.values()))
+        return Decoded(group.videos, failures, sum(frames for frames, _ in group.results.values()),
+                       normalized=self.normalize_on == "worker")
 
     def cancel(self) -> None:
         """Drop every group not collected yet (running decodes finish; their results are ignored)."""
@@ -353,4 +381,4 @@ class FallbackSource:
 
     def __repr__(self) -> str:
         return (f"FallbackSource(workers={self.workers}, timeout_s={self.decode.timeout_s}, "
-                f"pending_groups={len(self._groups)})")
+                f"normalize_on={self.normalize_on!r}, pending_groups={len(self._groups)})")

@@ -14,9 +14,19 @@ path's equivalent, step for step:
 Worked example: a ``(16, 256, 340, 3)`` clip, ``CropBox(0.125, 0.1, 0.875, 0.9)``,
 ``OutputSpec(size=(112, 112))`` crops rows 32..224 and columns 34..306 (a
 192x272 region), resizes it to 112x112, and returns ``(3, 16, 112, 112)`` float16.
+
+On a GPU host the steps split between two places: the fallback's workers do
+steps 1, 2 and 4 and write uint8 pixels (:func:`pixel_spec`: a quarter of a
+float32 clip's bytes to carry to the GPU, and none of the float math on the
+CPU), and the merge does step 3 on the GPU (:func:`normalize_pixels`, the same
+operations in the same order as :func:`normalize`, so the batch is bitwise the
+same as the one the workers would have normalised).
 """
 
 from __future__ import annotations
+
+import dataclasses
+import functools
 
 import numpy as np
 import torch
@@ -117,8 +127,7 @@ def normalize(x: torch.Tensor, output: OutputSpec, *, out: torch.Tensor | None =
         return out
     # Frame by frame through a float32 scratch that stays in cache: (x * 1/std) + (-mean/std),
     # then one cast into ``out``. A third faster than a pass per channel over the whole clip.
-    scale = torch.tensor([1.0 / s for s in output.std], dtype=torch.float32).view(3, 1, 1)
-    shift = torch.tensor([-m / s for m, s in zip(output.mean, output.std)], dtype=torch.float32).view(3, 1, 1)
+    scale, shift = (c.view(3, 1, 1) for c in _scale_shift(tuple(output.mean), tuple(output.std), torch.device("cpu")))
     scratch = torch.empty((3, height, width), dtype=torch.float32)
     for t in range(frames):
         dst = frame_of(t)
@@ -127,3 +136,74 @@ def normalize(x: torch.Tensor, output: OutputSpec, *, out: torch.Tensor | None =
         if work is not dst:
             dst.copy_(work)
     return out
+
+
+def pixel_spec(output: OutputSpec) -> OutputSpec:
+    """What a worker writes when the merge normalises: ``output``'s size and layout, uint8, not normalised.
+
+    Steps 1, 2 and 4 of :func:`apply_plan` with this spec give the pixels that
+    :func:`normalize_pixels` turns into what ``apply_plan`` with ``output`` gives.
+    """
+    return dataclasses.replace(output, dtype="uint8", mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
+
+
+def normalize_pixels(x: torch.Tensor, output: OutputSpec, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Step 3 alone, on clips already laid out (:func:`pixel_spec`): uint8 in, ``output.dtype`` out, on ``x``'s device.
+
+    What the merge runs for the fallback's clips on a GPU host. The arithmetic
+    is :func:`normalize`'s, operation for operation: uint8 to float32 (exact),
+    times the same float32 ``1/std``, plus the same float32 ``-mean/std``, one
+    rounding each, then one cast. So on any device the result is bitwise what
+    ``normalize`` gives on the CPU (``tests/test_lean_fallback.py`` checks it
+    on the CPU; a GPU run must confirm it there).
+
+    Args:
+        x: uint8 clips in ``output.layout``, with any leading dimensions:
+            ``(..., 3, T, h, w)`` (``CTHW``) or ``(..., T, 3, h, w)`` (``TCHW``).
+        output: normalisation, dtype and layout.
+        out: a contiguous tensor of ``x``'s shape, of ``output.dtype``, on
+            ``x``'s device, to write into (the batch's rows); default: a new tensor.
+
+    Returns:
+        ``out`` when given, else a new contiguous tensor of ``x``'s shape.
+
+    Raises:
+        ValueError: ``x`` is not uint8 clips, or ``out`` has another shape,
+            dtype or device, or is not contiguous.
+    """
+    if x.dtype != torch.uint8 or x.ndim < 4:
+        raise ValueError(f"normalize_pixels wants uint8 clips (..., 3, T, h, w) or (..., T, 3, h, w), "
+                         f"got {x.dtype} {tuple(x.shape)}")
+    dtype = output_dtype(output)
+    if out is None:
+        out = torch.empty(x.shape, dtype=dtype, device=x.device)
+    elif out.shape != x.shape or out.dtype != dtype or out.device != x.device or not out.is_contiguous():
+        raise ValueError(f"normalize_pixels: out must be a contiguous {dtype} tensor of shape {tuple(x.shape)} on "
+                         f"{x.device}, got {out.dtype} {tuple(out.shape)} on {out.device}")
+    if output.dtype == "uint8":
+        return out.copy_(x)
+    # Aligned with the last four (CTHW) or three (TCHW) dimensions: the channel axis, whatever leads.
+    per_channel = (3, 1, 1, 1) if output.layout == "CTHW" else (3, 1, 1)
+    scale, shift = (c.view(per_channel) for c in _scale_shift(tuple(output.mean), tuple(output.std), x.device))
+    if dtype == torch.float32:
+        return out.copy_(x).mul_(scale).add_(shift)
+    # A half-precision output goes through float32 one clip at a time, as normalize does it frame by frame:
+    # a whole batch in float32 would be twice the batch's own memory.
+    scratch = torch.empty(x.shape[-4:], dtype=torch.float32, device=x.device)
+    for src, dst in zip(x.reshape(-1, *x.shape[-4:]), out.view(-1, *x.shape[-4:])):
+        dst.copy_(scratch.copy_(src).mul_(scale).add_(shift))
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def _scale_shift(mean: tuple[float, ...], std: tuple[float, ...],
+                 device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``1/std`` and ``-mean/std`` as float32 on ``device``: the constants both normalisations use.
+
+    Computed in Python's float64 and rounded once to float32, the same for
+    the worker and the merge. Kept per device: the merge would otherwise copy
+    six numbers to the GPU for every batch.
+    """
+    scale = torch.tensor([1.0 / s for s in std], dtype=torch.float32)
+    shift = torch.tensor([-m / s for m, s in zip(mean, std)], dtype=torch.float32)
+    return scale.to(device), shift.to(device)

@@ -211,6 +211,23 @@ def test_fallback_clips_go_to_the_gpu_from_their_registered_mapping_undone_befor
         source.close()
 
 
+def test_clips_the_device_normalises_cross_as_uint8_a_quarter_of_the_bytes(make_clip, mocked_cuda):
+    """A source built for a GPU host (``normalize_on="device"``) registers uint8 pixels for the copy, a quarter
+    of the float32 clips' mapping above; the batch comes out float32 on the device all the same."""
+    source = FallbackSource(RAW, workers=1, normalize_on="device")
+    samples = h264_samples(make_clip, 2)
+    setup = PassSetup(output=RAW, device=torch.device("meta"), label_padding=False, mask_failed=False, prefetch=1,
+                      num_frames=lambda path: 40)
+    try:
+        passing = EpochPass(setup, [samples], samples, routes=Routes(), budget=FailureBudget(2),
+                            counters=EpochCounters(), fallback=source)
+        videos, labels, _ = next(iter(passing))
+        assert videos.device.type == "meta" and videos.dtype == torch.float32 and videos.shape == (2, 3, 4, 48, 64)
+        assert list(mocked_cuda.registered.values()) == [2 * 3 * 4 * 48 * 64 * 1]
+    finally:
+        source.close()
+
+
 def test_a_batch_on_the_cpu_registers_nothing(make_clip, mocked_cuda):
     source = FallbackSource(RAW, workers=0)
     samples = h264_samples(make_clip, 2)
@@ -296,11 +313,11 @@ def test_a_gpu_batch_stays_valid_while_the_consumer_stream_still_reads_it(h264_r
 def test_handing_out_dalis_own_buffer_is_what_the_copy_prevents(h264_root, monkeypatch):
     stack = merge_mod.stack
 
-    def zero_copy(parts, n, device, host=None):
+    def zero_copy(parts, n, device, host=None, **kw):
         whole = [p for p in parts if p.rows]
         if len(whole) == 1 and whole[0].decoded.videos.is_cuda and whole[0].rows == list(range(n)):
             return whole[0].decoded.videos
-        return stack(parts, n, device, host)
+        return stack(parts, n, device, host, **kw)
     monkeypatch.setattr(merge_mod, "stack", zero_copy)
     loader = make_loader(h264_root, device="gpu", decode=DecodeSpec(dali_pipelines=1))
     pairs = read_while_the_stream_is_busy(loader)

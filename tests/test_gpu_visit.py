@@ -650,4 +650,6 @@ def test_the_merge_timing_runs_dry_on_the_cpu_and_checks_the_batch():
 
     result = merge_time.measure(4, 2, 16, 2, device="cpu", modes=("pageable",))
     assert result["batch_shape"] == [4, 3, 2, 16, 16] and result["modes"]["pageable"]["runs"] == 2
+    pixels = merge_time.measure(4, 2, 16, 2, device="cpu", modes=("pageable",), pixels=True)  # checked bitwise
+    assert pixels["dtype"] == "uint8" and pixels["batch_mb"] * 4 == result["batch_mb"]
     assert merge_time.MODES == ("pageable", "register", "staging", "pinned")

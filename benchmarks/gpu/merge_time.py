@@ -19,8 +19,14 @@ before the copy has finished on the GPU) depends on what the copy reads
 - ``pinned``, for reference: memory that was page-locked already (what a pool of
   registered buffers would give), copied with ``non_blocking=True``.
 
-Every way's batch is checked against the buffer. Prints a table and writes
-``merge.json`` to ``--out``. Medians of ``--repeats`` after one warm-up.
+Each mode is timed twice: with float32 clips (what a CPU host's workers
+write) and with uint8 pixels (what a GPU host's workers write,
+``FallbackSource(normalize_on="device")``: a quarter of the bytes, and the
+merge normalises them on the GPU with :func:`fallback.transform.normalize_pixels`).
+Every way's batch is checked against the buffer; the uint8 way's bitwise
+against ``normalize_pixels`` run on the CPU (the workers' arithmetic). Prints
+the tables and writes ``merge.json`` to ``--out``. Medians of ``--repeats``
+after one warm-up.
 """
 
 from __future__ import annotations
@@ -41,8 +47,11 @@ MODES = ("pageable", "register", "staging", "pinned")
 
 
 def measure(batch: int, clip_len: int, size: int, repeats: int, *, device: str = "cuda",
-            modes: tuple[str, ...] = MODES) -> dict:
-    """Host and total milliseconds of the merge per mode (``device="cpu"``, ``modes=("pageable",)``: a dry run)."""
+            modes: tuple[str, ...] = MODES, pixels: bool = False) -> dict:
+    """Host and total milliseconds of the merge per mode (``device="cpu"``, ``modes=("pageable",)``: a dry run).
+
+    ``pixels``: the buffer holds uint8 pixels the merge normalises (a GPU host's fallback), not float32 clips.
+    """
     import torch
 
     from daliload.epoch import EpochCounters, HostTransfer, PassSetup
@@ -50,6 +59,7 @@ def measure(batch: int, clip_len: int, size: int, repeats: int, *, device: str =
     from daliload.plan import CropBox, OutputSpec, Sample
     from daliload.clips import Decoded
     from fallback.source import shared_buffer
+    from fallback.transform import normalize_pixels
 
     output = OutputSpec(size=(size, size))
     shape = (batch, 3, clip_len, size, size)
@@ -64,29 +74,39 @@ def measure(batch: int, clip_len: int, size: int, repeats: int, *, device: str =
                       clip_len=clip_len, crop=CropBox.full()) for k in range(batch)]
     rows = list(range(batch))
     marks = torch.arange(batch, dtype=torch.float32)
+    dtype = torch.uint8 if pixels else torch.float32
+    # uint8: every value in every channel, so the check covers each of the normalisation's constants
+    content = torch.randint(0, 256, shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     results = {}
     for mode in modes:
         host_ms, total_ms, release_ms = [], [], []
         for repeat in range(1 + repeats):
             if mode == "pinned":
-                videos = torch.empty(shape, dtype=torch.float32, pin_memory=True)
+                videos = torch.empty(shape, dtype=dtype, pin_memory=True)
             else:
-                videos, fd = shared_buffer(shape, torch.float32)
+                videos, fd = shared_buffer(shape, dtype)
                 os.close(fd)
-            videos.view(batch, -1)[:] = marks[:, None]  # every byte written, as a worker writes its rows
+            if pixels:
+                videos.copy_(content)
+            else:
+                videos.view(batch, -1)[:] = marks[:, None]  # every byte written, as a worker writes its rows
             host = HostTransfer("pageable" if mode == "pinned" else mode)
             synchronize()
             started = time.perf_counter()
-            merged, _, _ = merge(samples, [Part(rows, rows, Decoded(videos, {}, 0))], {}, setup, EpochCounters(),
-                                  host)
+            merged, _, _ = merge(samples, [Part(rows, rows, Decoded(videos, {}, 0, normalized=not pixels))], {},
+                                 setup, EpochCounters(), host)
             returned = time.perf_counter()
             synchronize()
             finished = time.perf_counter()
             host.release()
             released = time.perf_counter()
-            got = merged.view(batch, -1)[:, -1].cpu()  # each row's last value: its mark
-            if not torch.equal(got, marks):
-                raise RuntimeError(f"{mode}: the batch on the GPU differs from the buffer ({got[:4].tolist()} ...)")
+            if pixels:
+                if not torch.equal(merged.cpu(), normalize_pixels(content, output)):
+                    raise RuntimeError(f"{mode}: the batch normalised on {device} is not bitwise the CPU's")
+            else:
+                got = merged.view(batch, -1)[:, -1].cpu()  # each row's last value: its mark
+                if not torch.equal(got, marks):
+                    raise RuntimeError(f"{mode}: the batch on the GPU differs from the buffer ({got[:4].tolist()} ...)")
             if repeat:  # the first is the warm-up
                 host_ms.append((returned - started) * 1000)
                 total_ms.append((finished - started) * 1000)
@@ -94,7 +114,8 @@ def measure(batch: int, clip_len: int, size: int, repeats: int, *, device: str =
             del merged, videos
         results[mode] = {"host_ms": statistics.median(host_ms), "until_on_gpu_ms": statistics.median(total_ms),
                          "release_ms": statistics.median(release_ms), "runs": len(host_ms)}
-    return {"batch_shape": list(shape), "dtype": "float32", "batch_mb": batch * 3 * clip_len * size * size * 4 / 2**20,
+    return {"batch_shape": list(shape), "dtype": "uint8" if pixels else "float32",
+            "batch_mb": batch * 3 * clip_len * size * size * dtype.itemsize / 2**20,
             "gpu": torch.cuda.get_device_name() if on_gpu else "none (dry run)", "modes": results}
 
 
@@ -113,11 +134,13 @@ def main(argv: list[str] | None = None) -> int:
         print("merge timing: torch sees no CUDA device; nothing measured", file=sys.stderr)
         return 1
     result = measure(args.batch, args.clip_len, args.size, args.repeats)
-    print(f"merge of one fallback batch {tuple(result['batch_shape'])} float32 ({result['batch_mb']:.0f} MiB) to "
-          f"{result['gpu']}, median of {args.repeats}:")
-    print(f"  {'mode':<9} {'host ms':>8} {'on GPU ms':>10} {'release ms':>11}")
-    for mode, r in result["modes"].items():
-        print(f"  {mode:<9} {r['host_ms']:8.1f} {r['until_on_gpu_ms']:10.1f} {r['release_ms']:11.2f}")
+    result["uint8"] = measure(args.batch, args.clip_len, args.size, args.repeats, pixels=True)
+    for run, what in ((result, "float32"), (result["uint8"], "uint8, normalised on the GPU by the merge")):
+        print(f"merge of one fallback batch {tuple(run['batch_shape'])} {what} ({run['batch_mb']:.0f} MiB) to "
+              f"{run['gpu']}, median of {args.repeats}:")
+        print(f"  {'mode':<9} {'host ms':>8} {'on GPU ms':>10} {'release ms':>11}")
+        for mode, r in run["modes"].items():
+            print(f"  {mode:<9} {r['host_ms']:8.1f} {r['until_on_gpu_ms']:10.1f} {r['release_ms']:11.2f}")
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "merge.json").write_text(json.dumps(result, indent=1), encoding="utf-8")

@@ -38,7 +38,8 @@ Modules, by concept:
   drawn ahead;
 * :mod:`._sources`: :class:`ClipSources`, the loader's two clip sources
   (built from its split and settings, kept as long as it), and the per-path
-  lookups they need (:func:`stream_hint`: a manifest row's seek hint).
+  lookups they need (:func:`stream_hint`: a manifest row's seek hint), and
+  where the fallback normalises (:func:`fallback_normalizes_on`).
 """
 
 from daliload.epoch._merge import HOST_TRANSFER, BatchInfo, HeldOutputs, HostTransfer, HostTransferMode
@@ -47,8 +48,8 @@ from daliload.epoch._plans import EpochPlans
 from daliload.epoch._progress import EpochProgress, EpochSampler
 from daliload.epoch._routes import DALI_FAILURE_STREAK, Routes, dali_videos
 from daliload.epoch._setup import PADDING_LABEL, EpochCounters, PassSetup
-from daliload.epoch._sources import ClipSources, DaliSetup, stream_hint
+from daliload.epoch._sources import ClipSources, DaliSetup, fallback_normalizes_on, stream_hint
 
 __all__ = ["DALI_FAILURE_STREAK", "HOST_TRANSFER", "PADDING_LABEL", "BatchInfo", "ClipSources", "DaliSetup",
            "EpochCounters", "EpochPass", "EpochPlans", "EpochProgress", "EpochSampler", "HeldOutputs", "HostTransfer",
-           "HostTransferMode", "PassSetup", "Routes", "dali_videos", "stream_hint"]
+           "HostTransferMode", "PassSetup", "Routes", "dali_videos", "fallback_normalizes_on", "stream_hint"]

@@ -5,8 +5,11 @@ all-fallback batch), else one copy per run of consecutive rows. On the GPU
 the batch is always torch's own memory, copied on the consumer's stream:
 DALI's output is never handed out itself, and what the copies read is kept
 alive until they have run (:class:`HeldOutputs`); the fallback's shared
-memory is page-locked for its copy (:class:`HostTransfer`). Labels come from
-the plan, never from a decoder, and so does each row's :class:`BatchInfo`.
+memory is page-locked for its copy (:class:`HostTransfer`). A group of uint8
+pixels (``Decoded.normalized`` false: the fallback on a GPU host) is copied as
+uint8 and normalised on the batch's device
+(:func:`fallback.transform.normalize_pixels`). Labels come from the plan,
+never from a decoder, and so does each row's :class:`BatchInfo`.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ import torch
 
 from daliload.clips import Decoded
 from daliload.epoch._setup import PADDING_LABEL, EpochCounters, PassSetup
-from daliload.plan import Sample
+from daliload.plan import OutputSpec, Sample
+from fallback.transform import normalize_pixels, output_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -236,7 +240,7 @@ def merge(batch: Sequence[Sample], parts: Sequence[Part], replaced: dict[int, Sa
         masked = (setup.label_padding and sample.is_padding) or (setup.mask_failed and k in replaced)
         counters.clips_masked += setup.mask_failed and k in replaced
         labels.append(PADDING_LABEL if masked else replaced.get(k, sample).label)
-    videos = stack(parts, n, setup.device, host)
+    videos = stack(parts, n, setup.device, host, output=setup.output)
     info = batch_info(batch, replaced, labels)
     if setup.views:
         videos, labels, info = per_video(videos, labels, info, setup.views)
@@ -271,27 +275,37 @@ def per_video(videos: torch.Tensor, labels: list[int], info: BatchInfo,
     return videos.view(b, views, *videos.shape[1:]), per_video, info
 
 
-def stack(parts: Sequence[Part], n: int, device: torch.device, host: HostTransfer | None = None) -> torch.Tensor:
+def stack(parts: Sequence[Part], n: int, device: torch.device, host: HostTransfer | None = None, *,
+          output: OutputSpec) -> torch.Tensor:
     """The batch's videos: on the CPU one part's own tensor when it is the whole batch, else copies into a new one.
 
     On the GPU always a tensor of torch's own memory, copied on the current
     stream: DALI's output is never handed out itself (:class:`HeldOutputs`
     says why), and CPU clips are copied from what ``host`` makes of them
-    (page-locked: :class:`HostTransfer`).
+    (page-locked: :class:`HostTransfer`). A part of uint8 pixels
+    (``decoded.normalized`` false) is copied as it is and normalised on
+    ``device`` into its rows, as ``output`` says.
     """
     whole = [p for p in parts if p.rows]
-    first = whole[0].decoded.videos
-    if len(whole) == 1 and whole[0].rows == whole[0].src == list(range(n)) and len(first) == n:
-        if first.device.type != "cpu":
-            return first.to(device, copy=True, non_blocking=True)
-        return first.to(device, non_blocking=True) if host is None else host.source(first).to(device, non_blocking=True)
-    videos = torch.empty((n, *first.shape[1:]), dtype=first.dtype, device=device)
+    first = whole[0].decoded
+    if len(whole) == 1 and whole[0].rows == whole[0].src == list(range(n)) and len(first.videos) == n:
+        if first.videos.device.type != "cpu":
+            videos = first.videos.to(device, copy=True, non_blocking=True)
+        else:
+            videos = first.videos if host is None else host.source(first.videos)
+            videos = videos.to(device, non_blocking=True)
+        return videos if first.normalized else normalize_pixels(videos, output)
+    videos = torch.empty((n, *first.videos.shape[1:]), dtype=output_dtype(output), device=device)
     for part in whole:
         clips = part.decoded.videos
         if host is not None and clips.device.type == "cpu":
             clips = host.source(clips)
         for row, src, length in runs(part.rows, part.src):
-            videos[row:row + length].copy_(clips[src:src + length], non_blocking=True)
+            if part.decoded.normalized:
+                videos[row:row + length].copy_(clips[src:src + length], non_blocking=True)
+            else:  # the uint8 rows to the device, then normalised there into the batch's rows
+                normalize_pixels(clips[src:src + length].to(device, non_blocking=True), output,
+                                 out=videos[row:row + length])
     return videos
 
 

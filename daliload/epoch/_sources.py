@@ -7,6 +7,10 @@ manifest's frame count, the fallback's seek hint, a DALI cut's item) are
 binary searches over the split's :class:`~daliload.dataset.VideoIndex`, made
 when a video is sent, so no per-video dict lives on a rank and the index never
 leaves the training process.
+
+Where the fallback's clips are normalised is decided here, once, from the
+batches' device (:func:`fallback_normalizes_on`); the merge learns it from
+each group (``Decoded.normalized``).
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ from daliload.plan import OutputSpec
 from fallback.cut import cut_task
 from fallback.numbering import StreamHint
 from fallback.options import FallbackOptions
-from fallback.source import FallbackSource
+from fallback.source import FallbackSource, NormalizeOn
 
 if TYPE_CHECKING:
+    import torch
+
     from daliload.dali import DaliSource
 
 
@@ -63,18 +69,20 @@ class ClipSources:
         options: how the fallback decodes.
         workers: the fallback's worker processes (and the cutter's).
         timeout_s: the time limit of one clip, in seconds.
+        device: where the batches go (``cuda:N`` or the CPU): it decides
+            where the fallback normalises (:func:`fallback_normalizes_on`).
         dali: how DALI is built when first needed; ``None``: DALI is not used.
     """
 
     def __init__(self, index: VideoIndex, output: OutputSpec, options: FallbackOptions, *, workers: int,
-                 timeout_s: float, dali: DaliSetup | None = None) -> None:
+                 timeout_s: float, device: "torch.device", dali: DaliSetup | None = None) -> None:
         #: ``path -> frames in the file`` (the manifest's), what the plan was drawn from
         self.frames_of = frames_lookup(index)
         self._hint_of = hint_lookup(index)
         self._output, self._workers, self._timeout_s, self._dali_setup = output, workers, timeout_s, dali
         #: the PyAV fallback: what a truncated file is checked against is the manifest's frame count
         self.fallback = FallbackSource(output, options, workers=workers, hint_of=self._hint_of,
-                                       frames_of=self.frames_of)
+                                       frames_of=self.frames_of, normalize_on=fallback_normalizes_on(device))
         self._dali: DaliSource | None = None
 
     def dali(self) -> DaliSource:
@@ -106,6 +114,21 @@ class ClipSources:
         if self._dali is not None:
             self._dali.close()
             self._dali = None
+
+
+def fallback_normalizes_on(device: "torch.device") -> NormalizeOn:
+    """Where the fallback's clips are normalised when the batches go to ``device``: the one place that decides.
+
+    On a GPU, ``"device"``: the workers only crop, resize and flip (uint8) and
+    the merge normalises on the GPU, so a clip costs its worker less CPU time
+    (the float math is the normalise column of the stage profile) and crosses
+    PCIe as uint8, a quarter of float32's bytes
+    (``benchmarks/bench_lean_fallback.py`` measures both). On the CPU,
+    ``"worker"``: the workers' normalising runs in parallel beside the
+    training process, and a group that is the whole batch is handed out
+    without a copy; the merge doing it would add both.
+    """
+    return "device" if device.type == "cuda" else "worker"
 
 
 def frames_lookup(index: VideoIndex) -> Callable[[str], int | None]:
