@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 from benchmarks.datasets import layout_relpath, prepare_standard
+from benchmarks.interleave import rotated
 from benchmarks.machine import machine_info
 from benchmarks.options import int_at_least
 from benchmarks.report import (add_output_options, append_markdown, load_average, publish, run_heading, verdict,
@@ -130,12 +131,6 @@ def peer_epoch(peer, k: int, expected: int) -> dict:
     if clips != expected:
         raise RuntimeError(f"k={k}: a peer delivered {clips} clips, the plan has {expected}")
     return {"clips": clips, "clips_per_s": clips / elapsed}
-
-
-def rotated(names: list[str], round_number: int) -> list[str]:
-    """``names`` rotated left by ``round_number``: each loader runs first once every ``len(names)`` rounds."""
-    shift = round_number % len(names) if names else 0
-    return names[shift:] + names[:shift]
 
 
 def _spread(values: list[float]) -> dict:

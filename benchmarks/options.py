@@ -87,7 +87,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("timing")
     g.add_argument("--runs", type=int, default=3, help="timed epochs per measurement (default 3)")
     g.add_argument("--warmup", type=int, default=1, help="untimed epochs first (default 1)")
-    g.add_argument("--timeout", type=float, default=600.0, help="seconds per measurement before it is killed")
+    g.add_argument("--timeout", type=float, default=600.0,
+                   help="seconds a loader's set-up or one of its epochs may take before its process is killed "
+                        "(default 600)")
     g.add_argument("--profile-clips", type=int, default=32,
                    help="clips of the plan the per-stage profile of the fallback times, per dataset "
                         "(default 32; 0: no profile)")
