@@ -79,7 +79,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "64 such clips keep a 2-core run under half an hour)")
     g.add_argument("--size", type=_size, default=None,
                    help="WIDTHxHEIGHT replacing 340x256 (tests use tiny frames); 720p keeps its size")
-    g.add_argument("--batch-size", type=int, default=None, help="clips per batch (default: 2 on CPU, 32 on GPU)")
+    g.add_argument("--batch-size", type=int_at_least(1), default=None,
+                   help="clips per batch (default: 2 on CPU, 32 on GPU); a run measures one batch size: for 8 "
+                        "and 32, run twice with their own --name (e.g. cpu-b8, cpu-b32)")
     g.add_argument("--seed", type=int, default=0, help="draws the datasets' content and the plan (default 0)")
     g.add_argument("--data-dir", default=str(REPO_ROOT / "bench_out" / "datasets"),
                    help="where generated datasets are cached (default bench_out/datasets)")
