@@ -34,7 +34,9 @@ not more threads at work:
   pipeline: one busy thread against two, which measured thread parallelism.)
 
 Views/s is views decoded (crop, resize and normalise included) per second,
-median (min-max) of ``--runs`` timed runs after a warm-up. Writes ``--json``
+median (min-max) of ``--runs`` timed runs after a warm-up; the ways of a
+decoder run interleaved, one run of each per round in a rotated order, and
+each ratio's range is taken round by round. Writes ``--json``
 (default ``benchmarks/results/views.json``), its section of
 ``benchmarks/RESULTS.md`` and README.md's ``views`` figures (between its
 markers), all from this one run.
@@ -109,16 +111,30 @@ def view_groups(videos: list[VideoInfo], views: tuple[int, int]) -> list[list]:
     return [plan[i:i + per_video] for i in range(0, len(plan), per_video)]
 
 
-def timed(work: Callable[[list[list]], int], groups: list[list], runs: int) -> dict:
-    work(groups[:1])  # warm-up on one video: caches, DALI's first batch
-    rates = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        views = work(groups)
-        rates.append(views / (time.perf_counter() - started))
-    summary = summarize(rates)
-    return {"views_per_s": rates, "median": summary.median, "min": summary.low, "max": summary.high,
-            "views": views}
+def timed(ways: dict[str, tuple[Callable[[list[list]], int], list[list]]], runs: int) -> dict:
+    """Each way ``name -> (work, groups)`` warmed up, then ``runs`` rounds of one run per way, the order
+    rotated each round (a machine whose speed drifts moves every way of a round alike); per way its views/s,
+    and ``ratios``: together over each other way, one ratio per round."""
+    from benchmarks.interleave import rotated, round_ratio
+
+    for work, groups in ways.values():
+        work(groups[:1])  # warm-up on one video: caches, DALI's first batch
+    rates: dict[str, list[float]] = {name: [] for name in ways}
+    views: dict[str, int] = {}
+    for number in range(runs):
+        for name in rotated(list(ways), number):
+            work, groups = ways[name]
+            started = time.perf_counter()
+            views[name] = work(groups)
+            rates[name].append(views[name] / (time.perf_counter() - started))
+    out: dict = {}
+    for name, values in rates.items():
+        summary = summarize(values)
+        out[name] = {"views_per_s": values, "median": summary.median, "min": summary.low, "max": summary.high,
+                     "views": views[name]}
+    out["ratios"] = {f"together_over_{name}": round_ratio(rates["together"], values)
+                     for name, values in rates.items() if name != "together"}
+    return out
 
 
 def fallback_rows(groups: list[list], runs: int, spatial: int) -> dict:
@@ -135,8 +151,8 @@ def fallback_rows(groups: list[list], runs: int, spatial: int) -> dict:
         return sum(len(decode_views(group[t:t + spatial], OUTPUT, options)[0])
                    for group in part for t in range(0, len(group), spatial))
 
-    return {"together": timed(together, groups, runs), "each_on_its_own": timed(each_on_its_own, groups, runs),
-            "each_window_once": timed(each_window_once, groups, runs)}
+    return timed({"together": (together, groups), "each_on_its_own": (each_on_its_own, groups),
+                  WINDOW_ONCE: (each_window_once, groups)}, runs)
 
 
 def own_reads(groups: list[list], folder: Path) -> list[list]:
@@ -170,13 +186,21 @@ def dali_rows(groups: list[list], runs: int, threads: int, links: Path) -> dict:
         def batches(part: list[list]) -> int:  # one batch of a video's views at a time
             return sum(len(decoder.decode_batch(group).videos) for group in part)
 
-        return {"together": timed(batches, groups, runs), "each_on_its_own": timed(batches, separate, runs)}
+        return timed({"together": (batches, groups), "each_on_its_own": (batches, separate)}, runs)
 
 
 def _ratio(rows: dict, baseline: str = "each_on_its_own") -> float:
     return rows["together"]["median"] / rows[baseline]["median"]
 
 
+def _ratio_text(rows: dict, baseline: str = "each_on_its_own") -> str:
+    """The ratio of the medians, and the per-round ratios' range where the run interleaved its ways."""
+    rounds = (rows.get("ratios") or {}).get(f"together_over_{baseline}")
+    spread = f" ({rounds['min']:.2f}-{rounds['max']:.2f} round by round)" if rounds else ""
+    return f"{_ratio(rows, baseline):.2f}x{spread}"
+
+
+INTERLEAVED = " (interleaved: one run of each way per round, the order rotated)"
 #: The mmaction2 baseline's key (runs from before it was added have none).
 WINDOW_ONCE = "each_window_once"
 
@@ -196,7 +220,9 @@ def markdown(result: dict) -> str:
         f"{result['load_average']} at the start, {result.get('load_average_after', '?')} at the end. {t} x {sp} "
         f"views per video ({t * sp} clips of {CLIP.clip_len} frames at stride {CLIP.frame_stride}, 224x224, "
         f"normalised float16), {s['videos']} video{'s' * (s['videos'] != 1)} of {_duration(s)} at 340x256 "
-        f"per decoder; views/s, median (min-max) of {s['runs']} runs. Each pair runs with the same "
+        f"per decoder; views/s, median (min-max) of {s['runs']} runs"
+        f"{INTERLEAVED if 'ratios' in result['fallback'] else ''}"
+        f". Each pair runs with the same "
         f"parallelism: the fallback in one process "
         f"with one decoder thread; DALI with batches of the {t * sp} views of one video on {s['dali_threads']} "
         f"threads both ways, the file read once per batch (together) or once per view (each on its own).",
@@ -214,12 +240,12 @@ def markdown(result: dict) -> str:
             continue
         a, b = rows["together"], rows["each_on_its_own"]
         row = (f"| {label} | {a['median']:.1f} ({a['min']:.1f}-{a['max']:.1f}) | "
-               f"{b['median']:.1f} ({b['min']:.1f}-{b['max']:.1f}) | {_ratio(rows):.2f}x | {shares[key]} |")
+               f"{b['median']:.1f} ({b['min']:.1f}-{b['max']:.1f}) | {_ratio_text(rows)} | {shares[key]} |")
         if with_windows:
             w = rows.get(WINDOW_ONCE)
             # DALI crops inside its pipeline, one crop per decoded sample: it has no way to cut three crops
             # from one decode, so its row has no such baseline.
-            row += (f" {w['median']:.1f} ({w['min']:.1f}-{w['max']:.1f}) | {_ratio(rows, WINDOW_ONCE):.2f}x |"
+            row += (f" {w['median']:.1f} ({w['min']:.1f}-{w['max']:.1f}) | {_ratio_text(rows, WINDOW_ONCE)} |"
                     if w else " – (DALI crops in its pipeline, one crop per decode) | – |")
         lines.append(row)
     if with_windows:
@@ -251,7 +277,7 @@ def readme_figures(result: dict) -> str:
                  f"views/s)")
         if WINDOW_ONCE in fallback:
             once = fallback[WINDOW_ONCE]
-            text += (f", and {_ratio(fallback, WINDOW_ONCE):.2f}x mmaction2's way of decoding each temporal "
+            text += (f", and {_ratio_text(fallback, WINDOW_ONCE)} mmaction2's way of decoding each temporal "
                      f"window once and cutting its {sp} crops from it ({once['median']:.1f} views/s)")
         text += "; "
     if "skipped" in dali:
