@@ -38,7 +38,8 @@ import time
 
 from benchmarks.datasets import kinetics_layout, prepare_standard
 from benchmarks.options import int_at_least
-from benchmarks.report import add_output_options, append_markdown, load_average, publish, run_heading, write_marked
+from benchmarks.report import (add_output_options, append_markdown, load_average, publish, run_heading, verdict,
+                               write_marked)
 from benchmarks.machine import machine_info
 from daliload.loader import DecodeSpec, KineticsDALILoader
 
@@ -147,15 +148,6 @@ def measure(root, args: argparse.Namespace) -> dict:
         out[f"window_over_{other.replace('-', '_')}"] = {"median": statistics.median(ratios), "min": min(ratios),
                                                           "max": max(ratios)}
     return out
-
-
-def verdict(ratio: dict, target: float) -> str:
-    """Met or missed only when every round is on one side of the target."""
-    if ratio["min"] >= target:
-        return "met"
-    if ratio["max"] < target:
-        return "**missed**"
-    return "not settled (the rounds straddle it)"
 
 
 def _ratio(r: dict) -> str:

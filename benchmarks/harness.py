@@ -8,16 +8,45 @@
     3. the fallback's per-stage profile per dataset   benchmarks.stages
     4. ceilings: plain decoding of the same files,    benchmarks.ceiling
        with as many processes as the loaders' workers
-    5. every loader on every dataset, --workers       benchmarks.loaders / peers
+    5. every loader on every dataset, --workers,      benchmarks.loaders / peers,
+       interleaved epoch by epoch                     benchmarks.interleave
     6. the workers sweep on --sweep-dataset
     7. JSON, markdown, PNG plots                      benchmarks.report, benchmarks.summary
        (the run's section in RESULTS.md replaces the last run of the same name;
        the README's speed section, between its markers, is rewritten from the same JSON)
 
-Each measurement runs in its own process (``python -m benchmarks.measure``)
-with a timeout; a loader that cannot run here is listed with the reason, one
-that fails is listed with its error, and the run goes on. The JSON is
-rewritten after every measurement, so a run cut short keeps what it measured.
+Each measurement runs in its own process (``python -m benchmarks.measure --serve``),
+and the measurements of one dataset (ceilings and loaders; each workers-sweep
+value is a group of its own) run interleaved, epoch by epoch
+(:mod:`benchmarks.interleave`): every loader's process builds its loader, then
+each runs ``--warmup`` untimed epochs in turn, then ``--runs`` rounds in which
+each runs one timed epoch, the order rotated by one each round. A machine
+whose speed drifts 5-25 % over a run then moves every loader of a round
+alike, and a ratio between two loaders is taken round by round, with its
+spread. The choice, long-lived processes fed "run one epoch" over one
+process per epoch: each loader keeps its workers and caches between its
+epochs (as in training; a process per epoch would pay a start, torch's
+import and a warm-up per epoch) and keeps the isolation of one process per
+measurement (its own interpreter, its own peak RSS, a crash ending only it);
+the timeout (``--timeout``) applies to each answer, the set-up or one epoch,
+and kills that loader's process group. A loader that cannot run here is
+listed with the reason, one that fails is listed with its error, and the run
+goes on. The JSON is rewritten after every round, so a run cut short keeps
+what it measured. Per measurement it holds the timed epochs (``runs``) and
+their clips/s (``round_clips_per_s``), the median with min-max
+(``figures.clips_per_s``), the ratio to the ceiling per round
+(``figures.ratio_clips_rounds``); per dataset, daliload's rows over the best
+peer per round (``round_ratios``) and the target of 1.3x the best peer on
+``h264-gop250`` (``peer_target``: met or missed only when every round is on
+one side of it, else not settled); and each group's orders (``interleaved``).
+
+Batch sizes: ``--batch-size`` sets the run's one batch size (default 2 on the
+CPU, 32 on a GPU). Runs of 8 and 32 are two runs with their own names, e.g.
+``python -m benchmarks --batch-size 8 --name cpu-b8`` and ``--batch-size 32
+--name cpu-b32``: each is a table of its own (its own JSON, its RESULTS.md
+section), not columns of one run, because every figure of a table (the
+ceiling ratios, the GOP-bound limit, the targets, the README's speed section)
+is read at one batch size.
 
 Resolution and GOP scaling come from the main table (``h264-gop250`` against
 ``h264-720p`` and ``h264-gop16``); the workers sweep adds measurements.
@@ -84,9 +113,7 @@ def _default_sweep(cores: int, device: str) -> list[int]:
 
 def _run_child(job_file: Path, log_file: Path, timeout: float, module: str = "benchmarks.measure") -> str | None:
     """Run one measurement process (``python -m MODULE JOB``); return None, or why it produced no result."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
-    env.setdefault("PYTHONUNBUFFERED", "1")
+    env = _child_env()
     with open(log_file, "w", encoding="utf-8") as log:
         # Its own session, so a timeout can end the child AND its spawned workers.
         process = subprocess.Popen([sys.executable, "-m", module, str(job_file)], stdout=log,
@@ -270,54 +297,145 @@ def _why_not_measured(cls: type[LoaderAdapter], job: Job, state: RunState) -> di
     return None
 
 
-def _measure(cls: type[LoaderAdapter], job: Job, number: int, state: RunState) -> dict:
-    """Run one job in its own process; its status, reason, runs and figures to add to the record."""
-    from benchmarks.report import derive_figures
+def _child_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
 
-    stem = f"{number:03d}-{cls.name}-{job.dataset}-w{job.workers}"
-    job_file, out_file = state.work_dir / f"{stem}.job.json", state.work_dir / f"{stem}.result.json"
+
+@dataclasses.dataclass
+class _Member:
+    """One measurement of an interleaved group: its job, its record, and its process while it runs."""
+
+    number: int
+    job: Job
+    cls: type
+    record: dict
+    process: object | None = None
+    warmups: list = dataclasses.field(default_factory=list)
+    runs: list = dataclasses.field(default_factory=list)
+
+
+def _start(member: _Member, state: RunState) -> None:
+    """Start the member's measuring process and wait for its set-up; on anything but ready, record why."""
+    from benchmarks.interleave import LoaderProcess
+
+    cls, job = member.cls, member.job
+    stem = f"{member.number:03d}-{cls.name}-{job.dataset}-w{job.workers}"
+    job_file = state.work_dir / f"{stem}.job.json"
     job_file.write_text(json.dumps({
         "adapter": job.adapter, "kind": job.kind, "dataset": state.datasets[job.dataset].root,
         "plan": str(state.plans[job.dataset]), "workers": job.workers, "device": state.setup.device,
-        "warmup": state.args.warmup, "runs": state.setup.runs, "probe": cls.name not in state.probed,
-        "out": str(out_file)}), encoding="utf-8")
-    failure = _run_child(job_file, state.work_dir / f"{stem}.log", state.args.timeout)
-    if failure is not None:
-        return {"status": "failed", "reason": failure}
-    measured = json.loads(out_file.read_text(encoding="utf-8"))
-    if measured["status"] == "unavailable":
-        state.unavailable[cls.name] = measured["reason"]
-    else:
+        "warmup": state.args.warmup, "runs": state.setup.runs, "probe": cls.name not in state.probed}),
+        encoding="utf-8")
+    process = LoaderProcess(job_file, state.work_dir / f"{stem}.log", state.args.timeout, env=_child_env())
+    answer = process.started()
+    if answer["status"] == "ready":
+        member.process = process
+        member.record |= {"setup_s": answer["setup_s"], "monitor_scope": answer["monitor_scope"],
+                          "gpu_source": answer["gpu_source"]}
         state.probed.add(cls.name)
-    if measured["status"] == "ok":
-        counts = state.frame_counts[job.dataset]
-        ceiling = job.kind == "ceiling"
-        figures = derive_figures(measured["runs"], estimated_decoded=None if ceiling else decode_estimate(cls, counts),
-                                 frames_used=None if ceiling else counts["frames_used"])
-        measured = measured | {"figures": dataclasses.asdict(figures)}
-    return measured
+        return
+    process.stop()
+    if answer["status"] == "unavailable":
+        state.unavailable[cls.name] = answer["reason"]
+    member.record |= {"status": answer["status"], "reason": answer["reason"]}
+
+
+def _epoch(member: _Member, timed: bool) -> None:
+    """One epoch of a running member; a failure stops its process and marks it failed."""
+    answer = member.process.epoch()
+    if answer["status"] != "ok":
+        member.process.stop()
+        member.process = None
+        member.record |= {"status": "failed", "reason": answer["reason"]}
+        return
+    (member.runs if timed else member.warmups).append(answer["run"])
+
+
+def _update_record(member: _Member, state: RunState) -> None:
+    """The member's record from its epochs so far: runs, per-round clips/s, figures (see benchmarks.report)."""
+    from benchmarks.metrics import nvdec_failure
+    from benchmarks.report import derive_figures
+
+    cls, job, record = member.cls, member.job, member.record
+    record["warmup_wall_s"] = [run["wall_s"] for run in member.warmups]
+    record["runs"] = list(member.runs)
+    record["round_clips_per_s"] = [run["clips"] / run["wall_s"] for run in member.runs]
+    if record["status"] != "ok" or not member.runs:
+        return
+    if state.setup.device == "cuda" and cls.uses_nvdec and member.process is None:
+        why = nvdec_failure(member.runs, record.get("gpu_source"))
+        if why is not None:
+            record |= {"status": "failed", "reason": why}
+            return
+    counts = state.frame_counts[job.dataset]
+    ceiling = job.kind == "ceiling"
+    figures = derive_figures(member.runs, estimated_decoded=None if ceiling else decode_estimate(cls, counts),
+                             frames_used=None if ceiling else counts["frames_used"])
+    record["figures"] = dataclasses.asdict(figures)
+
+
+def _group_key(job: Job) -> tuple:
+    """Jobs measured together, interleaved: a dataset's main table (ceilings too), or one sweep value."""
+    return (job.dataset, job.sweep, job.workers if job.sweep == "workers" else None)
 
 
 def _measure_all(jobs: Sequence[Job], result: dict, json_path: Path, state: RunState) -> None:
-    """Every job in turn, into result["measurements"]; the JSON is rewritten after each."""
+    """Every job, group by group (:func:`_group_key`), each group interleaved epoch by epoch
+    (:mod:`benchmarks.interleave`), into result["measurements"]; the JSON is rewritten after each round."""
+    from benchmarks.interleave import rotated
     from benchmarks.loaders import load_adapter
 
+    groups: dict[tuple, list[tuple[int, Job]]] = {}
     for number, job in enumerate(jobs, 1):
-        cls = load_adapter(job.adapter)
-        if job.kind == "loader" and job.sweep == "workers" and cls.knob is None:
-            continue
-        record = _new_record(cls, job)
-        why_not = _why_not_measured(cls, job, state)
-        if why_not is not None:
-            record |= why_not
-        else:
-            t0 = time.monotonic()
-            record |= _measure(cls, job, number, state)
-            record["elapsed_s"] = round(time.monotonic() - t0, 1)
-        result["measurements"].append(record)
-        _print_record(record, number, len(jobs))
+        groups.setdefault(_group_key(job), []).append((number, job))
+    result.setdefault("interleaved", [])
+
+    def save() -> None:
         _fill_ratios(result)
         json_path.write_text(json.dumps(result, indent=1), encoding="utf-8")
+
+    for (dataset, sweep, _), members_of in groups.items():
+        members = []
+        for number, job in members_of:
+            cls = load_adapter(job.adapter)
+            if job.kind == "loader" and job.sweep == "workers" and cls.knob is None:
+                continue
+            member = _Member(number, job, cls, _new_record(cls, job))
+            why_not = _why_not_measured(cls, job, state)
+            if why_not is not None:
+                member.record |= why_not
+            else:
+                _start(member, state)
+            result["measurements"].append(member.record)
+            members.append(member)
+        started = time.monotonic()
+        running = [m for m in members if m.process is not None]
+        order_log = {"dataset": dataset, "sweep": sweep, "workers": sorted({m.job.workers for m in members}),
+                     "orders": []}
+        result["interleaved"].append(order_log)
+        for _ in range(state.args.warmup):
+            for member in [m for m in running if m.process is not None]:
+                _epoch(member, timed=False)
+        for number in range(state.setup.runs):
+            order = rotated([m for m in running if m.process is not None], number)
+            order_log["orders"].append([m.cls.name for m in order])
+            for member in order:
+                _epoch(member, timed=True)
+            for member in members:
+                _update_record(member, state)
+            save()
+        for member in running:
+            if member.process is not None:
+                member.process.stop()
+                member.process = None
+            member.record["elapsed_s"] = round(time.monotonic() - started, 1)
+            _update_record(member, state)
+        for member in members:
+            _print_record(member.record, member.number, len(jobs))
+        save()
 
 
 def _profile_all(result: dict, json_path: Path, state: RunState) -> None:
@@ -398,8 +516,10 @@ def _finish(result: dict, args: argparse.Namespace, json_path: Path, results_dir
 
 
 def _fill_ratios(result: dict) -> None:
-    """Set each ok measurement's ratios to the run's ceiling on the same dataset, and the run's targets."""
-    from benchmarks.summary import ratios
+    """Set each ok measurement's ratios to the run's ceiling on the same dataset (median, and round by round
+    where both ran in the same rounds), and the run's targets."""
+    from benchmarks.interleave import round_ratio
+    from benchmarks.summary import peer_ratios, ratios
 
     ok_ceilings = [m for m in result["measurements"] if m["kind"] == "ceiling" and m["status"] == "ok"]
     # On a GPU run the GPU ceiling, unless it could not run; then the CPU one.
@@ -407,15 +527,19 @@ def _fill_ratios(result: dict) -> None:
         result["ceiling_used"] = "ceiling-dali"
     else:
         result["ceiling_used"] = "ceiling-pyav"
-    ceilings = {m["dataset"]: m["figures"] for m in ok_ceilings if m["loader"] == result["ceiling_used"]}
+    ceilings = {m["dataset"]: m for m in ok_ceilings if m["loader"] == result["ceiling_used"]}
     for m in result["measurements"]:
         ceiling, figures = ceilings.get(m["dataset"]), m["figures"]
-        if figures is None or ceiling is None:
+        if figures is None or ceiling is None or ceiling["figures"] is None:
             continue
-        figures["ratio_clips"] = figures["clips_per_s"]["median"] / ceiling["clips_per_s"]["median"]
-        if figures["frames_per_s"] and ceiling["frames_per_s"]:
-            figures["ratio_frames"] = figures["frames_per_s"]["median"] / ceiling["frames_per_s"]["median"]
+        figures["ratio_clips"] = figures["clips_per_s"]["median"] / ceiling["figures"]["clips_per_s"]["median"]
+        if figures["frames_per_s"] and ceiling["figures"]["frames_per_s"]:
+            figures["ratio_frames"] = (figures["frames_per_s"]["median"]
+                                       / ceiling["figures"]["frames_per_s"]["median"])
+        if m["sweep"] == "main" and m.get("round_clips_per_s") and ceiling.get("round_clips_per_s"):
+            figures["ratio_clips_rounds"] = round_ratio(m["round_clips_per_s"], ceiling["round_clips_per_s"])
     result["targets"] = ratios(result)  # the GOP-bound limit and the loader's ratios, per dataset
+    result["round_ratios"], result["peer_target"] = peer_ratios(result)  # daliload / the best peer, per round
 
 
 def _print_record(record: dict, number: int, total: int) -> None:
@@ -424,6 +548,9 @@ def _print_record(record: dict, number: int, total: int) -> None:
         print(f"{where}: {record['status']}: {record['reason']}", flush=True)
         return
     f = record["figures"]
+    if f is None:
+        print(f"{where}: no timed epoch (--runs 0)", flush=True)
+        return
     frames = f"{f['frames_per_s']['median']:.0f}" if f["frames_per_s"] else "?"
     print(f"{where}: {f['clips_per_s']['median']:.2f} clips/s, {frames} decoded frames/s, "
           f"peak RSS {f['peak_rss_mb']:.0f} MiB, {f['cores_busy']['median']:.2f} cores busy "

@@ -214,6 +214,9 @@ class ResourceMonitor:
         self._samples = 0
         self._cpu_start = 0.0
         self._stop = threading.Event()
+        # Sampled only between begin_run and end_run: an idle loader of an interleaved group, waiting for
+        # its turn, must not spend the cores the running one is timed on.
+        self._active = threading.Event()
         first = self._gpu.read() if self._gpu else None
         self.gpu_base_mb = first[0] if first else None
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -265,6 +268,8 @@ class ResourceMonitor:
 
     def _loop(self) -> None:
         while not self._stop.wait(self._interval):
+            if not self._active.is_set():
+                continue
             rss = self.rss_mb()
             self._sample_gpu()
             with self._lock:
@@ -278,8 +283,10 @@ class ResourceMonitor:
             self._gpu_samples = []
             self._samples = 0
         self._cpu_start = self.cpu_s()
+        self._active.set()
 
     def end_run(self) -> RunResources:
+        self._active.clear()
         cpu = self.cpu_s() - self._cpu_start
         rss = self.rss_mb()
         self._sample_gpu()  # NVML averages over its last period: this reading covers the epoch's end

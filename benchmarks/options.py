@@ -79,7 +79,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "64 such clips keep a 2-core run under half an hour)")
     g.add_argument("--size", type=_size, default=None,
                    help="WIDTHxHEIGHT replacing 340x256 (tests use tiny frames); 720p keeps its size")
-    g.add_argument("--batch-size", type=int, default=None, help="clips per batch (default: 2 on CPU, 32 on GPU)")
+    g.add_argument("--batch-size", type=int_at_least(1), default=None,
+                   help="clips per batch (default: 2 on CPU, 32 on GPU); a run measures one batch size: for 8 "
+                        "and 32, run twice with their own --name (e.g. cpu-b8, cpu-b32)")
     g.add_argument("--seed", type=int, default=0, help="draws the datasets' content and the plan (default 0)")
     g.add_argument("--data-dir", default=str(REPO_ROOT / "bench_out" / "datasets"),
                    help="where generated datasets are cached (default bench_out/datasets)")
@@ -87,7 +89,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("timing")
     g.add_argument("--runs", type=int, default=3, help="timed epochs per measurement (default 3)")
     g.add_argument("--warmup", type=int, default=1, help="untimed epochs first (default 1)")
-    g.add_argument("--timeout", type=float, default=600.0, help="seconds per measurement before it is killed")
+    g.add_argument("--timeout", type=float, default=600.0,
+                   help="seconds a loader's set-up or one of its epochs may take before its process is killed "
+                        "(default 600)")
     g.add_argument("--profile-clips", type=int, default=32,
                    help="clips of the plan the per-stage profile of the fallback times, per dataset "
                         "(default 32; 0: no profile)")

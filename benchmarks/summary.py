@@ -128,6 +128,71 @@ def ratios(result: dict) -> dict[str, dict]:
     return out
 
 
+#: The issue's target against the peers: the whole loader over the best peer, every round, on this dataset.
+PEER_TARGET = ("daliload", LIMIT_DATASET, 1.3)
+#: daliload's own rows: not peers.
+_OWN = ("daliload", "daliload-dali-gpu", "daliload-dali-cpu", "daliload-fallback")
+
+
+def _rounds(result: dict, loader: str, dataset: str) -> list[float] | None:
+    for m in result["measurements"]:
+        if (m["loader"] == loader and m["dataset"] == dataset and m["sweep"] == "main" and m["status"] == "ok"
+                and m.get("round_clips_per_s")):
+            return m["round_clips_per_s"]
+    return None
+
+
+def peer_ratios(result: dict) -> tuple[dict, dict | None]:
+    """Per dataset, daliload's rows over the best peer, round by round; and :data:`PEER_TARGET` judged.
+
+    The best peer is the peer (a loader of the plan's windows, not daliload's) with the highest median
+    clips/s on the dataset; each ratio is taken within a round (the loaders ran minutes apart at most),
+    and the target is met or missed only when every round is on one side of it
+    (:func:`benchmarks.report.verdict`). A run measured before the rounds were interleaved has no
+    per-round figures: ``({}, None)``.
+    """
+    from benchmarks.interleave import round_ratio
+    from benchmarks.report import verdict
+
+    out = {}
+    for dataset in result["datasets"]:
+        name = dataset["name"]
+        peers = {m["loader"]: m["figures"]["clips_per_s"]["median"] for m in result["measurements"]
+                 if m["kind"] == "loader" and m["dataset"] == name and m["sweep"] == "main"
+                 and m["status"] == "ok" and m.get("plan_windows") and m["loader"] not in _OWN
+                 and m.get("round_clips_per_s")}
+        if not peers:
+            continue
+        best = max(peers, key=peers.get)
+        row = {"best_peer": best, "best_peer_clips_per_s": peers[best]}
+        for own in ("daliload", "daliload-fallback"):
+            rounds = _rounds(result, own, name)
+            row[f"{own.replace('-', '_')}_over_best_peer"] = (round_ratio(rounds, _rounds(result, best, name))
+                                                              if rounds else None)
+        out[name] = row
+    loader, dataset, target = PEER_TARGET
+    row = out.get(dataset)
+    ratio = row and row[f"{loader}_over_best_peer"]
+    judged = None
+    if row is not None:
+        judged = {"loader": loader, "dataset": dataset, "target": target, "best_peer": row["best_peer"],
+                  "ratio": ratio, "verdict": verdict(ratio, target) if ratio else "not measured"}
+    return out, judged
+
+
+def _spread_x(ratio: dict | None) -> str:
+    return "–" if not ratio else f"{ratio['median']:.2f}x ({ratio['min']:.2f}-{ratio['max']:.2f})"
+
+
+def peer_target_lines(result: dict) -> list[str]:
+    """The target against the best peer, judged on every round (nothing for a run without rounds)."""
+    judged = result.get("peer_target")
+    if not judged:
+        return []
+    return [f"- {judged['loader']} / the best peer (`{judged['best_peer']}`) on `{judged['dataset']}`, round by "
+            f"round: {_spread_x(judged['ratio'])} (target >= {judged['target']:g}: {judged['verdict']})"]
+
+
 def _x(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f}x"
 
@@ -151,7 +216,7 @@ def target_lines(result: dict) -> list[str]:
             value = table.get(LIMIT_DATASET, {}).get(key)
             lines.append(f"- {what} on `{LIMIT_DATASET}`: {_x(value)} "
                          f"(target >= {threshold:g}: {_verdict(value, threshold)})")
-    return lines
+    return lines + peer_target_lines(result)
 
 
 def targets_markdown(result: dict) -> list[str]:
@@ -177,7 +242,22 @@ def targets_markdown(result: dict) -> list[str]:
                     "otherwise). Per busy core: the fallback's clips per CPU second over the ceiling's frames "
                     "per CPU second divided by the frames per clip; on a shared machine it shows whether "
                     "other jobs' load, not the decoder, decided the wall-clock ratio.",
-                    "", "Targets:", ""] + target_lines(result)
+                    "", "Targets:", ""] + target_lines(result) + _round_ratio_lines(result)
+
+
+def _round_ratio_lines(result: dict) -> list[str]:
+    """daliload's rows over the best peer per dataset, median (min-max) of the rounds' ratios."""
+    table = result.get("round_ratios") or {}
+    if not table:
+        return []
+    lines = ["", "Against the best peer, round by round (the loaders of a dataset ran interleaved, one epoch "
+             "each per round, the order rotated; each ratio is taken within a round):", "",
+             "| dataset | best peer (median clips/s) | daliload / it | daliload-fallback / it |", "|---|---|---|---|"]
+    for name, r in table.items():
+        lines.append(f"| {name} | `{r['best_peer']}` ({r['best_peer_clips_per_s']:.1f}) | "
+                     f"{_spread_x(r['daliload_over_best_peer'])} | "
+                     f"{_spread_x(r['daliload_fallback_over_best_peer'])} |")
+    return lines
 
 
 def stages_markdown(result: dict) -> list[str]:

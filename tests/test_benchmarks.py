@@ -475,35 +475,3 @@ def test_epoch_start_benchmark_refuses_bad_options(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
         bench_epoch_start.parse_args(argv)
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
-
-
-def test_repeated_sampling_benchmark_writes_each_k_and_the_targets(tmp_path):
-    from benchmarks import bench_repeated
-
-    out, md = tmp_path / "repeated.json", tmp_path / "RESULTS.md"
-    assert bench_repeated.main(["--clips", "8", "--duration", "2.1", "--size", "128x96", "--batch-size", "4",
-                                "--runs", "1", "--data-dir", str(tmp_path / "data"), "--json", str(out),
-                                "--results-md", str(md)]) == 0
-    result = json.loads(out.read_text())
-    for name, route in (("h264-gop250", "fallback"), ("vp9", "dali")):
-        rows = result["datasets"][name]
-        assert [(r["k"], r["videos"], r["clips_per_epoch"], r["route"]) for r in rows] == \
-               [(1, 8, 8, route), (2, 4, 8, route), (4, 2, 8, route)]  # the same clips per epoch for every k
-    fallback = result["datasets"]["h264-gop250"]
-    assert fallback[2]["fallback_frames_per_clip"] < fallback[0]["fallback_frames_per_clip"]  # one decode, 4 clips
-    assert set(result["targets"]) == {"2", "4"}
-    text = md.read_text()
-    assert "## Repeated sampling: `python -m benchmarks.bench_repeated`" in text and "| `vp9` (dali) |" in text
-
-
-@pytest.mark.parametrize(("argv", "message"), [
-    (["--batch-size", "6"], "--batch-size must be a multiple of 4"),
-    (["--clips", "6"], "--clips must be a positive multiple of 4"),
-    (["--runs", "0"], "--runs must be >= 1"),
-])
-def test_repeated_sampling_benchmark_refuses_bad_options(argv, message, capsys):
-    from benchmarks import bench_repeated
-
-    with pytest.raises(SystemExit) as exit_info:
-        bench_repeated.parse_args(argv)
-    assert exit_info.value.code == 2 and message in capsys.readouterr().err
