@@ -121,7 +121,8 @@ def daliload_epoch(loader: KineticsDALILoader, k: int) -> dict:
     if stats.failures:
         raise RuntimeError(f"k={k}: {len(stats.failures)} video(s) failed: {stats.failures[0].describe()}")
     return {"clips": clips, "clips_per_s": clips / elapsed, "frames_per_clip": stats.frames_decoded_fallback / clips,
-            "route": "fallback" if stats.clips_fallback else "dali"}
+            # which decoders took the clips: the files' route, or both where the router shared DALI's files
+            "route": "dali" if not stats.clips_fallback else "fallback" if not stats.clips_dali else "both"}
 
 
 def peer_epoch(peer, k: int, expected: int) -> dict:
