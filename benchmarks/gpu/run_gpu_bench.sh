@@ -244,7 +244,7 @@ if [ "$LEFT" -gt 60 ]; then
     timeout --signal=INT --kill-after=5 "$((LEFT - 5))" \
         "$PY" -m benchmarks --device cuda --datasets "$DATASET" --clips 256 --clips-hd 128 --duration-hd 4 \
         --workers 16 --runs 1 --warmup 1 --no-sweeps --profile-clips 0 \
-        --loaders daliload,dali-readers-video,blog-pyav,daliload-fallback,torchcodec-cuda,decord-cpu \
+        --loaders daliload,daliload-static,dali-readers-video,blog-pyav,daliload-fallback,torchcodec-cuda,decord-cpu \
         --time-budget "$((LEFT - 45))" --timeout 35 --results-dir "$RESULTS" \
         --machine "${DALILOAD_BENCH_MACHINE:-GPU machine}" || PEERS_RC=$?
     if [ "$PEERS_RC" != 0 ] && [ -f "$RESULTS/gpu.json" ]; then
