@@ -38,8 +38,8 @@ import time
 
 from benchmarks.datasets import kinetics_layout, prepare_standard
 from benchmarks.options import int_at_least
-from benchmarks.report import (add_output_options, append_markdown, load_average, publish, run_heading, verdict,
-                               write_marked)
+from benchmarks.report import add_output_options, append_markdown, load_average, publish, run_heading, write_marked
+from benchmarks.metrics import verdict
 from benchmarks.machine import machine_info
 from daliload.loader import DecodeSpec, KineticsDALILoader
 

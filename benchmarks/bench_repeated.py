@@ -43,8 +43,8 @@ from benchmarks.datasets import layout_relpath, prepare_standard
 from benchmarks.interleave import rotated
 from benchmarks.machine import machine_info
 from benchmarks.options import int_at_least
-from benchmarks.report import (add_output_options, append_markdown, load_average, publish, run_heading, verdict,
-                               write_marked)
+from benchmarks.report import add_output_options, append_markdown, load_average, publish, run_heading, write_marked
+from benchmarks.metrics import verdict
 from daliload.loader import DecodeSpec, KineticsDALILoader
 
 CHAPTER = "## Repeated sampling: `python -m benchmarks.bench_repeated`"

@@ -34,6 +34,7 @@ from benchmarks.datasets import kinetics_layout, prepare_standard
 from benchmarks.machine import machine_info
 from benchmarks.options import int_at_least
 from benchmarks.report import add_output_options, append_markdown, load_average, publish, run_heading, write_marked
+from benchmarks.metrics import verdict
 from daliload.loader import DecodeSpec, KineticsDALILoader
 
 CHAPTER = "## Both decoders at once: `python -m benchmarks.bench_routing`"
@@ -123,15 +124,6 @@ def measure(root, setups: list[str], args: argparse.Namespace) -> dict:
                                                zip(adaptive, row["static"]["runs"], row["fallback"]["runs"])])
         out[setup] = row
     return out
-
-
-def verdict(ratio: dict, target: float) -> str:
-    """Met or missed only when every round is on one side of the target."""
-    if ratio["min"] >= target:
-        return "met"
-    if ratio["max"] < target:
-        return "**missed**"
-    return "not settled (the rounds straddle it)"
 
 
 def _ratio(r: dict) -> str:

@@ -303,3 +303,13 @@ class ResourceMonitor:
         self._thread.join(timeout=5)
         if self._gpu is not None:
             self._gpu.close()
+
+
+def verdict(ratio: dict, target: float) -> str:
+    """A target met or missed only when every round's ratio (``ratio["min"]`` .. ``ratio["max"]``) is on one
+    side of it; otherwise not settled."""
+    if ratio["min"] >= target:
+        return "met"
+    if ratio["max"] < target:
+        return "**missed**"
+    return "not settled (the rounds straddle it)"

@@ -235,16 +235,6 @@ def markdown_report(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def verdict(ratio: dict, target: float) -> str:
-    """A target met or missed only when every round's ratio (``ratio["min"]`` .. ``ratio["max"]``) is on one
-    side of it; otherwise not settled."""
-    if ratio["min"] >= target:
-        return "met"
-    if ratio["max"] < target:
-        return "**missed**"
-    return "not settled (the rounds straddle it)"
-
-
 def load_average() -> str:
     """The 1, 5 and 15-minute load averages, as a run's JSON records them (e.g. ``"0.3 1.2 2.4"``)."""
     return " ".join(f"{x:.1f}" for x in os.getloadavg())

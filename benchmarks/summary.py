@@ -148,11 +148,11 @@ def peer_ratios(result: dict) -> tuple[dict, dict | None]:
     The best peer is the peer (a loader of the plan's windows, not daliload's) with the highest median
     clips/s on the dataset; each ratio is taken within a round (the loaders ran minutes apart at most),
     and the target is met or missed only when every round is on one side of it
-    (:func:`benchmarks.report.verdict`). A run measured before the rounds were interleaved has no
+    (:func:`benchmarks.metrics.verdict`). A run measured before the rounds were interleaved has no
     per-round figures: ``({}, None)``.
     """
     from benchmarks.interleave import round_ratio
-    from benchmarks.report import verdict
+    from benchmarks.metrics import verdict
 
     out = {}
     for dataset in result["datasets"]:
