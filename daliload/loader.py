@@ -227,7 +227,7 @@ class KineticsDALILoader:
                         f"the NVDEC engines of {self.gpu.describe()} are not in daliload.prescreen.gpus")
         prefetch = self.decode.batches_ahead(self.clips_per_batch, pipelines=self.dali_pipelines)
         self._routes = Routes(dali_videos(index, self.decode.dali_max_pixels) if self.dali_enabled else None,
-                              policy=self.decode.routing_for(split), lag=prefetch)
+                              policy=self.decode.routing_for(split, self.device, self.clips_per_batch), lag=prefetch)
         # The two clip sources live as long as the loader: the fallback's workers start at the first
         # group it gets, the DALI pipeline at the first batch with a DALI sample.
         self._sources = ClipSources(

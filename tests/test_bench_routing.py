@@ -24,12 +24,14 @@ def test_the_routing_benchmark_runs_every_way_on_one_plan_and_writes_its_section
             assert [len(row[way]["runs"]) for way in bench_routing.WAYS] == [2, 2, 2]
             assert {row[way]["clips"] for way in bench_routing.WAYS} == {4}
             assert row["fallback"]["fallback_share"] == 1.0
-            for ratio in ("adaptive_over_fallback", "adaptive_over_static", "adaptive_over_faster"):
+            for ratio in ("auto_over_fallback", "auto_over_static", "auto_over_faster"):
                 assert row[ratio]["min"] <= row[ratio]["median"] <= row[ratio]["max"]
     # VP9: DALI's alone when static; H.264 is the fallback's only, whatever the routing
     assert vp9["one each"]["static"]["fallback_share"] == 0.0
-    assert vp9["one each"]["adaptive"]["moved_clips"] > 0  # one thread, one worker: the first batch is split
-    assert h264["one each"]["adaptive"]["fallback_share"] == h264["one each"]["static"]["fallback_share"] == 1.0
+    # one thread, one worker on 2 cores or more: the default is adaptive, and the first batch is split
+    assert vp9["one each"]["auto"]["routing"] == "adaptive" and vp9["one each"]["auto"]["moved_clips"] > 0
+    assert h264["one each"]["auto"]["fallback_share"] == h264["one each"]["static"]["fallback_share"] == 1.0
+    assert {rows["defaults"]["static"]["routing"] for rows in (vp9, h264)} == {"static"}
     text = md.read_text()
     assert bench_routing.CHAPTER in text and "| `vp9` | one each |" in text
     assert text.count("Target:") == 3 and any(w in text for w in ("met.", "**missed**.", "not settled"))

@@ -25,6 +25,7 @@ from daliload.epoch import EpochPass, PassSetup, Routes
 from daliload.failures import FailureBudget
 from daliload.options import DecodeSpec
 from daliload.plan import CropBox, OutputSpec, Sample
+from daliload.runtime import usable_cores
 
 
 RAW = OutputSpec(size=(2, 2), mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), dtype="float32", layout="CTHW")
@@ -106,9 +107,15 @@ def test_before_any_wait_the_capacities_split_a_batch():
 
 def test_routing_is_a_decode_option_checked_up_front():
     spec = DecodeSpec()
-    assert (spec.routing, spec.routing_for("train"), spec.routing_for("val")) == ("auto", "adaptive", "static")
-    assert DecodeSpec(routing="adaptive").routing_for("val") == "adaptive"
-    assert DecodeSpec(routing="adaptive", fallback_workers=0).routing_for("train") == "static"
+    assert spec.routing == "auto"
+    assert (spec.routing_for("train", "gpu", 32), spec.routing_for("val", "gpu", 32)) == ("adaptive", "static")
+    cores = usable_cores()
+    # DALI on the CPU: adaptive only when its threads and the workers each have cores of their own
+    assert DecodeSpec(dali_threads=1, fallback_workers=1).routing_for("train", "cpu", 8) == \
+        ("adaptive" if cores >= 2 else "static")
+    assert DecodeSpec(dali_threads=cores, fallback_workers=2).routing_for("train", "cpu", 8) == "static"
+    assert DecodeSpec(routing="adaptive", dali_threads=cores).routing_for("val", "cpu", 8) == "adaptive"  # as asked
+    assert DecodeSpec(routing="adaptive", fallback_workers=0).routing_for("train", "gpu", 8) == "static"
     with pytest.raises(ValueError, match="routing must be 'auto', 'adaptive' or 'static', got 'fastest'"):
         DecodeSpec(routing="fastest")
     with pytest.raises(ValueError, match="routing must be one of 'adaptive', 'static'"):

@@ -15,11 +15,13 @@ import torch
 from daliload.framecode import read_code
 from daliload.loader import DecodeSpec, KineticsDALILoader
 from daliload.plan import AugmentSpec, OutputSpec
+from daliload.runtime import usable_cores
 from daliload.synth import SynthSpec, generate_dataset
 
 RAW = OutputSpec(size=(48, 64), mean=(0, 0, 0), std=(1, 1, 1), dtype="float32")
 WHOLE = AugmentSpec(crop_size=(48, 64), crop_mode="center", flip_prob=0.5)
 ONE_EACH = dict(dali_threads=1, fallback_workers=1)
+ADAPTIVE = dict(ONE_EACH, routing="adaptive")  # what "auto" is with a core each (said, for a 1-core machine)
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +56,7 @@ def epoch_rows(loader) -> list:
 
 
 def test_both_decoders_take_dali_route_files_and_every_clip_is_the_plans(roots):
-    loader = make_loader(roots["vp9"], **ONE_EACH)
+    loader = make_loader(roots["vp9"], **ADAPTIVE)
     try:
         assert {v.route for v in loader.videos} == {"dali"}
         for _ in range(2):  # two epochs
@@ -72,6 +74,17 @@ def test_both_decoders_take_dali_route_files_and_every_clip_is_the_plans(roots):
         loader.close()
 
 
+def test_the_default_routing_keeps_dali_files_on_dali_where_the_decoders_share_the_cores(roots):
+    """DALI on the CPU with a thread per core beside 2 workers: sharing would add no decoder, so "auto" is static."""
+    loader = make_loader(roots["vp9"], dali_threads=max(2, usable_cores()), fallback_workers=2)
+    try:
+        epoch_rows(loader)
+        stats = loader.stats()
+        assert (stats.routing, stats.clips_fallback, stats.clips_moved) == ("static", 0, 0)
+    finally:
+        loader.close()
+
+
 def test_static_routing_sends_every_dali_route_clip_to_dali(roots):
     loader = make_loader(roots["vp9"], routing="static", **ONE_EACH)
     try:
@@ -84,7 +97,7 @@ def test_static_routing_sends_every_dali_route_clip_to_dali(roots):
 
 
 def test_fallback_only_files_never_reach_dali(roots):
-    loader = make_loader(roots["mixed"], **ONE_EACH)
+    loader = make_loader(roots["mixed"], **ADAPTIVE)
     try:
         routes = {v.route for v in loader.videos}
         assert routes == {"dali", "fallback"}
@@ -125,7 +138,7 @@ def test_a_file_broken_after_the_scan_fails_once_whichever_decoder_meets_it(root
 
     root = tmp_path / "copy"
     shutil.copytree(roots["vp9"], root, ignore=shutil.ignore_patterns(".daliload"))
-    loader = make_loader(root, max_failure_fraction=1.0, **ONE_EACH)
+    loader = make_loader(root, max_failure_fraction=1.0, **ADAPTIVE)
     try:
         victim = loader.videos[2].path
         Path(victim).write_bytes(b"\x00garbage" * 100)
