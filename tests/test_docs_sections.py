@@ -13,21 +13,22 @@ RESULTS = REPO / "benchmarks" / "results"
 
 
 def _writers():
-    from benchmarks import (bench_dali_window, bench_lean_fallback, bench_repeated, bench_transcode, bench_views,
-                            demo_section, scale_report)
+    from benchmarks import (bench_dali_window, bench_lean_fallback, bench_repeated, bench_routing, bench_transcode,
+                            bench_views, demo_section, scale_report)
     from benchmarks import summary
 
     return [("demo.md", "demo", demo_section.readme_section, "demo.json"),
             ("evaluation.md", "views", bench_views.readme_figures, "views.json"),
             ("performance.md", "speed", summary.readme_section, "cpu.json"),
             ("performance.md", "dali-window", bench_dali_window.readme_figures, "dali_window.json"),
+            ("performance.md", "routing", bench_routing.readme_figures, "routing.json"),
             ("performance.md", "lean-fallback", bench_lean_fallback.readme_figures, "lean_fallback.json"),
             ("scale.md", "scale", scale_report.readme_figures, "scale-650000.json"),
             ("transcode.md", "transcode", bench_transcode.readme_figures, "transcode.json"),
             ("using.md", "repeated", bench_repeated.readme_figures, "repeated.json")]
 
 
-@pytest.mark.parametrize("index", range(8))
+@pytest.mark.parametrize("index", range(len(_writers())))
 def test_a_generated_section_is_its_writers_output_from_the_committed_run(index):
     page, marker, write, run = _writers()[index]
     text = (REPO / "docs" / page).read_text()
