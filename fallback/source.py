@@ -80,6 +80,14 @@ NormalizeOn = Literal["worker", "device"]
 _Task = tuple  # (rows, samples, hint, shape, dtype name, the manifest's frame count or None)
 
 
+#: Videos sent ahead to each worker. The pool sends a worker its next task only when the pass calls into this
+#: source (submit, collect); while the pass waits in DALI's collect nothing is sent, so a worker holding two
+#: tasks ran dry. One DALI thread and one worker sharing VP9's batches (bench_routing's "one each" setup, the
+#: worker's CPU time read from /proc in a one-off script, not a published run): busy 0.66-0.80 of the time with
+#: two tasks ahead, 0.83-0.87 with six.
+TASKS_AHEAD_PER_WORKER = 4
+
+
 def hard_limit(timeout_s: float) -> float:
     """When a worker still decoding is killed: after the decoder's own deadline had its chance."""
     return timeout_s * 1.25 + 0.5
@@ -353,7 +361,8 @@ class FallbackSource:
 
     def _workers(self) -> WorkerPool:
         if self._pool is None:
-            self._pool = WorkerPool(self._task_fn, workers=self.workers, timeout_s=self._limit, retry_crashed=True)
+            self._pool = WorkerPool(self._task_fn, workers=self.workers, timeout_s=self._limit, retry_crashed=True,
+                                    tasks_per_worker=TASKS_AHEAD_PER_WORKER)
             # Not __del__: when the source dies in a reference cycle, the garbage collector may finalize the
             # pool's pipes first, and a __del__ would then close their descriptors a second time (perhaps a
             # number reused meanwhile). A finalizer holds the pool, so it runs while the pipes are intact.

@@ -136,7 +136,8 @@ class WorkerPool(Generic[T, R]):
             worker is killed; ``None`` waits forever.
         start_method: ``"forkserver"`` (default where available) or ``"spawn"``.
         tasks_per_worker: tasks sent ahead to each worker (>= 1); 2 hides the
-            round-trip latency, more only raises memory.
+            round-trip latency; more keeps a worker busy while its caller is
+            away from the pool (tasks are sent only from the caller's calls).
         retry_crashed: give a task whose worker a signal killed one more try
             on a fresh worker before reporting ``"crash"``.
 
