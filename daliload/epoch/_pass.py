@@ -85,7 +85,9 @@ class EpochPass:
                 if source is not None:
                     source.cancel()
             self._held.release_all()
-            self.budget.warn(stacklevel=3)  # once per epoch, pointing at the caller's loop
+            # Once per epoch, pointing at the loop over the loader: this generator, the loader's _pass_over and
+            # _epoch_pass are the frames between (whether the pass ended, broke off or raised).
+            self.budget.warn(stacklevel=4)
 
     # -- the scheduler ------------------------------------------------------------------------
 
