@@ -608,19 +608,34 @@ def test_a_process_waiting_for_another_ones_scan_says_whose_and_how_far(dataset,
             ensure_manifest(sys.argv[1], device="cpu", scan=ScanSpec(sys.argv[2], workers=1), progress=True)
     """)
     first = subprocess.Popen([sys.executable, "-c", code, str(dataset), str(manifest)],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # The first is stopped (SIGSTOP) once it holds the turn, so the second meets it however long the second's
+    # start takes on a busy machine (it once found the scan over: "finished after 0 s", no waiting line); should
+    # the second never say it waits, the first goes on after a while and the test fails, not hangs.
+    resume = threading.Timer(120, lambda: first.poll() is None and first.send_signal(signal.SIGCONT))
     deadline = time.monotonic() + 60
-    while scan_lock.read_note(scan_lock.lock_path(manifest)) is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    second = subprocess.run([sys.executable, "-c", code, str(dataset), str(manifest)],
-                            capture_output=True, text=True, timeout=120)
+    try:
+        while scan_lock.read_note(scan_lock.lock_path(manifest)) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        first.send_signal(signal.SIGSTOP)
+        resume.start()
+        second = subprocess.Popen([sys.executable, "-c", code, str(dataset), str(manifest)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        waiting = _read_until(second.stderr, b"daliload: waiting for the scan of", b"\n")
+        first.send_signal(signal.SIGCONT)
+        _, second_err = second.communicate(timeout=120)
+    finally:
+        resume.cancel()
+        if first.poll() is None:
+            first.send_signal(signal.SIGCONT)
     out, _ = first.communicate(timeout=120)
-    assert first.returncode == 0 and second.returncode == 0, out[-2000:] + second.stderr[-2000:]
-    waits = [line for line in second.stderr.splitlines() if line.startswith("daliload: waiting for the scan of")]
-    assert waits, second.stderr[-2000:]
+    out, second_stderr = out.decode(errors="replace"), (waiting + second_err).decode(errors="replace")
+    assert first.returncode == 0 and second.returncode == 0, out[-2000:] + second_stderr[-2000:]
+    waits = [line for line in second_stderr.splitlines() if line.startswith("daliload: waiting for the scan of")]
+    assert waits, second_stderr[-2000:]
     assert f"{dataset} by pid {first.pid} on " in waits[0]
     assert any(re.search(r": \d+ of 6 files probed$", line) for line in waits), waits
-    assert "finished after" in second.stderr and "scan cpu" not in second.stderr  # it probed nothing itself
+    assert "finished after" in second_stderr and "scan cpu" not in second_stderr  # it probed nothing itself
 
 
 def _read_until(stream, marker: bytes, then: bytes = b"") -> bytes:
