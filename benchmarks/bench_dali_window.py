@@ -38,7 +38,7 @@ import time
 
 from benchmarks.datasets import kinetics_layout, prepare_standard
 from benchmarks.options import int_at_least
-from benchmarks.report import add_output_options, append_markdown, load_average, publish, run_heading, write_marked
+from benchmarks.report import add_output_options, load_average, publish_run, run_heading
 from benchmarks.metrics import verdict
 from benchmarks.machine import machine_info
 from daliload.loader import DecodeSpec, KineticsDALILoader
@@ -211,10 +211,7 @@ def main(argv: list[str] | None = None) -> int:
                            "batch_size": args.batch_size, "workers": args.workers, "rounds": args.rounds},
               "datasets": datasets}
     text = markdown(result)
-    publish(result, args.json, text, None if args.no_md else args.results_md,
-            write_md=lambda path, md: append_markdown(path, md, chapter=CHAPTER))
-    if args.readme is not None and not write_marked(args.readme, "dali-window", readme_figures(result)):
-        print(f"bench_dali_window: {args.readme} has no dali-window markers; not written")
+    publish_run(result, args, text, chapter=CHAPTER, marker="dali-window", figures=readme_figures)
     return 0
 
 

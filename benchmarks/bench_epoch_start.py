@@ -31,7 +31,7 @@ import statistics
 import time
 
 from benchmarks.datasets import kinetics_layout, prepare_dataset, standard_specs
-from benchmarks.report import add_output_options, append_markdown, load_average, publish, run_heading
+from benchmarks.report import add_output_options, load_average, publish_run, run_heading
 from benchmarks.machine import machine_info
 from daliload.loader import DecodeSpec, KineticsDALILoader
 
@@ -139,8 +139,7 @@ def main(argv: list[str] | None = None) -> int:
                            "batch_size": args.batch_size,
                            "workers": args.workers, "passes": args.passes},
               "runs": runs}
-    publish(result, args.json, markdown(result), None if args.no_md else args.results_md,
-            write_md=lambda path, text: append_markdown(path, text, chapter=CHAPTER))
+    publish_run(result, args, markdown(result), chapter=CHAPTER)
     return 0
 
 

@@ -43,7 +43,7 @@ import torch
 from benchmarks.datasets import kinetics_layout, prepare_standard
 from benchmarks.machine import machine_info
 from benchmarks.options import int_at_least
-from benchmarks.report import add_output_options, append_markdown, load_average, publish, run_heading, write_marked
+from benchmarks.report import add_output_options, load_average, publish_run, run_heading
 from daliload.loader import DecodeSpec, KineticsDALILoader
 from daliload.plan import OutputSpec, Sample
 from fallback.source import FallbackSource
@@ -242,10 +242,7 @@ def main(argv: list[str] | None = None) -> int:
                            "round_groups": args.round_groups},
               "datasets": datasets}
     text = markdown(result)
-    publish(result, args.json, text, None if args.no_md else args.results_md,
-            write_md=lambda path, md: append_markdown(path, md, chapter=CHAPTER))
-    if args.readme is not None and not write_marked(args.readme, "lean-fallback", readme_figures(result)):
-        print(f"bench_lean_fallback: {args.readme} has no lean-fallback markers; not written")
+    publish_run(result, args, text, chapter=CHAPTER, marker="lean-fallback", figures=readme_figures)
     return 0
 
 

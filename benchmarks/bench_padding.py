@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.metrics import summarize
-from benchmarks.report import add_output_options, append_markdown, load_average, publish
+from benchmarks.report import add_output_options, load_average, publish_run
 from benchmarks.machine import machine_info, machine_line, versions_line
 from daliload.plan import CropBox, OutputSpec, Sample
 
@@ -156,8 +156,7 @@ def main(argv: list[str] | None = None) -> int:
                            "stride": args.stride, "padded": args.padded, "runs": args.runs}}
     one_pass, *rows = measure(args, make_clip(args))
     result.update(one_pass=one_pass["one_pass"], rows=rows, load_average_after=load_average())
-    publish(result, args.json, markdown(result), None if args.no_md else args.results_md,
-            write_md=lambda path, text: append_markdown(path, text, chapter=CHAPTER))
+    publish_run(result, args, markdown(result), chapter=CHAPTER)
     return 0
 
 

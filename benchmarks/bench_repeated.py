@@ -43,7 +43,7 @@ from benchmarks.datasets import layout_relpath, prepare_standard
 from benchmarks.interleave import rotated
 from benchmarks.machine import machine_info
 from benchmarks.options import int_at_least
-from benchmarks.report import add_output_options, append_markdown, load_average, publish, run_heading, write_marked
+from benchmarks.report import add_output_options, load_average, publish_run, run_heading, write_readme_figures
 from benchmarks.metrics import verdict
 from daliload.loader import DecodeSpec, KineticsDALILoader
 
@@ -315,8 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         import json
 
         result = json.loads(Path(args.report_from).read_text())
-        if args.readme is not None and not write_marked(args.readme, "repeated", readme_figures(result)):
-            print(f"bench_repeated: {args.readme} has no repeated markers; not written")
+        if args.readme is not None:
+            write_readme_figures(args.readme, "repeated", readme_figures(result))
         return 0
     names = [n for n in args.datasets.split(",") if n]
     started = load_average()
@@ -332,10 +332,7 @@ def main(argv: list[str] | None = None) -> int:
                            "peer_summaries": {name: UNION_PEERS[name][2] for name in args.peers}},
               "datasets": datasets}
     result["targets"], result["peer_targets"] = judge(datasets)
-    publish(result, args.json, markdown(result), None if args.no_md else args.results_md,
-            write_md=lambda path, text: append_markdown(path, text, chapter=CHAPTER))
-    if args.readme is not None and not write_marked(args.readme, "repeated", readme_figures(result)):
-        print(f"bench_repeated: {args.readme} has no repeated markers; not written")
+    publish_run(result, args, markdown(result), chapter=CHAPTER, marker="repeated", figures=readme_figures)
     return 0
 
 

@@ -36,7 +36,7 @@ import time
 from benchmarks.datasets import kinetics_layout, prepare_standard
 from benchmarks.machine import machine_info
 from benchmarks.options import int_at_least
-from benchmarks.report import add_output_options, append_markdown, load_average, publish, run_heading, write_marked
+from benchmarks.report import add_output_options, load_average, publish_run, run_heading
 from benchmarks.metrics import verdict
 from daliload.loader import DecodeSpec, KineticsDALILoader
 
@@ -213,10 +213,7 @@ def main(argv: list[str] | None = None) -> int:
               "datasets": datasets}
     text = markdown(result)
     print(text)
-    publish(result, args.json, text, None if args.no_md else args.results_md,
-            write_md=lambda path, md: append_markdown(path, md, chapter=CHAPTER))
-    if args.readme is not None and not write_marked(args.readme, "routing", readme_figures(result)):
-        print(f"bench_routing: {args.readme} has no routing markers; not written")
+    publish_run(result, args, text, chapter=CHAPTER, marker="routing", figures=readme_figures)
     return 0
 
 

@@ -70,7 +70,7 @@ from benchmarks.scale_report import (FRESH_FILES, FRESH_SHARDS, LOADER_OPTIONS, 
                                      readme_figures)
 from benchmarks.options import int_at_least
 from benchmarks.scale_tree import build_tree, replicate_manifest, seed_manifest, source_clips
-from benchmarks.report import add_output_options, append_markdown, load_average, publish, write_marked
+from benchmarks.report import add_output_options, load_average, publish_run
 from benchmarks.machine import machine_info
 
 CHAPTER = "## Kinetics-700 at full size: `python -m benchmarks.bench_scale`"
@@ -343,10 +343,7 @@ def main(argv: list[str] | None = None) -> int:
               "figures": figures(measured, args.videos)}
     if baseline is not None:
         result["baseline"] = {k: baseline[k] for k in ("machine", "measurements", "figures")}
-    publish(result, args.json, markdown(result), None if args.no_md else args.results_md,
-            write_md=lambda path, text: append_markdown(path, text, chapter=CHAPTER))
-    if args.readme is not None and not write_marked(args.readme, "scale", readme_figures(result)):
-        print(f"bench_scale: {args.readme} has no scale markers; not written", file=sys.stderr)
+    publish_run(result, args, markdown(result), chapter=CHAPTER, marker="scale", figures=readme_figures)
     missed = missed_targets(result["figures"], args.videos)
     if args.check and missed:
         print("bench_scale: missed " + "; ".join(missed), file=sys.stderr)

@@ -26,7 +26,7 @@ import os
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from benchmarks.machine import machine_line, versions_line
 from benchmarks.metrics import Summary, summarize
@@ -268,6 +268,29 @@ def publish(result: dict, json_path: str | os.PathLike, text: str, results_md: s
     Path(json_path).parent.mkdir(parents=True, exist_ok=True)
     Path(json_path).write_text(json.dumps(result, indent=1))
     record_section(text, results_md, write_md=write_md)
+
+
+def publish_run(result: dict, args: argparse.Namespace, text: str, *, chapter: str | None = None,
+                marker: str | None = None, figures: Callable[[dict], str] | None = None) -> None:
+    """A small benchmark's outputs from its one ``result``, as its options (:func:`add_output_options`) say.
+
+    The JSON goes to ``args.json`` and the section ``text`` to ``args.results_md``
+    under ``chapter`` (unless ``--no-md``, see :func:`publish`). With a ``marker``,
+    the README's figures between its markers become ``figures(result)``
+    (:func:`write_marked`), where the benchmark has ``--readme`` and it is set; a
+    README without the markers is said and left as it is.
+    """
+    publish(result, args.json, text, None if args.no_md else args.results_md,
+            write_md=lambda path, md: append_markdown(path, md, chapter=chapter))
+    readme = getattr(args, "readme", None)
+    if marker is not None and readme is not None:
+        write_readme_figures(readme, marker, figures(result))
+
+
+def write_readme_figures(readme: str | os.PathLike, marker: str, text: str) -> None:
+    """:func:`write_marked`, saying so when ``readme`` lacks the ``marker`` markers (then nothing is written)."""
+    if not write_marked(readme, marker, text):
+        print(f"({readme} has no {marker} markers: not written)")
 
 
 def write_marked(path: str | os.PathLike, name: str, text: str) -> bool:

@@ -149,6 +149,34 @@ def test_results_md_keeps_the_newest_run_of_each_name(tmp_path):
     assert md.read_text().endswith("fallback table\n\n### CUDA run `gpu` — a GPU\n\ngpu table\n")
 
 
+def test_a_small_benchmark_publishes_its_json_section_and_readme_figures(tmp_path, capsys):
+    import argparse
+    import json
+
+    from benchmarks.report import add_output_options, publish_run
+
+    parser = argparse.ArgumentParser()
+    add_output_options(parser, "thing")
+    parser.add_argument("--readme")
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n<!-- thing:begin (written by code) -->\nold figures\n<!-- thing:end -->\n\nrest\n")
+    args = parser.parse_args(["--json", str(tmp_path / "r" / "thing.json"), "--results-md", str(tmp_path / "R.md"),
+                              "--readme", str(readme)])
+    result = {"name": "thing", "speed": 3}
+    publish_run(result, args, "### CPU run `thing` — here\n\nthe table\n", chapter="## Things",
+                marker="thing", figures=lambda r: f"speed {r['speed']}")
+    assert json.loads((tmp_path / "r" / "thing.json").read_text()) == result
+    assert "## Things\n" in (tmp_path / "R.md").read_text() and "the table" in (tmp_path / "R.md").read_text()
+    assert readme.read_text() == "# x\n\n<!-- thing:begin (written by code) -->\nspeed 3\n<!-- thing:end -->\n\nrest\n"
+
+    bare = tmp_path / "BARE.md"
+    bare.write_text("no markers\n")
+    args = parser.parse_args(["--json", str(tmp_path / "t.json"), "--no-md", "--readme", str(bare)])
+    publish_run(result, args, "section\n", chapter="## Things", marker="thing", figures=lambda r: "figures")
+    assert bare.read_text() == "no markers\n" and f"{bare} has no thing markers" in capsys.readouterr().out
+    assert (tmp_path / "t.json").exists()
+
+
 @pytest.mark.parametrize("peer", ["blog-pyav", "torchcodec-cpu", "torchcodec-cpu-approx", "decord-cpu"])
 def test_peer_decodes_the_planned_frames(make_clip, peer):
     reason = _available(peer)
