@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import os
@@ -609,25 +610,16 @@ def test_a_process_waiting_for_another_ones_scan_says_whose_and_how_far(dataset,
     """)
     first = subprocess.Popen([sys.executable, "-c", code, str(dataset), str(manifest)],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    # The first is stopped (SIGSTOP) once it holds the turn, so the second meets it however long the second's
-    # start takes on a busy machine (it once found the scan over: "finished after 0 s", no waiting line); should
-    # the second never say it waits, the first goes on after a while and the test fails, not hangs.
-    resume = threading.Timer(120, lambda: first.poll() is None and first.send_signal(signal.SIGCONT))
+    # The first is stopped once it holds the turn, so the second meets it however long the second's start
+    # takes on a busy machine (it once found the scan over: "finished after 0 s", no waiting line).
     deadline = time.monotonic() + 60
-    try:
-        while scan_lock.read_note(scan_lock.lock_path(manifest)) is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        first.send_signal(signal.SIGSTOP)
-        resume.start()
+    while scan_lock.read_note(scan_lock.lock_path(manifest)) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with _stopped(first):
         second = subprocess.Popen([sys.executable, "-c", code, str(dataset), str(manifest)],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         waiting = _read_until(second.stderr, b"daliload: waiting for the scan of", b"\n")
-        first.send_signal(signal.SIGCONT)
-        _, second_err = second.communicate(timeout=120)
-    finally:
-        resume.cancel()
-        if first.poll() is None:
-            first.send_signal(signal.SIGCONT)
+    _, second_err = second.communicate(timeout=120)
     out, _ = first.communicate(timeout=120)
     out, second_stderr = out.decode(errors="replace"), (waiting + second_err).decode(errors="replace")
     assert first.returncode == 0 and second.returncode == 0, out[-2000:] + second_stderr[-2000:]
@@ -636,6 +628,22 @@ def test_a_process_waiting_for_another_ones_scan_says_whose_and_how_far(dataset,
     assert f"{dataset} by pid {first.pid} on " in waits[0]
     assert any(re.search(r": \d+ of 6 files probed$", line) for line in waits), waits
     assert "finished after" in second_stderr and "scan cpu" not in second_stderr  # it probed nothing itself
+
+
+@contextlib.contextmanager
+def _stopped(process: subprocess.Popen):
+    """``process`` stopped (SIGSTOP) for the block, so another process meets it in its scan turn whatever their
+    speeds; it goes on (SIGCONT) when the block ends, or after 120 s should the block hang (say a second process
+    that never says it waits), so the test fails rather than hangs."""
+    resume = threading.Timer(120, lambda: process.poll() is None and process.send_signal(signal.SIGCONT))
+    process.send_signal(signal.SIGSTOP)
+    resume.start()
+    try:
+        yield
+    finally:
+        resume.cancel()
+        if process.poll() is None:
+            process.send_signal(signal.SIGCONT)
 
 
 def _read_until(stream, marker: bytes, then: bytes = b"") -> bytes:
@@ -659,21 +667,12 @@ def test_two_daliload_scans_of_one_root_take_turns_and_the_second_probes_nothing
     command = [sys.executable, "-c", SLOW_CLI, "scan", str(root), "--device", "cpu", "--workers", "1",
                "--timeout", "600"]  # slow probes: the first is still probing when it is stopped
     first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    # Should the second never say it waits, the first goes on after a while and the test fails, not hangs.
-    resume = threading.Timer(120, lambda: first.poll() is None and first.send_signal(signal.SIGCONT))
-    try:
-        started = _read_until(first.stderr, b"scan cpu")  # its progress bar: it is probing, in its turn
-        assert b"scan cpu" in started, started.decode(errors="replace")[-2000:]
-        first.send_signal(signal.SIGSTOP)
-        resume.start()
+    started = _read_until(first.stderr, b"scan cpu")  # its progress bar: it is probing, in its turn
+    assert b"scan cpu" in started, started.decode(errors="replace")[-2000:]
+    with _stopped(first):
         second = subprocess.Popen(command + ["--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         waiting = _read_until(second.stderr, b"daliload: waiting for the scan of", b"\n").decode()
-        first.send_signal(signal.SIGCONT)
-        second_out, second_err = second.communicate(timeout=300)
-    finally:
-        resume.cancel()
-        if first.poll() is None:
-            first.send_signal(signal.SIGCONT)
+    second_out, second_err = second.communicate(timeout=300)
     first_out, first_err = first.communicate(timeout=300)
     second_err = waiting + second_err.decode()
     assert first.returncode == 0 and second.returncode == 0, first_err.decode()[-2000:] + second_err[-2000:]
