@@ -68,7 +68,7 @@ def test_static_sends_every_dali_route_sample_to_dali_however_busy():
     on_dali = np.array([True, False, True, True])
     routes = Routes(on_dali, policy="static")
     to_dali, to_fallback = routes.assign(samples(4), range(4), SourceLoad(1000, 1, 500), SourceLoad(0, 64))
-    assert (to_dali, to_fallback) == ([0, 2, 3], [1])
+    assert (to_dali, to_fallback) == ([0, 2, 3], [1]) and routes.last_moved == 0
 
 
 def test_fallback_only_files_never_go_to_dali_even_when_dali_idles():
@@ -78,7 +78,8 @@ def test_fallback_only_files_never_go_to_dali_even_when_dali_idles():
         to_dali, to_fallback = routes.assign(samples(6), range(6), SourceLoad(0, 64), SourceLoad(500, 1, waited))
         assert set(to_dali) <= {1, 4} and {0, 2, 3, 5} <= set(to_fallback)
         assert sorted(to_dali + to_fallback) == list(range(6))
-    assert to_dali == [1, 4]
+        assert routes.last_moved == len(set(to_fallback) & {1, 4})  # only DALI's own clips count as moved
+    assert to_dali == [1, 4] and routes.last_moved == 0
 
 
 def test_a_rerouted_video_and_a_disabled_dali_leave_only_the_fallback():
@@ -103,6 +104,7 @@ def test_before_any_wait_the_capacities_split_a_batch():
     """1 DALI thread and 1 worker: half each, the batch's last clips to the fallback."""
     routes = Routes(np.ones(8, bool))
     assert routes.assign(samples(4), range(4), SourceLoad(0, 1), SourceLoad(0, 1)) == ([0, 1], [2, 3])
+    assert routes.last_moved == 2
 
 
 def test_routing_is_a_decode_option_checked_up_front():

@@ -101,8 +101,7 @@ class EpochPass:
             rows = [k for k in range(len(batch)) if k not in known]
             to_dali, to_fallback = self.routes.assign(batch, rows, self.dali.load() if self.dali else None,
                                                       self.fallback.load())
-            self.counters.clips_moved += sum(self.dali is not None and self.routes.uses_dali(batch[k])
-                                             for k in to_fallback)
+            self.counters.clips_moved += self.routes.last_moved
             shares = []
             for source, share in ((self.dali, to_dali), (self.fallback, to_fallback)):
                 if share:

@@ -95,6 +95,7 @@ class Routes:
         self._waited = (0, 0)  # groups DALI, the fallback had made the pass wait for, at the last batch
         self._hold = 0  # batches to go before the next step
         self.lag = max(1, lag)
+        self.last_moved = 0  # clips of the last batch assigned that DALI could take and the fallback got
 
     def uses_dali(self, sample: Sample) -> bool:
         """Whether DALI may decode ``sample`` (its route is ``dali``, DALI failed on neither it nor the run)."""
@@ -105,7 +106,8 @@ class Routes:
                fallback: SourceLoad) -> tuple[list[int], list[int]]:
         """Split ``rows`` of ``batch`` into ``(DALI's rows, the fallback's rows)``, by route and policy.
 
-        Called once per batch, in submission order (the adaptive share steps here).
+        Called once per batch, in submission order (the adaptive share steps here). How many
+        of the fallback's rows were DALI's to take is left in ``last_moved``.
 
         Args:
             batch: the batch's samples.
@@ -114,6 +116,7 @@ class Routes:
             fallback: the fallback's load now.
         """
         eligible = [k for k in rows if dali is not None and self.uses_dali(batch[k])]
+        self.last_moved = 0
         if self.policy == "static" or not eligible:
             taken = set(eligible)
             return eligible, [k for k in rows if k not in taken]
@@ -130,6 +133,7 @@ class Routes:
             else:
                 to_dali[:0] = unit
         self._carry = wanted - moved
+        self.last_moved = moved
         return sorted(to_dali), sorted(to_fallback)
 
     def _steer(self, dali: SourceLoad, fallback: SourceLoad) -> None:
