@@ -496,8 +496,8 @@ def run(args: argparse.Namespace) -> int:
 def _finish(result: dict, args: argparse.Namespace, json_path: Path, results_dir: Path) -> None:
     """Plots, the JSON with their names, the markdown (printed, written to RESULTS.md and the README)."""
     from benchmarks.plots import write_plots
-    from benchmarks.report import append_markdown, markdown_report
-    from benchmarks.summary import write_readme
+    from benchmarks.report import append_markdown, markdown_report, write_readme_figures
+    from benchmarks.summary import HEADLINE_MARKER, headline, write_readme
 
     if not args.no_plots:
         result["plots"] = write_plots(result, results_dir)
@@ -508,8 +508,9 @@ def _finish(result: dict, args: argparse.Namespace, json_path: Path, results_dir
     if not args.no_md:
         append_markdown(args.results_md, text)
         print(f"written to {args.results_md}")
-        if write_readme(args.readme, result):
+        if write_readme(args.readme, result):  # the run published as the speed section gives the headline
             print(f"speed section of {args.readme} rewritten")
+            write_readme_figures(args.headline, HEADLINE_MARKER, headline(result))
         else:
             print(f"{args.readme} has no speed markers: not rewritten")
     print(f"results: {json_path}" + (f"; plots: {', '.join(result['plots'])}" if result["plots"] else ""))

@@ -105,6 +105,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="markdown file the run's section goes to (replacing the previous run of the same name)")
     g.add_argument("--readme", default=str(REPO_ROOT / "docs" / "performance.md"),
                    help="file whose generated speed section (between its speed markers) the run rewrites")
+    g.add_argument("--headline", default=str(REPO_ROOT / "README.md"),
+                   help="file whose speed-headline figures the run rewrites, when it rewrites --readme's "
+                        "speed section (default README.md)")
     g.add_argument("--no-md", action="store_true", help="write neither --results-md nor --readme")
     g.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
     g.add_argument("--report-from", default=None, metavar="JSON",

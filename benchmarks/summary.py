@@ -131,7 +131,7 @@ def ratios(result: dict) -> dict[str, dict]:
 #: The issue's target against the peers: the whole loader over the best peer, every round, on this dataset.
 PEER_TARGET = ("daliload", LIMIT_DATASET, 1.3)
 #: daliload's own rows: not peers.
-_OWN = ("daliload", "daliload-dali-gpu", "daliload-dali-cpu", "daliload-fallback")
+_OWN = ("daliload", "daliload-static", "daliload-dali-gpu", "daliload-dali-cpu", "daliload-fallback")
 
 
 def _rounds(result: dict, loader: str, dataset: str) -> list[float] | None:
@@ -332,6 +332,36 @@ def readme_section(result: dict) -> str:
                      + f" | {_x(r['fallback_over_limit'])} | {_x(r['whole_over_limit'])} |")
     lines += [""] + target_lines(result)
     return "\n".join(lines) + "\n"
+
+
+HEADLINE_MARKER = "speed-headline"
+
+
+def headline(result: dict) -> str:
+    """The README's few lines on speed: daliload against the best peer per dataset, round by round.
+
+    What goes between the README's :data:`HEADLINE_MARKER` markers; the full
+    table is the speed section (:func:`readme_section`) of the page it links to.
+    A run without per-round figures says so instead of quoting medians of
+    separate blocks.
+    """
+    from benchmarks.machine import machine_line
+
+    machine, settings = result["machine"], result["settings"]
+    table = result.get("round_ratios") or {}
+    where = "on a GPU" if settings["device"] == "cuda" else "on the CPU (no GPU run yet)"
+    lines = [f"Measured {where} by run `{result['name']}` of `python -m benchmarks` ({machine_line(machine)}; "
+             f"load average {machine.get('load_avg_start')} to {machine.get('load_avg_end')}): every loader "
+             f"decodes the same plan with the same transform, {settings['workers']} workers, batch "
+             f"{settings['batch_size']}, interleaved epoch by epoch. daliload as users run it against the "
+             f"fastest other loader, median (min-max) of the {settings['runs']} rounds' ratios:", ""]
+    if not table:
+        return "\n".join(lines[:1] + ["", "(this run has no per-round figures)"]) + "\n"
+    lines += ["| dataset | daliload clips/s | best peer, clips/s | daliload / best peer |", "|---|---|---|---|"]
+    for name, r in table.items():
+        lines.append(f"| `{name}` | {_cell(result, 'daliload', name)} | `{r['best_peer']}`, "
+                     f"{_cell(result, r['best_peer'], name)} | {_spread_x(r['daliload_over_best_peer'])} |")
+    return "\n".join(lines + [""] + peer_target_lines(result)) + "\n"
 
 
 def write_readme(path: str | os.PathLike, result: dict) -> bool:

@@ -121,3 +121,26 @@ def test_a_hint_that_cannot_skip_opens_the_file_once(tiny_h264, monkeypatch):
     opened.clear()
     clip = decode_window(video.path, [40, 44, 48], hint=hint)  # keyframe 30: the hint's seek
     assert len(opened) == 1 and clip.num_frames_decoded <= 48 - 30 + 1 + 4
+
+
+def test_daliloads_own_rows_are_never_the_best_peer_and_the_headline_quotes_the_rounds():
+    from benchmarks.summary import headline, peer_ratios
+
+    result = _result()
+    result["settings"]["device"] = "cpu"
+    result["measurements"].append(_measurement("daliload-static", 99.0))  # daliload's, however fast
+    for m, rounds in zip(result["measurements"], ([20, 20, 20], [20, 19, 21], [40, 38, 44], [42, 42, 42],
+                                                  [99, 99, 99])):
+        m.update(plan_windows=True, round_clips_per_s=rounds)
+    table, judged = peer_ratios(result)
+    assert table["h264-gop250"]["best_peer"] == "torchcodec-cpu"
+    ratio = table["h264-gop250"]["daliload_over_best_peer"]
+    assert (ratio["min"], ratio["median"], ratio["max"]) == pytest.approx((2.0, 2.0, 44 / 21))
+    assert judged["verdict"] == "met" and judged["best_peer"] == "torchcodec-cpu"
+    result["round_ratios"], result["peer_target"] = table, judged
+    text = headline(result)
+    assert "on the CPU (no GPU run yet)" in text and "run `t` of `python -m benchmarks`" in text
+    assert "| `h264-gop250` | 40.0 (36.0-44.0) | `torchcodec-cpu`, 20.0 (18.0-22.0) | 2.00x (2.00-2.10) |" in text
+    assert "target >= 1.3: met" in text
+    del result["round_ratios"]
+    assert "(this run has no per-round figures)" in headline(result)

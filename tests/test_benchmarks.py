@@ -47,11 +47,13 @@ def test_smoke_run_reports_every_peer(tmp_path):
 
     results, md, readme = tmp_path / "results", tmp_path / "RESULTS.md", tmp_path / "README.md"
     readme.write_text(f"# x\n\n## Speed\n\n{README_BEGIN}\nold table 1.0\n{README_END}\n\nNotes (2026-01-01).\n")
+    front = tmp_path / "FRONT.md"
+    front.write_text("# p\n\n<!-- speed-headline:begin: by code -->\nold headline\n<!-- speed-headline:end -->\n")
     code = harness.main([
         "--device", "cpu", "--datasets", "h264-gop250", "--clips", "3", "--duration", "2.1", "--size", "128x96",
         "--batch-size", "2", "--workers", "0", "--no-sweeps", "--runs", "1", "--warmup", "0",
         "--data-dir", str(tmp_path / "data"), "--results-dir", str(results), "--results-md", str(md),
-        "--readme", str(readme), "--profile-clips", "2",
+        "--readme", str(readme), "--headline", str(front), "--profile-clips", "2",
         "--name", "smoke", "--machine", "test machine", "--timeout", "120"])
     assert code == 0
     result = json.loads((results / "smoke.json").read_text())
@@ -61,6 +63,13 @@ def test_smoke_run_reports_every_peer(tmp_path):
     assert "Generated from run `smoke`" in text and "| daliload fallback alone | ceiling files/s |" in text
     assert "| `h264-gop250`: 128x96 h264, keyframe every 250 | 3 x 2.1 s |" in text
     assert "fallback alone / GOP-bound limit on `h264-gop250`" in text
+    # The front page's headline: daliload against the best peer, from the same run.
+    front_text = front.read_text()
+    assert "old headline" not in front_text and "by run `smoke` of `python -m benchmarks`" in front_text
+    best = result["round_ratios"]["h264-gop250"]["best_peer"]
+    assert best not in ("daliload", "daliload-static", "daliload-fallback")
+    assert "| `h264-gop250` | " in front_text and f"| `{best}`, " in front_text
+    assert "daliload / the best peer (`" in front_text and "target >= 1.3" in front_text
     # The fallback's stage profile, and the GOP-bound limit with the loader's ratios.
     profile = result["profiles"]["h264-gop250"]
     assert profile["clips"] == 2 and profile["total_ms"] > 0 and profile["ms_per_clip"]["decode"] > 0
