@@ -225,7 +225,8 @@ class KineticsDALILoader:
             logger.info("%d DALI pipeline(s): %s", self.dali_pipelines,
                         f"one per NVDEC engine of {self.gpu.describe()}" if engines else
                         f"the NVDEC engines of {self.gpu.describe()} are not in daliload.prescreen.gpus")
-        prefetch = self.decode.batches_ahead(self.clips_per_batch, pipelines=self.dali_pipelines)
+        prefetch = self.decode.batches_ahead(self.clips_per_batch, clips_per_video=self.clips_per_video,
+                                             pipelines=self.dali_pipelines)
         self._routes = Routes(dali_videos(index, self.decode.dali_max_pixels) if self.dali_enabled else None,
                               policy=self.decode.routing_for(split, self.device, self.clips_per_batch), lag=prefetch)
         # The two clip sources live as long as the loader: the fallback's workers start at the first

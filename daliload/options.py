@@ -44,7 +44,7 @@ class DecodeSpec:
             decoding while another demuxes), on the CPU one per core.
         prefetch_batches: batches in flight ahead of the one consumed. Default 2;
             at least ``dali_pipelines``, and at least enough batches for
-            :data:`CLIPS_AHEAD_PER_WORKER` clips per fallback worker
+            :data:`VIDEOS_AHEAD_PER_WORKER` videos per fallback worker
             (:meth:`batches_ahead`).
         dali_pipelines: DALI pipelines per rank, each with ``dali_threads``
             threads, taking batches in turn (batches still come in plan
@@ -139,15 +139,25 @@ class DecodeSpec:
         if not 0 <= self.max_failure_fraction <= 1:
             raise ValueError(f"max_failure_fraction must be in [0, 1], got {self.max_failure_fraction!r}")
 
-    def batches_ahead(self, clips_per_batch: int, *, pipelines: int | None = None) -> int:
+    def batches_ahead(self, clips_per_batch: int, *, clips_per_video: int = 1, pipelines: int | None = None
+                      ) -> int:  # fmt: skip
         """Batches submitted ahead of the one consumed: ``prefetch_batches``, raised to the DALI pipelines
         (``pipelines``, the count :meth:`dali_pipelines_for` resolved; default ``dali_pipelines``, ``"auto"``
-        counting 1) and to enough batches that every fallback worker has :data:`CLIPS_AHEAD_PER_WORKER` clips
-        to go on with (with two batches of two clips, two workers waited between batches:
-        ``benchmarks/RESULTS.md``, "Before and after a change")."""
+        counting 1) and to enough batches that every fallback worker has :data:`VIDEOS_AHEAD_PER_WORKER`
+        videos to go on with.
+
+        The fallback decodes a video's clips (``clips_per_video`` of repeated sampling) in one task, so a
+        batch is ``clips_per_batch // clips_per_video`` tasks. Counted in clips, two batches of two clips
+        left two workers waiting between batches (``benchmarks/RESULTS.md``, "Before and after a change"),
+        and at ``clips_per_video=4`` two batches of 8 clips, two videos each, left each of two workers one
+        video to go on with: 4 batches ahead instead of 2 took that epoch from 42-48 to 85-89 clips/s on
+        the 2-core VM (H.264, keyframe every 250). Multi-view evaluation still counts clips (pass 1): its
+        video's views are one long task, and its batches are large.
+        """
         if pipelines is None:
             pipelines = 1 if self.dali_pipelines == "auto" else self.dali_pipelines
-        fill = -(-CLIPS_AHEAD_PER_WORKER * self.fallback_workers // clips_per_batch)
+        videos_per_batch = max(1, clips_per_batch // clips_per_video)
+        fill = -(-VIDEOS_AHEAD_PER_WORKER * self.fallback_workers // videos_per_batch)
         return max(self.prefetch_batches, pipelines, fill)
 
     def dali_pipelines_for(self, device: str, nvdec_engines: int | None) -> int:
@@ -180,8 +190,9 @@ class DecodeSpec:
         return min(batch_size, 16) if device == "gpu" else usable_cores()
 
 
-#: Clips a fallback worker has queued ahead (its task in hand, one to go on with, and its next batch's).
-CLIPS_AHEAD_PER_WORKER = 4
+#: Videos (tasks) a fallback worker has queued ahead (its task in hand, one to go on with, and its next
+#: batch's); the pool sends a worker as many (``fallback.source.TASKS_AHEAD_PER_WORKER``).
+VIDEOS_AHEAD_PER_WORKER = 4
 
 #: What torch's ``DataLoader`` keywords are here, for users who pass them out of habit.
 _DATALOADER_EQUIVALENTS = {

@@ -339,9 +339,18 @@ def test_small_batches_are_submitted_far_enough_ahead_to_keep_every_fallback_wor
     assert DecodeSpec(fallback_workers=8).batches_ahead(3) == 11  # ceil(32 / 3)
     assert DecodeSpec(fallback_workers=0, dali_pipelines=3).batches_ahead(2) == 3
     assert DecodeSpec(prefetch_batches=6).batches_ahead(64) == 6
+    # Repeated sampling: a video's clips are one task, so 8 clips of 4 per video are 2 tasks.
+    assert DecodeSpec(fallback_workers=2).batches_ahead(8, clips_per_video=4) == 4
+    assert DecodeSpec(fallback_workers=2).batches_ahead(8, clips_per_video=2) == 2
+    assert DecodeSpec(fallback_workers=2).batches_ahead(2, clips_per_video=2) == 8  # one video a batch
     loader = make_loader(dataset, batch_size=2, decode=DecodeSpec(fallback_workers=2))
     try:
         assert loader._setup.prefetch == 4
+    finally:
+        loader.close()
+    loader = make_loader(dataset, batch_size=4, clips_per_video=4, decode=DecodeSpec(fallback_workers=2))
+    try:
+        assert loader._setup.prefetch == 8  # one video a batch: 4 for each of 2 workers
     finally:
         loader.close()
 
