@@ -212,7 +212,6 @@ def main(argv: list[str] | None = None) -> int:
                            "batch_size": args.batch_size, "rounds": args.rounds, "setups": setups},
               "datasets": datasets}
     text = markdown(result)
-    print(text)
     publish_run(result, args, text, chapter=CHAPTER, marker="routing", figures=readme_figures)
     return 0
 
