@@ -44,8 +44,8 @@ class DecodeSpec:
             decoding while another demuxes), on the CPU one per core.
         prefetch_batches: batches in flight ahead of the one consumed. Default 2;
             at least ``dali_pipelines``, and at least enough batches for
-            :data:`VIDEOS_AHEAD_PER_WORKER` videos per fallback worker
-            (:meth:`batches_ahead`).
+            :data:`VIDEOS_AHEAD_PER_WORKER` (4) videos per fallback worker, a
+            video's ``clips_per_video`` clips being one task (:meth:`batches_ahead`).
         dali_pipelines: DALI pipelines per rank, each with ``dali_threads``
             threads, taking batches in turn (batches still come in plan
             order). More keep more NVDEC sessions busy at once. ``"auto"``
