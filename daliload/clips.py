@@ -98,6 +98,16 @@ class SourceLoad(NamedTuple):
 #: A collect that returned within this many seconds did not wait: the source was ahead of the pass.
 WAITED_S = 0.001
 
+#: Videos (tasks: a video's clips are one) each worker of a source with worker processes has queued: its
+#: task in hand, one to go on with, and its next batch's. The pass submits enough batches ahead for it
+#: (:meth:`daliload.DecodeSpec.batches_ahead`), and the fallback's pool sends each worker as many
+#: (:class:`fallback.source.FallbackSource`): the pool sends a worker its next task only when the pass
+#: calls into the source (submit, collect), so while the pass waits in DALI's collect a worker holding two
+#: tasks ran dry. One DALI thread and one worker sharing VP9's batches (bench_routing's "one each" setup,
+#: the worker's CPU time read from /proc in a one-off script, not a published run): busy 0.66-0.80 of the
+#: time with two tasks ahead, 0.83-0.87 with six.
+TASKS_AHEAD_PER_WORKER = 4
+
 
 class LoadMeter:
     """A source's clips in flight and the groups the pass had to wait for, from its submits and collects.

@@ -20,6 +20,7 @@ from typing import Literal, Sequence
 import numpy as np
 
 from daliload import runtime
+from daliload.clips import TASKS_AHEAD_PER_WORKER
 from daliload.failures import DEFAULT_MAX_FAILURE_FRACTION
 from daliload.plan import AugmentSpec, ClipSpec, OutputSpec, check_last_batch, check_views
 from daliload.plan.columns import strides
@@ -44,8 +45,9 @@ class DecodeSpec:
             decoding while another demuxes), on the CPU one per core.
         prefetch_batches: batches in flight ahead of the one consumed. Default 2;
             at least ``dali_pipelines``, and at least enough batches for
-            :data:`VIDEOS_AHEAD_PER_WORKER` (4) videos per fallback worker, a
-            video's ``clips_per_video`` clips being one task (:meth:`batches_ahead`).
+            ``daliload.clips.TASKS_AHEAD_PER_WORKER`` (4) videos per fallback
+            worker, a video's ``clips_per_video`` clips being one task
+            (:meth:`batches_ahead`).
         dali_pipelines: DALI pipelines per rank, each with ``dali_threads``
             threads, taking batches in turn (batches still come in plan
             order). More keep more NVDEC sessions busy at once. ``"auto"``
@@ -143,8 +145,8 @@ class DecodeSpec:
                       ) -> int:  # fmt: skip
         """Batches submitted ahead of the one consumed: ``prefetch_batches``, raised to the DALI pipelines
         (``pipelines``, the count :meth:`dali_pipelines_for` resolved; default ``dali_pipelines``, ``"auto"``
-        counting 1) and to enough batches that every fallback worker has :data:`VIDEOS_AHEAD_PER_WORKER`
-        videos to go on with.
+        counting 1) and to enough batches that every fallback worker has
+        :data:`daliload.clips.TASKS_AHEAD_PER_WORKER` videos to go on with.
 
         The fallback decodes a video's clips (``clips_per_video`` of repeated sampling) in one task, so a
         batch is ``clips_per_batch // clips_per_video`` tasks. Counted in clips, two batches of two clips
@@ -157,7 +159,7 @@ class DecodeSpec:
         if pipelines is None:
             pipelines = 1 if self.dali_pipelines == "auto" else self.dali_pipelines
         videos_per_batch = max(1, clips_per_batch // clips_per_video)
-        fill = -(-VIDEOS_AHEAD_PER_WORKER * self.fallback_workers // videos_per_batch)
+        fill = -(-TASKS_AHEAD_PER_WORKER * self.fallback_workers // videos_per_batch)
         return max(self.prefetch_batches, pipelines, fill)
 
     def dali_pipelines_for(self, device: str, nvdec_engines: int | None) -> int:
@@ -189,10 +191,6 @@ class DecodeSpec:
             return self.dali_threads
         return min(batch_size, 16) if device == "gpu" else usable_cores()
 
-
-#: Videos (tasks) a fallback worker has queued ahead (its task in hand, one to go on with, and its next
-#: batch's); the pool sends a worker as many (``fallback.source.TASKS_AHEAD_PER_WORKER``).
-VIDEOS_AHEAD_PER_WORKER = 4
 
 #: What torch's ``DataLoader`` keywords are here, for users who pass them out of habit.
 _DATALOADER_EQUIVALENTS = {

@@ -63,7 +63,7 @@ import torch
 
 from daliload.failures import Failure, FailureKind
 from daliload.plan import OutputSpec, Sample
-from daliload.clips import Decoded, LoadMeter, SourceLoad
+from daliload.clips import TASKS_AHEAD_PER_WORKER, Decoded, LoadMeter, SourceLoad
 from daliload.runtime import TaskOutcome, WorkerPool
 from fallback.decode import DecodeError, decode_window
 from fallback.numbering import StreamHint
@@ -78,14 +78,6 @@ NormalizeOn = Literal["worker", "device"]
 
 #: Decodes of one file per task: a group's samples of the same video (its views, its clips).
 _Task = tuple  # (rows, samples, hint, shape, dtype name, the manifest's frame count or None)
-
-
-#: Videos sent ahead to each worker. The pool sends a worker its next task only when the pass calls into this
-#: source (submit, collect); while the pass waits in DALI's collect nothing is sent, so a worker holding two
-#: tasks ran dry. One DALI thread and one worker sharing VP9's batches (bench_routing's "one each" setup, the
-#: worker's CPU time read from /proc in a one-off script, not a published run): busy 0.66-0.80 of the time with
-#: two tasks ahead, 0.83-0.87 with six.
-TASKS_AHEAD_PER_WORKER = 4
 
 
 def hard_limit(timeout_s: float) -> float:
