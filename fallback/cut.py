@@ -30,6 +30,14 @@ file the cut's frame 0 is::
    ``None``: DALI then decodes the whole file, as before.
 4. Written as Matroska, which DALI's demuxer reads for every codec the routes
    send to DALI (H.264 and HEVC get its Annex B filter there as from MP4).
+5. Decodable from its packets alone: NVDEC's parser is given the packets
+   through FFmpeg's Annex B filter and never the container's extradata, and
+   that filter puts H.264's SPS/PPS only before IDR slices. An open-GOP
+   entry (an I slice with a recovery point, x264's ``open-gop``) would reach
+   it with no parameter sets and decode nothing. So the first packet of
+   every H.264 and HEVC cut carries the stream's parameter sets in band
+   (:func:`fallback.numbering.with_parameter_sets`); a stream whose
+   parameter sets cannot be found gives ``None``.
 
 Frames the window skips between its frames (the stride) are still decoded:
 DALI cannot be told to skip non-reference pictures, and leaving them out of
@@ -53,7 +61,7 @@ from typing import Sequence
 import av
 
 from fallback.numbering import (StreamHint, first_output_pts, is_random_access, nal_length_size, shows_frame,
-                                timestamps_rank_frames)
+                                timestamps_rank_frames, with_parameter_sets)
 
 #: Packets read past the window's last frame, before the cut is closed: B-frames stored after a later
 #: frame come at most this many packets later (x264/x265 use up to 16 reference frames).
@@ -122,6 +130,10 @@ def cut_window(path: str | os.PathLike, first: int, last: int, hint: StreamHint 
             return None  # a frame missing or twice: timestamps do not number this stream
         if not all(shows_frame(codec, packet) for _, packet in kept):
             return None  # DALI would number the packet that shows nothing as a frame
+        entry = _self_contained(kept[0][1], codec, stream.codec_context.extradata, length_size)
+        if entry is None:
+            return None  # no parameter sets to put in band: only the whole file decodes on NVDEC
+        kept[0] = (base, entry)
         buffer = io.BytesIO()
         with av.open(buffer, "w", format="matroska") as out:
             out_stream = out.add_stream_from_template(stream)
@@ -129,6 +141,19 @@ def cut_window(path: str | os.PathLike, first: int, last: int, hint: StreamHint 
                 packet.stream = out_stream
                 out.mux(packet)
     return WindowCut(buffer.getvalue(), base, last - base + 1)
+
+
+def _self_contained(packet: av.Packet, codec: str, extradata: bytes | None,
+                    length_size: int | None) -> av.Packet | None:
+    """The cut's first packet with the stream's parameter sets in band (rule 5 of the module doc)."""
+    data = bytes(packet)
+    whole = with_parameter_sets(codec, data, extradata, length_size)
+    if whole is None or whole is data:
+        return None if whole is None else packet
+    entry = av.Packet(whole)
+    entry.pts, entry.dts, entry.time_base = packet.pts, packet.dts, packet.time_base
+    entry.duration, entry.is_keyframe = packet.duration, True
+    return entry
 
 
 def _first_pts(src, stream, codec: str, length_size: int | None) -> int | None:

@@ -76,6 +76,8 @@ _MPEG4_FILLER_MAX_BYTES = 16
 _H264_IDR, _H264_SEI, _H264_RECOVERY_POINT = 5, 6, 6
 #: HEVC NAL unit types of IRAP pictures (BLA_W_LP .. CRA_NUT).
 _HEVC_IRAP = range(16, 22)
+#: NAL unit types of the parameter sets a decoder needs before a picture: H.264 SPS, PPS; HEVC VPS, SPS, PPS.
+_PARAMETER_SETS = {"h264": frozenset((7, 8)), "hevc": frozenset((32, 33, 34))}
 #: Decoders output a stream's first frame within this many packets (reorder
 #: delay plus the pictures of a GOP cut in half); past that the stream has no origin.
 _MAX_PACKETS_TO_FIRST_FRAME = 600
@@ -139,14 +141,81 @@ def is_random_access(codec: str, packet: av.Packet, length_size: int | None) -> 
     data = bytes(packet)
     units = _nal_units(data, length_size)
     if codec == "hevc":
-        return any((unit[0] >> 1) & 0x3F in _HEVC_IRAP for unit in units if unit)
+        return any(_nal_type(codec, unit) in _HEVC_IRAP for unit in units if unit)
     for unit in units:
         if not unit:
             continue
-        kind = unit[0] & 0x1F
+        kind = _nal_type(codec, unit)
         if kind == _H264_IDR or (kind == _H264_SEI and _recovers_at_once(unit[1:])):
             return True
     return False
+
+
+def _nal_type(codec: str, unit: bytes) -> int:
+    return (unit[0] >> 1) & 0x3F if codec == "hevc" else unit[0] & 0x1F
+
+
+def with_parameter_sets(codec: str, data: bytes, extradata: bytes | None, length_size: int | None) -> bytes | None:
+    """``data`` (an H.264/HEVC packet) with the stream's parameter sets in band in front, as its own units are.
+
+    A decode that starts at this packet then needs nothing from the
+    container. That is what NVDEC's parser is given by DALI: packets only,
+    through FFmpeg's ``h264_mp4toannexb``, which inserts the avcC's SPS/PPS
+    before IDR slices only. An open-GOP H.264 entry (an I slice with a
+    recovery point) would reach the parser with no SPS/PPS, decode nothing,
+    and DALI would hand back whatever its buffer held. ``hevc_mp4toannexb``
+    adds them before every IRAP, so HEVC is safe there; it gets them in band
+    too, so that no cut depends on which filter reads it.
+
+    Returns ``data`` unchanged when it holds every kind of parameter set
+    already or the codec needs none; ``None`` when it needs some and the
+    extradata holds none this module can read (the caller must not start a
+    decode here).
+    """
+    needed = _PARAMETER_SETS.get(codec)
+    if needed is None:
+        return data
+    if needed <= {_nal_type(codec, unit) for unit in _nal_units(data, length_size) if unit}:
+        return data
+    units = _extradata_units(codec, extradata or b"", length_size)
+    if not needed <= {_nal_type(codec, unit) for unit in units}:
+        return None
+    if length_size is None:
+        prefix = b"".join(b"\x00\x00\x00\x01" + unit for unit in units)
+    else:
+        prefix = b"".join(len(unit).to_bytes(length_size, "big") + unit for unit in units)
+    return prefix + data
+
+
+def _extradata_units(codec: str, extradata: bytes, length_size: int | None) -> list[bytes]:
+    """The parameter-set NAL units of an avcC / hvcC record, or of Annex B extradata."""
+    wanted = _PARAMETER_SETS[codec]
+    if length_size is None:  # Annex B extradata (MPEG-TS, raw streams): units between start codes
+        units = _nal_units(extradata, None) if extradata[:3] in (b"\x00\x00\x01", b"\x00\x00\x00") else []
+        return [unit for unit in units if unit and _nal_type(codec, unit) in wanted]
+    units: list[bytes] = []
+    try:
+        if codec == "h264":  # avcC: 5 header bytes; SPS count (low 5 bits), SPSs; PPS count, PPSs (16-bit sizes)
+            pos = 5
+            for mask in (0x1F, 0xFF):
+                count, pos = extradata[pos] & mask, pos + 1
+                for _ in range(count):
+                    size = int.from_bytes(extradata[pos:pos + 2], "big")
+                    units.append(extradata[pos + 2:pos + 2 + size])
+                    pos += 2 + size
+        else:  # hvcC: 22 header bytes; array count; per array: type, unit count, units (16-bit sizes)
+            pos = 23
+            for _ in range(extradata[22]):
+                count, pos = int.from_bytes(extradata[pos + 1:pos + 3], "big"), pos + 3
+                for _ in range(count):
+                    size = int.from_bytes(extradata[pos:pos + 2], "big")
+                    units.append(extradata[pos + 2:pos + 2 + size])
+                    pos += 2 + size
+    except IndexError:
+        return []
+    if any(not unit for unit in units) or pos > len(extradata):
+        return []  # a record cut short: its units cannot be trusted
+    return [unit for unit in units if _nal_type(codec, unit) in wanted]
 
 
 def _nal_units(data: bytes, length_size: int | None) -> list[bytes]:
