@@ -76,6 +76,7 @@ import numpy as np
 from av.video.reformatter import Colorspace, VideoReformatter
 
 from daliload.plan import clamp_frame_indices
+from daliload.stream import require_regular_file
 from fallback.errors import DecodeError, describe
 from fallback.numbering import FrameTable, StreamHint, first_output_pts, timestamps_rank_frames
 
@@ -231,6 +232,7 @@ class _Window:
 
     def open(self):
         try:
+            require_regular_file(self.path)  # a FIFO put in its place would block the open past any time limit
             container = av.open(self.path, metadata_errors="ignore", timeout=self.timeout_s)
         except av.error.ExitError as err:
             raise DecodeError(self.path, self.timeout_reason(), "timeout") from err

@@ -8,6 +8,7 @@ own, or its replacement's), read from the frame-index code painted in every gene
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 import time
@@ -97,6 +98,25 @@ def test_dali_file_truncated_and_fallback_file_deleted_after_the_scan(root):
     dali_slots = sum(s.path in paths["dali"] for b in loader.plan() for s in b)
     victim_slots = sum(s.path == dali_victim for b in loader.plan() for s in b)
     assert stats.clips_dali == dali_slots - victim_slots
+
+
+def test_a_fifo_put_in_a_videos_place_fails_that_video_at_once_on_both_routes(root):
+    """A FIFO blocks open() and read() until a writer comes: DALI's reader thread (which no time limit can
+    interrupt, and which the interpreter's exit waits for), the cut and the fallback must refuse it unread."""
+    loader = make_loader(root)
+    paths = routes(loader)
+    victims = paths["dali"][0], paths["fallback"][0]
+    for victim in victims:
+        Path(victim).unlink()
+        os.mkfifo(victim)
+    try:
+        batches = epoch(loader)
+        check_epoch(loader, batches)
+        failures = {f.path: f.reason for f in loader.stats().failures}
+        for victim in victims:
+            assert "not a regular file: it is a FIFO" in failures[victim], failures
+    finally:
+        loader.close()
 
 
 def test_a_batch_failure_that_names_no_file_is_isolated_by_halves(root):

@@ -619,8 +619,8 @@ def test_the_views_of_a_video_share_one_read_of_its_file(vp9, raw_decoder, monke
         reads.append(path)
         return real_read(path)
 
-    real_read = pipeline._read_file
-    monkeypatch.setattr(pipeline, "_read_file", counted)
+    real_read = pipeline.read_video_file
+    monkeypatch.setattr(pipeline, "read_video_file", counted)
     views = [sample(vp9, start, 2, label=4, position=i) for i, start in enumerate((0, 10, 20, 30))]
     batch = raw_decoder.decode_batch(views)
     assert reads == [str(vp9)]

@@ -55,6 +55,7 @@ from daliload.dali._graph import build, feed, videos_to_torch
 from daliload.dali._wait import Waiter, exit_without_waiting_for
 from daliload.plan import OutputSpec, Sample, clamp_frame_indices
 from daliload.runtime import quiet_dali, require_cuda
+from daliload.stream import read_video_file
 
 if TYPE_CHECKING:
     import torch
@@ -242,7 +243,7 @@ class DaliClipDecoder:
         # One read per whole file: a video's views share it.
         paths = list(dict.fromkeys(s.path for s, cut in zip(samples, cuts) if cut is None))
         try:
-            by_path = dict(zip(paths, self._reader.map(_read_file, paths)))
+            by_path = dict(zip(paths, self._reader.map(read_video_file, paths)))
         except OSError as err:
             bad = next((s for s in samples if s.path == getattr(err, "filename", None)), None)
             error = DaliBatchError(samples, f"cannot read file: {err}", culprit=bad)
@@ -409,13 +410,6 @@ def _once_fed(fed: concurrent.futures.Future | None, call: Callable[[], Any]) ->
             fed.result(timeout=0)
         return call()
     return run
-
-
-def _read_file(path: str) -> np.ndarray:
-    data = np.fromfile(path, dtype=np.uint8)
-    if data.size == 0:
-        raise OSError(0, "file is empty", path)
-    return data
 
 
 def _frames_to_decode(samples: tuple[Sample, ...], frames_of: Callable[[str], int | None]) -> list[list[int]]:
