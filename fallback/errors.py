@@ -34,7 +34,7 @@ class DecodeError(RuntimeError):
 def describe(err: BaseException, path: str = "") -> str:
     """``"InvalidDataError: Invalid data found when processing input (avcodec_send_packet())"``."""
     name = type(err).__name__
-    if isinstance(err, av.error.FFmpegError) and err.strerror:
+    if isinstance(err, (av.error.FFmpegError, OSError)) and err.strerror:  # FFmpegError is an OSError too
         where = err.filename if err.filename and err.filename != path else None
         return f"{name}: {err.strerror}" + (f" ({where})" if where else "")
     text = str(err).strip()
