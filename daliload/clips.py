@@ -69,7 +69,13 @@ class Decoded(NamedTuple):
             buffers. The epoch pass holds it until an event after its copies.
         normalized: ``videos`` are finished clips (default); false: uint8
             pixels in the output's layout and size, for the merge to normalise
-            (see the module docstring).
+            (see the module docstring). On a GPU, DALI's clips of a bfloat16
+            output are float32 (DALI has no bfloat16): the merge casts them in
+            the copy it makes anyway.
+        owned: ``videos`` is torch's own memory, fresh and referenced by
+            nothing else (DALI's clips already copied once: padded short clips,
+            a cast): on the GPU the merge hands it out as the batch when it is
+            the whole batch, instead of copying it a second time.
     """
 
     videos: "torch.Tensor"
@@ -77,6 +83,7 @@ class Decoded(NamedTuple):
     frames_decoded: int | None = None
     keepalive: object = None
     normalized: bool = True
+    owned: bool = False
 
 
 class SourceLoad(NamedTuple):

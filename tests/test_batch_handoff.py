@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from daliload import epoch as epoch_mod
+from daliload.clips import Decoded
 from daliload.epoch import _merge as merge_mod
 from daliload.epoch import EpochCounters, EpochPass, HostTransfer, PassSetup, Routes
 from daliload.failures import FailureBudget
@@ -255,6 +256,33 @@ def test_host_transfer_modes_and_a_registration_the_driver_refuses(caplog):
     with pytest.raises(ValueError, match="mode must be 'register', 'staging' or 'pageable', got 'mapped'"):
         HostTransfer("mapped")
     assert epoch_mod.HOST_TRANSFER == "register"
+
+
+def test_each_dali_clip_reaches_the_batch_with_one_copy(caplog):
+    """On a device (torch's meta device stands in), DALI's clips are copied once into the batch: a whole batch
+    the decoder already copied into torch's memory (short clips padded, ``owned``) is handed out as it is, and a
+    bfloat16 batch is cast in the merge's copy, not cast by the decoder and copied again."""
+    meta = torch.device("meta")
+    rows = list(range(4))
+
+    def whole(videos, *, owned, output=RAW):
+        part = merge_mod.Part(rows, rows, Decoded(videos, {}, owned=owned))
+        return merge_mod.stack([part], 4, meta, output=output)
+
+    clips = torch.empty((4, 3, 4, 48, 64), device=meta)
+    assert whole(clips, owned=True) is clips  # the decoder's own copy: not copied again
+    view = whole(clips, owned=False)  # DALI's buffer (a DLPack view): copied into torch's memory
+    assert view is not clips and view.dtype == torch.float32
+    bf16 = OutputSpec(size=(48, 64), mean=(0, 0, 0), std=(1, 1, 1), dtype="bfloat16")
+    cast = whole(clips, owned=False, output=bf16)  # DALI's float32 clips of a bfloat16 output: cast in the copy
+    assert cast.dtype == torch.bfloat16 and cast.shape == clips.shape
+    padded = torch.empty((4, 3, 4, 48, 64), device=meta, dtype=torch.bfloat16)  # padded straight into bfloat16
+    assert whole(padded, owned=True, output=bf16) is padded
+    # A batch shared with the fallback: one copy per part, the cast in it.
+    mixed = merge_mod.stack([merge_mod.Part([0, 1], [0, 1], Decoded(clips[:2], {})),
+                             merge_mod.Part([2, 3], [0, 1], Decoded(clips[:2].to(torch.bfloat16), {}, owned=True))],
+                            4, meta, output=bf16)
+    assert mixed.dtype == torch.bfloat16 and mixed.shape == clips.shape
 
 
 # --- item 1: a GPU batch stays valid while the consumer stream still reads it ------------------------

@@ -93,12 +93,13 @@ def feed(pipe: Any, samples: tuple[Sample, ...], encoded: list[np.ndarray],
 
 
 def videos_to_torch(tensor_list: Any, lengths: tuple[int, ...], clip_len: int, layout: str,
-                    device_id: int | None) -> "torch.Tensor":
+                    device_id: int | None, dtype: "torch.dtype | None" = None) -> "torch.Tensor":
     """The batch as one ``(B, ...)`` tensor: a zero-copy view when every clip came back whole.
 
     Otherwise (a clip asked for fewer frames: its window ran past the end)
     one copy, with each short clip's last frame repeated up to ``clip_len``,
-    queued on the current torch stream (the one the outputs are bound to).
+    queued on the current torch stream (the one the outputs are bound to),
+    cast to ``dtype`` in that copy when one is given.
     """
     import torch
     from nvidia.dali.tensors import TensorListGPU
@@ -111,7 +112,7 @@ def videos_to_torch(tensor_list: Any, lengths: tuple[int, ...], clip_len: int, l
         clips = [torch.from_dlpack(tensor_list[i]) for i in range(len(tensor_list))]
         shape = list(clips[0].shape)
         shape[time_axis] = clip_len
-        videos = clips[0].new_empty((len(clips), *shape))
+        videos = clips[0].new_empty((len(clips), *shape), dtype=dtype or clips[0].dtype)
         for row, clip in zip(videos, clips):
             n = clip.shape[time_axis]
             row.narrow(time_axis, 0, n).copy_(clip)

@@ -82,11 +82,19 @@ class DecodedBatch:
             queued on the torch stream and reads these: holding this object
             until that stream's later work has run keeps them valid, as it does
             for zero-copy views.
+        owned: ``videos`` is a copy in torch's own memory (short clips padded,
+            or a cast), not a view of DALI's buffers.
+
+    A bfloat16 output (DALI has none) is normalised in float32; on the CPU the
+    clips are cast here, on a GPU they stay float32 and whoever copies them
+    casts in that copy (the loader's merge), so that they are copied once: a
+    batch with short clips is padded straight into bfloat16.
     """
 
     samples: tuple[Sample, ...]
     videos: "torch.Tensor"
     outputs: Any = field(default=None, repr=False, compare=False)
+    owned: bool = False
 
 
 @dataclass
@@ -297,13 +305,16 @@ class DaliClipDecoder:
                 culprit = entry.samples[int(match.group(1))]
             logger.debug("DALI batch failed: %s", err)
             raise DaliBatchError(entry.samples, reason, culprit=culprit) from err
-        videos = videos_to_torch(videos_tl, entry.lengths, entry.samples[0].clip_len, self.output.layout,
-                                 self.device_id)
-        if self.output.dtype == "bfloat16":  # one cast, queued on the stream the outputs are bound to
-            import torch
+        import torch
 
-            videos = videos.to(torch.bfloat16)
-        return DecodedBatch(entry.samples, videos, outputs=(videos_tl,))
+        bfloat16 = self.output.dtype == "bfloat16"
+        clip_len = entry.samples[0].clip_len
+        owned = any(n != clip_len for n in entry.lengths)  # padded into a copy of torch's
+        videos = videos_to_torch(videos_tl, entry.lengths, clip_len, self.output.layout, self.device_id,
+                                 dtype=torch.bfloat16 if bfloat16 else None)
+        if bfloat16 and self.device == "cpu" and videos.dtype != torch.bfloat16:
+            videos, owned = videos.to(torch.bfloat16), True  # one cast; on a GPU the merge's copy casts
+        return DecodedBatch(entry.samples, videos, outputs=(videos_tl,), owned=owned)
 
     def _outputs_call(self, pipe: Any):
         """``pipe.outputs``, bound on a GPU to the caller's current torch stream.

@@ -101,7 +101,7 @@ class DaliSource:
         if isinstance(outcome, DaliBatchError):
             return self._isolate(outcome)  # its clips are decoded again from whole files
         self.clips_cut += cut
-        return Decoded(outcome.videos, {}, frames, outcome.outputs)
+        return Decoded(outcome.videos, {}, frames, outcome.outputs, owned=outcome.owned)
 
     def cancel(self) -> None:
         """Drop every batch not collected yet, without waiting for DALI or for cuts."""
@@ -184,7 +184,7 @@ class DaliSource:
         else:
             videos = torch.empty(0)
         self.isolation_s += time.perf_counter() - started
-        return Decoded(videos, failures)
+        return Decoded(videos, failures, owned=bool(clips))  # a copy of torch's already
 
     def _bisect(self, rows: list[int], samples: list[Sample]) -> tuple[dict[int, torch.Tensor], list[int]]:
         """Clips DALI decodes among ``rows`` (copied), and the rows it fails on alone."""
@@ -206,4 +206,4 @@ def _copied(decoded: DecodedBatch) -> DecodedBatch:
     videos = decoded.videos.clone()
     if videos.is_cuda:
         torch.cuda.current_stream(videos.device).synchronize()
-    return dataclasses.replace(decoded, videos=videos, outputs=None)  # DALI's buffers may go
+    return dataclasses.replace(decoded, videos=videos, outputs=None, owned=True)  # DALI's buffers may go

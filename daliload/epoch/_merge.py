@@ -284,13 +284,19 @@ def stack(parts: Sequence[Part], n: int, device: torch.device, host: HostTransfe
     says why), and CPU clips are copied from what ``host`` makes of them
     (page-locked: :class:`HostTransfer`). A part of uint8 pixels
     (``decoded.normalized`` false) is copied as it is and normalised on
-    ``device`` into its rows, as ``output`` says.
+    ``device`` into its rows, as ``output`` says. Each clip is copied once: a
+    whole batch the decoder already copied into torch's memory
+    (``decoded.owned``: short clips padded) is handed out as it is, and DALI's
+    float32 clips of a bfloat16 output are cast in the copy.
     """
     whole = [p for p in parts if p.rows]
     first = whole[0].decoded
     if len(whole) == 1 and whole[0].rows == whole[0].src == list(range(n)) and len(first.videos) == n:
         if first.videos.device.type != "cpu":
-            videos = first.videos.to(device, copy=True, non_blocking=True)
+            dtype = output_dtype(output) if first.normalized else first.videos.dtype
+            if first.owned and first.videos.device == device and first.videos.dtype == dtype:
+                return first.videos  # already copied once into torch's memory: not again
+            videos = first.videos.to(device, dtype=dtype, copy=True, non_blocking=True)  # a cast, if any, in it
         else:
             videos = first.videos if host is None else host.source(first.videos)
             videos = videos.to(device, non_blocking=True)
