@@ -313,6 +313,63 @@ def check_options(*, batch_size: object, last_batch: object, device: object, see
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
 
 
+def checked_spec(name: str, value: object, spec: type, default: object) -> object:
+    """``value`` when it is a ``spec`` (``default`` for ``None``), else a ``TypeError`` with the call to write.
+
+    A dict of fields (``decode={"timeout_s": 1}``) reads naturally but would fail far from here, on the
+    first field read (``'dict' object has no attribute 'decoder'``): the message spells the spec out.
+    """
+    if value is None:
+        return default
+    if isinstance(value, spec):
+        return value
+    kind = ("an " if spec.__name__[0] in "AEIOU" else "a ") + spec.__name__
+    if isinstance(value, dict) and all(isinstance(key, str) for key in value):
+        fields = ", ".join(f"{key}={field!r}" for key, field in value.items())
+        raise TypeError(f"{name} must be {kind}, got a dict {value!r}: use {name}={spec.__name__}({fields})")
+    raise TypeError(f"{name} must be {kind} or None, got {type(value).__name__} {value!r}")
+
+
+def checked_label_padding(label_padding: object, split: str) -> bool:
+    """``label_padding``: ``True``, ``False`` or ``None`` (on for splits other than ``"train"``).
+
+    ``bool("x")`` is ``True``: a string would silently turn masking on, and ``"false"`` too.
+    """
+    if label_padding is None:
+        return split != "train"
+    if not isinstance(label_padding, bool):
+        raise TypeError(f"label_padding must be True, False or None (the default: on for splits other than "
+                        f"'train'), got {label_padding!r}")
+    return label_padding
+
+
+def check_batch_fits(batch_size: int, samples: int, *, last_batch: str, label_padding: bool, split: str,
+                     manifest: object, videos: int, world_size: int, unit: str = "samples") -> None:
+    """Warn when ``batch_size`` is larger than this rank's share of the split with ``last_batch="pad"``.
+
+    The epoch is then one batch, mostly repeats (``batch_size=1000`` on 24
+    videos: 976), which no one asking for 1000 clips expects, and which used
+    to pass without a word. A warning, not an error: the batch is still what
+    the options say (padding that keeps ranks equal, as every padded last
+    batch is; labelled -1 and masked on evaluation splits, where the results
+    stay right), and the usual way to get here is a smoke test of a
+    training script on a tiny dataset at its real batch size (the README's
+    snippet runs ``batch_size=32`` on 6 videos in its test), which should
+    run. On a training split the repeats are trained on as real samples
+    (the plan's first videos count many times), so the warning says so,
+    with both numbers and the fix. ``"drop"`` is refused elsewhere (no batch
+    at all) and ``"partial"`` makes one short batch: nothing to say.
+    """
+    if last_batch != "pad" or batch_size <= samples:
+        return
+    repeats = batch_size - samples
+    what = "labelled -1 (masked), but decoded" if label_padding else "trained on as real samples"
+    warnings.warn(f"batch_size={batch_size} with last_batch='pad' is larger than the split: split {split!r} of "
+                  f"{manifest} has {videos} decodable video(s), {samples} {unit} per rank of {world_size}, so each "
+                  f"epoch is one batch of {samples} and {repeats} repeats, {what}; use batch_size <= {samples}, or "
+                  f"last_batch='partial' for one batch of {samples}", UserWarning, stacklevel=4)
+
+
 def augment_and_output(crop_size, augment: AugmentSpec | None,
                         output: OutputSpec | None) -> tuple[AugmentSpec, OutputSpec]:
     """The augmentation and output specs, with the crop size given in one place."""
