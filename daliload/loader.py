@@ -38,7 +38,8 @@ from daliload.epoch import (PADDING_LABEL, BatchInfo, ClipSources, DaliSetup, Ep
 from daliload.failures import FailureBudget
 from daliload.options import (DecodeSpec, augment_and_output, check_batch_fits, check_clip_fits, check_options,
                               checked_clips_per_video, checked_label_padding, checked_spec, checked_views,
-                              dali_usable, dataset_root, refuse_unknown_options, warn_upscaled)
+                              dali_usable, dataset_root, refuse_disagreeing_ranks, refuse_unknown_options,
+                              warn_upscaled)
 from daliload.plan import (AugmentSpec, ClipSpec, LastBatch, OutputSpec, Sample, make_train_plan, make_val_plan,
                            num_batches, samples_per_rank, split_batches)
 from daliload.prescreen import ScanSpec, split_videos
@@ -127,7 +128,14 @@ class KineticsDALILoader:
 
     Rank and world size come from ``torch.distributed`` when it is initialized
     (else ``RANK``/``WORLD_SIZE``, else 0 of 1). Under DDP, global rank 0
-    scans and the other ranks wait for its manifest.
+    scans and the other ranks wait for its manifest; then the ranks compare,
+    in one collective, what their plans follow (root, split, batch size,
+    ``last_batch``, seed, views, ``clips_per_video``, clip and crop settings)
+    and the fingerprint of the videos each read: ranks that differ all raise
+    one ``ValueError`` naming each option and each rank's value, and a rank
+    whose construction failed makes the others raise too, instead of
+    hanging at DDP's next collective or sharing the split unevenly (so every
+    rank must build its loaders in the same order).
 
     Epochs: pass ``n`` of a job draws epoch ``n``, unless told otherwise.
     The next pass draws the epoch given to :meth:`set_epoch` (or
@@ -154,7 +162,9 @@ class KineticsDALILoader:
         TypeError: no ``root``, an unknown keyword (the message names the one
             meant), or an option of the wrong type (``decode={...}``: the
             message spells the spec out).
-        ValueError: a bad option, an unknown split, or a split with no usable video.
+        ValueError: a bad option, an unknown split, a split with no usable
+            video, or (under DDP) ranks given different options or videos.
+        RuntimeError: under DDP, another rank's construction failed.
     """
 
     #: None, as on a ``DataLoader`` built without one: PyTorch Lightning reads ``batch_sampler`` wherever it finds
@@ -210,11 +220,21 @@ class KineticsDALILoader:
         self.label_padding = checked_label_padding(label_padding, split)
         self._place(device)
         self.dali_enabled = self.decode.decoder == "auto" and dali_usable()
-        self.manifest_path, self.classes, index, self.rejected = split_videos(root, split, device=self.route_target,
-                                                                              scan=self.scan)
-        #: This split's decodable videos (every route but ``bad``), as columns; row ``i`` is ``video_index`` i.
-        self.index: VideoIndex = index
-        self._check_batches()
+        # Under DDP the ranks compare their options and videos in one collective once the split is read,
+        # failed or not (refuse_disagreeing_ranks): what a rank finds wrong on its own from here on is
+        # shared with the others, which would otherwise wait for it at their next collective.
+        settings = {"root": os.path.realpath(root), **self._plan_settings()}
+        try:
+            self.manifest_path, self.classes, index, self.rejected = split_videos(
+                root, split, device=self.route_target, scan=self.scan)
+            #: This split's decodable videos (every route but ``bad``), as columns; row ``i`` is ``video_index`` i.
+            self.index: VideoIndex = index
+            self._check_batches()
+            videos = (str(self.manifest_path), self._fingerprint) if runtime.is_distributed() else None
+        except Exception as err:
+            refuse_disagreeing_ranks(settings, None, err)
+            raise
+        refuse_disagreeing_ranks(settings, videos, None)
         if self.rejected and self.rank == 0:
             logger.info("%d file(s) of split %r rejected by the pre-screen", len(self.rejected), split)
         warn_upscaled(index, self.augment.output_size, self.split)
