@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
+import numbers
 import os
 from functools import cached_property
 from typing import Iterator, Literal
@@ -35,8 +36,10 @@ from daliload.dataset import VideoIndex
 from daliload.epoch import (PADDING_LABEL, BatchInfo, ClipSources, DaliSetup, EpochCounters, EpochPass, EpochPlans,
                             EpochProgress, EpochSampler, PassSetup, Routes, dali_videos)
 from daliload.failures import FailureBudget
-from daliload.options import (DecodeSpec, augment_and_output, check_clip_fits, check_options, checked_clips_per_video,
-                              checked_views, dali_usable, dataset_root, refuse_unknown_options, warn_upscaled)
+from daliload.options import (DecodeSpec, augment_and_output, check_batch_fits, check_clip_fits, check_options,
+                              checked_clips_per_video, checked_label_padding, checked_spec, checked_views,
+                              dali_usable, dataset_root, refuse_disagreeing_ranks, refuse_unknown_options,
+                              warn_upscaled)
 from daliload.plan import (AugmentSpec, ClipSpec, LastBatch, OutputSpec, Sample, make_train_plan, make_val_plan,
                            num_batches, samples_per_rank, split_batches)
 from daliload.prescreen import ScanSpec, split_videos
@@ -65,6 +68,8 @@ class KineticsDALILoader:
         split: ``"train"`` (shuffled, random window, crop and flip) or any
             other split in the manifest (deterministic centre clip and crop).
         batch_size: clips per batch (videos per batch with ``views``). Default 32.
+            Larger than this rank's share of the split with ``last_batch="pad"``,
+            the epoch is one batch, mostly repeats: a ``UserWarning`` says so.
         clip_len: frames per clip. Default 16.
         frame_stride: step between clip frames. Default 4.
         crop_size: output size in pixels, an int (square) or ``(height, width)``.
@@ -72,9 +77,9 @@ class KineticsDALILoader:
         seed: base seed, the same on every rank. Default 0.
         last_batch: ``"pad"`` (default), ``"drop"`` or ``"partial"``; see
             :func:`split_batches`.
-        label_padding: give padding samples (repeats that only keep ranks
-            equal) the label :data:`PADDING_LABEL` (-1) so evaluation can mask
-            them. Default: on for splits other than ``"train"``.
+        label_padding: ``True`` gives padding samples (repeats that only keep
+            ranks equal) the label :data:`PADDING_LABEL` (-1) so evaluation can
+            mask them. Default ``None``: on for splits other than ``"train"``.
         target_fps: if set, each video's stride follows its own fps so clips
             span the same time (see :class:`daliload.plan.ClipSpec`).
         augment: crop mode, ranges and flip probability; default
@@ -123,7 +128,14 @@ class KineticsDALILoader:
 
     Rank and world size come from ``torch.distributed`` when it is initialized
     (else ``RANK``/``WORLD_SIZE``, else 0 of 1). Under DDP, global rank 0
-    scans and the other ranks wait for its manifest.
+    scans and the other ranks wait for its manifest; then the ranks compare,
+    in one collective, what their plans follow (root, split, batch size,
+    ``last_batch``, seed, views, ``clips_per_video``, clip and crop settings)
+    and the fingerprint of the videos each read: ranks that differ all raise
+    one ``ValueError`` naming each option and each rank's value, and a rank
+    whose construction failed makes the others raise too, instead of
+    hanging at DDP's next collective or sharing the split unevenly (so every
+    rank must build its loaders in the same order).
 
     Epochs: pass ``n`` of a job draws epoch ``n``, unless told otherwise.
     The next pass draws the epoch given to :meth:`set_epoch` (or
@@ -147,8 +159,12 @@ class KineticsDALILoader:
 
     Raises:
         FileNotFoundError: ``root`` does not exist.
-        TypeError: no ``root``, or an unknown keyword (the message names the one meant).
-        ValueError: a bad option, an unknown split, or a split with no usable video.
+        TypeError: no ``root``, an unknown keyword (the message names the one
+            meant), or an option of the wrong type (``decode={...}``: the
+            message spells the spec out).
+        ValueError: a bad option, an unknown split, a split with no usable
+            video, or (under DDP) ranks given different options or videos.
+        RuntimeError: under DDP, another rank's construction failed.
     """
 
     #: None, as on a ``DataLoader`` built without one: PyTorch Lightning reads ``batch_sampler`` wherever it finds
@@ -186,9 +202,10 @@ class KineticsDALILoader:
             raise FileNotFoundError(f"dataset root or manifest not found: {root}")
         check_options(batch_size=batch_size, last_batch=last_batch, device=device, seed=seed)
         self.clip = ClipSpec(clip_len=clip_len, frame_stride=frame_stride, target_fps=target_fps)
-        self.augment, self.output = augment_and_output(crop_size, augment, output)
-        self.decode = decode if decode is not None else DecodeSpec()
-        self.scan = scan if scan is not None else ScanSpec()
+        self.augment, self.output = augment_and_output(crop_size, checked_spec("augment", augment, AugmentSpec, None),
+                                                       checked_spec("output", output, OutputSpec, None))
+        self.decode: DecodeSpec = checked_spec("decode", decode, DecodeSpec, DecodeSpec())
+        self.scan: ScanSpec = checked_spec("scan", scan, ScanSpec, ScanSpec())
         self.split = split
         self.batch_size = batch_size
         self.views = checked_views(views, split)
@@ -200,23 +217,26 @@ class KineticsDALILoader:
         self.clips_per_batch = batch_size * (self.views[0] * self.views[1] if self.views else 1)
         self.seed = seed
         self.last_batch: LastBatch = last_batch
-        self.label_padding = (split != "train") if label_padding is None else bool(label_padding)
+        self.label_padding = checked_label_padding(label_padding, split)
         self._place(device)
         self.dali_enabled = self.decode.decoder == "auto" and dali_usable()
-        self.manifest_path, self.classes, index, self.rejected = split_videos(root, split, device=self.route_target,
-                                                                              scan=self.scan)
-        #: This split's decodable videos (every route but ``bad``), as columns; row ``i`` is ``video_index`` i.
-        self.index: VideoIndex = index
+        # Under DDP the ranks compare their options and videos in one collective once the split is read,
+        # failed or not (refuse_disagreeing_ranks): what a rank finds wrong on its own from here on is
+        # shared with the others, which would otherwise wait for it at their next collective.
+        settings = {"root": os.path.realpath(root), **self._plan_settings()}
+        try:
+            self.manifest_path, self.classes, index, self.rejected = split_videos(
+                root, split, device=self.route_target, scan=self.scan)
+            #: This split's decodable videos (every route but ``bad``), as columns; row ``i`` is ``video_index`` i.
+            self.index: VideoIndex = index
+            self._check_batches()
+            videos = (str(self.manifest_path), self._fingerprint) if runtime.is_distributed() else None
+        except Exception as err:
+            refuse_disagreeing_ranks(settings, None, err)
+            raise
+        refuse_disagreeing_ranks(settings, videos, None)
         if self.rejected and self.rank == 0:
             logger.info("%d file(s) of split %r rejected by the pre-screen", len(self.rejected), split)
-        check_clip_fits(index, self.clip, self.split)
-        if len(self) == 0:  # only "drop" can leave none: an epoch that silently yields nothing
-            per_rank = samples_per_rank(len(index), self.world_size) * self.clips_per_video
-            raise ValueError(
-                f"batch_size={batch_size} with last_batch='drop' leaves no batch: split {split!r} of "
-                f"{self.manifest_path} has {len(index)} decodable video(s), {per_rank} "
-                f"{'clips' if self.clips_per_video > 1 else 'samples'} per rank of {self.world_size}; use "
-                f"batch_size <= {per_rank} or last_batch='pad' or 'partial'")
         warn_upscaled(index, self.augment.output_size, self.split)
         #: DALI pipelines (``DecodeSpec.dali_pipelines``; "auto": one per NVDEC engine of this GPU's model)
         self.dali_pipelines = self.decode.dali_pipelines_for(self.device, self.gpu.nvdec_engines if self.gpu else None)
@@ -249,6 +269,34 @@ class KineticsDALILoader:
         self._last_pass: EpochPass | None = None  # the pass under way or the last one: what stats() reports
         self._active: Iterator | None = None  # the live pass over an epoch, if any
         self._plans = EpochPlans(self._draw_plan)
+
+    def _check_batches(self) -> None:
+        """Refuse a clip no video holds and an epoch of no batch; warn of one batch that is mostly repeats."""
+        check_clip_fits(self.index, self.clip, self.split)
+        videos = len(self.index)
+        per_rank = samples_per_rank(videos, self.world_size) * self.clips_per_video
+        unit = "clips" if self.clips_per_video > 1 else "samples"
+        if len(self) == 0:  # only "drop" can leave none: an epoch that silently yields nothing
+            raise ValueError(
+                f"batch_size={self.batch_size} with last_batch='drop' leaves no batch: split {self.split!r} of "
+                f"{self.manifest_path} has {videos} decodable video(s), {per_rank} {unit} per rank of "
+                f"{self.world_size}; use batch_size <= {per_rank} or last_batch='pad' or 'partial'")
+        check_batch_fits(self.batch_size, per_rank, last_batch=self.last_batch, label_padding=self.label_padding,
+                         split=self.split, manifest=self.manifest_path, videos=videos, world_size=self.world_size,
+                         unit=unit)
+
+    def _plan_settings(self) -> dict:
+        """The options a plan and its batches follow, besides the videos and the world size, as plain values
+        (lists, not tuples, as a state saved as JSON reads back): what :meth:`state_dict` records and
+        :meth:`load_state_dict` and the ranks (at construction) compare."""
+        augment = self.augment
+        return {"split": self.split, "seed": self.seed, "batch_size": self.batch_size,
+                "last_batch": self.last_batch, "views": list(self.views) if self.views else None,
+                "clips_per_video": self.clips_per_video, "clip_len": self.clip.clip_len,
+                "frame_stride": self.clip.frame_stride, "target_fps": self.clip.target_fps,
+                "crop_size": list(augment.output_size), "crop_mode": augment.crop_mode,
+                "short_side_range": list(augment.short_side_range), "area_range": list(augment.area_range),
+                "aspect_range": list(augment.aspect_range), "flip_prob": augment.flip_prob}
 
     def _place(self, device: DeviceChoice) -> None:
         """Rank, world size and where this rank's tensors live."""
@@ -346,9 +394,8 @@ class KineticsDALILoader:
         drawn from (:meth:`VideoIndex.fingerprint`).
         """
         epoch, next_batch = self._progress.state(len(self))
-        return {"epoch": epoch, "next_batch": next_batch, "seed": self.seed,
-                "world_size": self.world_size, "num_videos": len(self.index), "batch_size": self.batch_size,
-                "views": list(self.views) if self.views else None, "clips_per_video": self.clips_per_video,
+        return {"epoch": epoch, "next_batch": next_batch, **self._plan_settings(),
+                "world_size": self.world_size, "num_videos": len(self.index),
                 "videos": dict(self._fingerprint),
                 "manifest": str(self.manifest_path)}
 
@@ -360,18 +407,36 @@ class KineticsDALILoader:
         """Resume at the batch :meth:`state_dict` recorded: the next pass over that epoch yields it first.
 
         Raises:
-            ValueError: the state was saved with another seed, world size,
-                batch size or views, or from another list of videos (files
-                added, removed or renamed, labels or frame counts changed), so
-                the plan would differ; the message says what differs.
+            TypeError: ``state`` is not a dict.
+            ValueError: the state has no ``epoch`` or ``next_batch``, or one
+                that is not an integer >= 0; or it was saved with another
+                seed, world size, split, batch size, ``last_batch``, views,
+                ``clips_per_video``, clip (``clip_len``, ``frame_stride``,
+                ``target_fps``) or crop (``crop_size`` and the
+                :class:`AugmentSpec` fields), or from another list of videos
+                (files added, removed or renamed, labels or frame counts
+                changed), so the plan would differ; the message says what
+                differs. A state saved before a setting was recorded is not
+                checked for it.
         """
+        if not isinstance(state, dict):
+            raise TypeError(f"load_state_dict() takes the dict state_dict() returned, got {type(state).__name__} "
+                            f"{state!r:.80}")
+        missing = [key for key in ("epoch", "next_batch") if key not in state]
+        if missing:
+            raise ValueError(f"cannot resume: the state has no {' or '.join(map(repr, missing))} (its keys: "
+                             f"{sorted(map(str, state))}); pass the dict state_dict() returned")
+        for key in ("epoch", "next_batch"):
+            value = state[key]
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"cannot resume: the state's {key} must be an integer >= 0, got {value!r}")
         mine = self.state_dict()
         if isinstance(state.get("videos"), dict):
             self._check_videos(state["videos"], state.get("manifest"))
-        for key in ("seed", "world_size", "num_videos", "batch_size", "views", "clips_per_video"):
-            if key in state and state[key] != mine[key]:
-                raise ValueError(f"cannot resume: the state was saved with {key}={state[key]}, this loader "
-                                 f"has {key}={mine[key]} (the plan would differ)")
+        for key in ("world_size", "num_videos", *self._plan_settings()):
+            if key in state and _plain(state[key]) != mine[key]:
+                raise ValueError(f"cannot resume: the state was saved with {key}={state[key]!r}, this loader "
+                                 f"has {key}={mine[key]!r} (the plan would differ)")
         epoch, next_batch = int(state["epoch"]), int(state["next_batch"])
         if not 0 <= next_batch <= len(self):
             raise ValueError(f"next_batch {next_batch} is outside 0..{len(self)}")
@@ -476,6 +541,12 @@ class KineticsDALILoader:
                 f"rejected={len(self.rejected)}, batch_size={self.batch_size}, batches={len(self)}, "
                 f"rank={self.rank}/{self.world_size}, device={self.device!r}, routes={self.route_target!r}, "
                 f"dali={self.dali_enabled})")
+
+
+def _plain(value: object) -> object:
+    """A saved setting as :meth:`KineticsDALILoader._plan_settings` has it: tuples (a state kept in Python) as
+    lists (a state read back from JSON)."""
+    return [_plain(item) for item in value] if isinstance(value, (tuple, list)) else value
 
 
 #: The keywords the loader takes, from its signature (a DataLoader habit or a typo is named against these).

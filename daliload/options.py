@@ -313,6 +313,139 @@ def check_options(*, batch_size: object, last_batch: object, device: object, see
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
 
 
+def checked_spec(name: str, value: object, spec: type, default: object) -> object:
+    """``value`` when it is a ``spec`` (``default`` for ``None``), else a ``TypeError`` with the call to write.
+
+    A dict of fields (``decode={"timeout_s": 1}``) reads naturally but would fail far from here, on the
+    first field read (``'dict' object has no attribute 'decoder'``): the message spells the spec out.
+    """
+    if value is None:
+        return default
+    if isinstance(value, spec):
+        return value
+    kind = ("an " if spec.__name__[0] in "AEIOU" else "a ") + spec.__name__
+    if isinstance(value, dict) and all(isinstance(key, str) for key in value):
+        fields = ", ".join(f"{key}={field!r}" for key, field in value.items())
+        raise TypeError(f"{name} must be {kind}, got a dict {value!r}: use {name}={spec.__name__}({fields})")
+    raise TypeError(f"{name} must be {kind} or None, got {type(value).__name__} {value!r}")
+
+
+def checked_label_padding(label_padding: object, split: str) -> bool:
+    """``label_padding``: ``True``, ``False`` or ``None`` (on for splits other than ``"train"``).
+
+    ``bool("x")`` is ``True``: a string would silently turn masking on, and ``"false"`` too.
+    """
+    if label_padding is None:
+        return split != "train"
+    if not isinstance(label_padding, bool):
+        raise TypeError(f"label_padding must be True, False or None (the default: on for splits other than "
+                        f"'train'), got {label_padding!r}")
+    return label_padding
+
+
+def check_batch_fits(batch_size: int, samples: int, *, last_batch: str, label_padding: bool, split: str,
+                     manifest: object, videos: int, world_size: int, unit: str = "samples") -> None:
+    """Warn when ``batch_size`` is larger than this rank's share of the split with ``last_batch="pad"``.
+
+    The epoch is then one batch, mostly repeats (``batch_size=1000`` on 24
+    videos: 976), which no one asking for 1000 clips expects, and which used
+    to pass without a word. A warning, not an error: the batch is still what
+    the options say (padding that keeps ranks equal, as every padded last
+    batch is; labelled -1 and masked on evaluation splits, where the results
+    stay right), and the usual way to get here is a smoke test of a
+    training script on a tiny dataset at its real batch size (the README's
+    snippet runs ``batch_size=32`` on 6 videos in its test), which should
+    run. On a training split the repeats are trained on as real samples
+    (the plan's first videos count many times), so the warning says so,
+    with both numbers and the fix. ``"drop"`` is refused elsewhere (no batch
+    at all) and ``"partial"`` makes one short batch: nothing to say.
+    """
+    if last_batch != "pad" or batch_size <= samples:
+        return
+    repeats = batch_size - samples
+    what = "labelled -1 (masked), but decoded" if label_padding else "trained on as real samples"
+    warnings.warn(f"batch_size={batch_size} with last_batch='pad' is larger than the split: split {split!r} of "
+                  f"{manifest} has {videos} decodable video(s), {samples} {unit} per rank of {world_size}, so each "
+                  f"epoch is one batch of {samples} and {repeats} repeats, {what}; use batch_size <= {samples}, or "
+                  f"last_batch='partial' for one batch of {samples}", UserWarning, stacklevel=4)
+
+
+def refuse_disagreeing_ranks(settings: dict[str, object], videos: tuple | None,
+                             error: BaseException | None) -> None:
+    """Every rank's loader built from the same options and videos, or every rank raises: one collective.
+
+    Under ``torch.distributed``, each rank's ``settings`` (what its plan and
+    batch count follow: root, split, batch size, seed, clip and crop ...),
+    ``videos`` (``(manifest path, VideoIndex.fingerprint())`` of its split,
+    ``None`` when it failed before reading them) and the error its construction
+    raised, if any, go to every rank in one ``all_gather_object``. Ranks that
+    disagree would not fail on their own: their ``len()`` differ and DDP's
+    collectives pair unequal batches until the job hangs, or their shards
+    overlap; so every rank raises the same ``ValueError``, naming each option
+    that differs with each rank's value. A rank whose construction failed
+    (``error``) makes the others raise a ``RuntimeError`` naming it, instead of
+    waiting for it at the next collective. Every rank calls this at the same
+    point, failed or not, so a refused construction leaves the process group
+    in step (the next loader can be built). Without a process group: nothing.
+
+    Raises:
+        ValueError: the ranks' settings, or their lists of videos, differ.
+        RuntimeError: another rank's construction failed (this rank's own
+            error is for the caller to raise).
+    """
+    if not runtime.is_distributed():
+        return
+    failed = None if error is None else f"{type(error).__name__}: {error}"
+    gathered = runtime.all_gather_object((settings, videos, failed))
+    differ = [key for key in settings if any(entry[0].get(key) != settings.get(key) for entry in gathered)]
+    if differ:
+        raise ValueError(
+            "the ranks were given different options: " + "; ".join(
+                f"{key}: {_by_rank([entry[0].get(key) for entry in gathered], key)}" for key in differ)
+            + ". Every rank must construct its loader with the same values (the plan, the shards and len() "
+              "follow them: ranks that disagree overlap or hang at DDP's next collective)") from error
+    failures = [(rank, entry[2]) for rank, entry in enumerate(gathered) if entry[2] is not None]
+    if error is not None:
+        return  # this rank's own error: the caller raises it
+    if failures:
+        raise RuntimeError("the loader failed on " + "; ".join(f"rank {rank}: {why}" for rank, why in failures)
+                           + " (this rank stops too, instead of waiting for it at the next collective)")
+    lists = [entry[1] for entry in gathered]
+    if any(fingerprint != lists[0][1] for _, fingerprint in lists):
+        raise ValueError(
+            f"the ranks read different lists of videos for split {settings.get('split')!r}: "
+            + "; ".join(f"rank {rank}: {fingerprint['videos']} videos from {manifest}"
+                        + _differs_from(fingerprint, lists[0][1]) for rank, (manifest, fingerprint) in enumerate(lists))
+            + ". Every rank must read the same manifest (the same dataset and pre-screen, routed for the same "
+              "GPU generation): scan once, then pass that manifest, or one root, to every rank")
+
+
+def _differs_from(fingerprint: dict, first: dict) -> str:
+    """What differs between two ``VideoIndex.fingerprint()`` s, as `` (other files, labels than rank 0)``."""
+    names = {"paths": "files", "labels": "labels", "facts": "frame counts, rates or sizes"}
+    differ = [name for key, name in names.items() if fingerprint.get(key) != first.get(key)]
+    return f" (other {', '.join(differ)} than rank 0)" if differ else ""
+
+
+def _by_rank(values: list[object], key: str) -> str:
+    """``key=A on rank 0, key=B on ranks 1-3``: each value once, with the ranks that have it (many ranks stay short)."""
+    ranks: dict[str, list[int]] = {}
+    for rank, value in enumerate(values):
+        ranks.setdefault(repr(value), []).append(rank)
+    return ", ".join(f"{key}={value} on {_ranks(numbers)}" for value, numbers in ranks.items())
+
+
+def _ranks(numbers: list[int]) -> str:
+    runs: list[list[int]] = []
+    for number in numbers:
+        if runs and number == runs[-1][1] + 1:
+            runs[-1][1] = number
+        else:
+            runs.append([number, number])
+    spans = [str(a) if a == b else f"{a}-{b}" for a, b in runs]
+    return ("rank " if len(numbers) == 1 else "ranks ") + ", ".join(spans)
+
+
 def augment_and_output(crop_size, augment: AugmentSpec | None,
                         output: OutputSpec | None) -> tuple[AugmentSpec, OutputSpec]:
     """The augmentation and output specs, with the crop size given in one place."""

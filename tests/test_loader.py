@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import warnings
 from pathlib import Path
 
 import pytest
@@ -457,3 +458,57 @@ def test_bfloat16_batches_hold_the_float32_clips_rounded_on_both_routes(dataset)
     finally:
         wide.close()
         narrow.close()
+
+
+def test_options_of_the_wrong_type_are_refused_naming_the_fix(dataset):
+    with pytest.raises(TypeError, match=r"decode must be a DecodeSpec, got a dict \{'timeout_s': 1\}: use "
+                                        r"decode=DecodeSpec\(timeout_s=1\)"):
+        make_loader(dataset, decode={"timeout_s": 1})
+    with pytest.raises(TypeError, match=r"augment must be an AugmentSpec, got a dict .+: use augment=AugmentSpec\("
+                                        r"crop_size=48\)"):
+        make_loader(dataset, augment={"crop_size": 48})
+    with pytest.raises(TypeError, match=r"scan must be a ScanSpec or None, got str 'deep'"):
+        make_loader(dataset, scan="deep")
+    with pytest.raises(TypeError, match=r"label_padding must be True, False or None \(the default: on for splits "
+                                        r"other than 'train'\), got 'x'"):
+        make_loader(dataset, label_padding="x")
+
+
+def test_a_state_that_is_not_this_loaders_is_refused_naming_what_differs(dataset):
+    loader = make_loader(dataset)
+    state = loader.state_dict()
+    assert (state["clip_len"], state["crop_size"], state["split"]) == (6, [48, 64], "train")
+    with pytest.raises(TypeError, match=r"load_state_dict\(\) takes the dict state_dict\(\) returned, got NoneType"):
+        loader.load_state_dict(None)
+    with pytest.raises(ValueError, match=r"cannot resume: the state has no 'epoch' or 'next_batch' \(its keys: "
+                                         r"\[\]\); pass the dict state_dict\(\) returned"):
+        loader.load_state_dict({})
+    with pytest.raises(ValueError, match=r"cannot resume: the state's epoch must be an integer >= 0, got 1.5"):
+        loader.load_state_dict({**state, "epoch": 1.5})
+    with pytest.raises(ValueError, match=r"cannot resume: the state was saved with clip_len=6, this loader has "
+                                         r"clip_len=8 \(the plan would differ\)"):
+        make_loader(dataset, clip_len=8).load_state_dict(state)
+    smaller = AugmentSpec(crop_size=(24, 32), crop_mode="center", flip_prob=0.5)
+    with pytest.raises(ValueError, match=r"cannot resume: the state was saved with crop_size=\[48, 64\], this loader "
+                                         r"has crop_size=\[24, 32\]"):
+        make_loader(dataset, augment=smaller, output=None).load_state_dict(state)
+    as_json = {**state, "crop_size": (48, 64), "short_side_range": (256, 320)}  # a state kept in Python: tuples
+    loader.load_state_dict(as_json)
+    assert loader.resumes_at == state["next_batch"]
+
+
+def test_a_batch_larger_than_the_split_with_pad_warns_naming_both_numbers(dataset):
+    videos = len(make_loader(dataset).videos)
+    with pytest.warns(UserWarning, match=rf"batch_size=1000 with last_batch='pad' is larger than the split: split "
+                                         rf"'train' of .+ has {videos} decodable video\(s\), {videos} samples per rank "
+                                         rf"of 1, so each epoch is one batch of {videos} and {1000 - videos} repeats, "
+                                         rf"trained on as real samples; use batch_size <= {videos}, or "
+                                         rf"last_batch='partial' for one batch of {videos}"):
+        loader = make_loader(dataset, batch_size=1000)
+    assert len(loader) == 1
+    with pytest.warns(UserWarning, match=r"and 996 repeats, labelled -1 \(masked\), but decoded"):
+        make_loader(dataset, "val", batch_size=1000)  # 4 val videos
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        make_loader(dataset, batch_size=1000, last_batch="partial")
+        make_loader(dataset, batch_size=videos)  # exactly the split: no repeat

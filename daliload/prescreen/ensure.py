@@ -142,7 +142,8 @@ def ensure_manifest(
 
     Raises:
         RuntimeError: on ranks other than 0, when rank 0's scan failed.
-        ValueError: ``root`` is a file, not a folder (the message says what to pass).
+        ValueError: ``root`` is a file, not a folder (the message says what to pass);
+            on ranks other than 0, ``root`` is not rank 0's (its manifest would be the wrong one).
         FileNotFoundError: ``root`` does not exist.
     """
     refuse_bootstrapping_main(f"A daliload loader (its scan of {root})")
@@ -153,13 +154,14 @@ def ensure_manifest(
     # A first scan of a large dataset outlasts the default group's timeout (often 10
     # minutes with NCCL): the other ranks wait on a gloo group that allows SCAN_WAIT_S.
     group = runtime.patient_group(SCAN_WAIT_S)
-    status: tuple[str, str] = ("ok", "")
+    # The root rank 0 checked comes with its answer: a rank given another root must not read its manifest.
+    status: tuple[str, str, str] = ("ok", "", os.path.realpath(root))
     if runtime.rank() == 0:
         try:
-            status = ("ok", str(_ensure_here(root, device, scan, splits, progress)))
+            status = ("ok", str(_ensure_here(root, device, scan, splits, progress)), status[2])
         except BaseException as err:
             # release the waiting ranks
-            runtime.broadcast_object(("error", f"{type(err).__name__}: {err}"), group=group)
+            runtime.broadcast_object(("error", f"{type(err).__name__}: {err}", ""), group=group)
             raise
         status = runtime.broadcast_object(status, group=group)
     else:  # says every so often whom it waits for, and how far rank 0 is when this node sees its lock file
@@ -174,6 +176,9 @@ def ensure_manifest(
             done.set()
     if status[0] != "ok":
         raise RuntimeError(f"rank 0 failed to scan {root}: {status[1]}")
+    if status[2] != os.path.realpath(root):
+        raise ValueError(f"rank {runtime.rank()} was given root {root}, global rank 0 {status[2]}: every rank "
+                         f"must read the same dataset (its manifest is rank 0's, {status[1]}); pass one root")
     return Path(status[1])
 
 
