@@ -76,6 +76,9 @@ class Decoded(NamedTuple):
             nothing else (DALI's clips already copied once: padded short clips,
             a cast): on the GPU the merge hands it out as the batch when it is
             the whole batch, instead of copying it a second time.
+        recycle: gives ``videos``' memory back to its source for reuse, to be
+            called once the copies that read it have run (the epoch pass does,
+            when it lets the batch's parts go); ``None``: nothing to give back.
     """
 
     videos: "torch.Tensor"
@@ -84,6 +87,7 @@ class Decoded(NamedTuple):
     keepalive: object = None
     normalized: bool = True
     owned: bool = False
+    recycle: Callable[[], None] | None = None
 
 
 class SourceLoad(NamedTuple):

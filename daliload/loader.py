@@ -257,7 +257,8 @@ class KineticsDALILoader:
             dali=DaliSetup(batch_size=self.clips_per_batch, device=self.device, device_id=self.device_id,
                            num_threads=self.decode.dali_threads_for(self.device, self.clips_per_batch),
                            prefetch=prefetch, pipelines=self.dali_pipelines,
-                           cut_windows=self.decode.dali_feed == "window") if self.dali_enabled else None)
+                           cut_windows=self.decode.dali_feed == "window") if self.dali_enabled else None,
+            keep_buffers=prefetch + 2)  # the batches ahead, and about two whose copies to the GPU still run
         self._setup = PassSetup(
             output=self.output, device=self.torch_device, label_padding=self.label_padding,
             mask_failed=split != "train", prefetch=prefetch, num_frames=index.frames_of_video,
@@ -499,7 +500,8 @@ class KineticsDALILoader:
         uses_dali = any(self._routes.uses_dali(s) for b in todo for s in b)
         epoch_pass = EpochPass(self._setup, todo, [s for b in batches for s in b], routes=self._routes,
                                budget=self._budget, fallback=self._sources.fallback,
-                               dali=self._sources.dali() if uses_dali else None, epoch=epoch, start=start)
+                               dali=self._sources.dali() if uses_dali else None, epoch=epoch, start=start,
+                               pinned=self._sources.pinned)
         self._last_pass = epoch_pass
         passing = iter(epoch_pass)
         try:

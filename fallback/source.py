@@ -57,7 +57,7 @@ import tempfile
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Sequence
+from typing import Callable, Literal, Protocol, Sequence
 
 import torch
 
@@ -75,6 +75,25 @@ logger = logging.getLogger(__name__)
 
 #: Where a source's clips are normalised: in its workers, or by the merge on the batch's device.
 NormalizeOn = Literal["worker", "device"]
+
+class Lease(Protocol):
+    """A buffer lent by a :class:`BufferSource`: called, it goes back for reuse; discarded, it is freed."""
+
+    def __call__(self) -> None: ...
+
+    def discard(self) -> None: ...
+
+
+class BufferSource(Protocol):
+    """Where a source's shared buffers come from when they are reused (``FallbackSource(buffers=...)``).
+
+    ``take(shape, dtype)`` gives a tensor of that shape in shared memory, the
+    descriptor a worker maps it by (owned by the lease, open until it ends) and
+    the :class:`Lease`.
+    """
+
+    def take(self, shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, int, Lease]: ...
+
 
 #: Decodes of one file per task: a group's samples of the same video (its views, its clips).
 _Task = tuple  # (rows, samples, hint, shape, dtype name, the manifest's frame count or None)
@@ -209,6 +228,7 @@ class _Group:
     videos: torch.Tensor
     fd: int | None  # the buffer's descriptor, kept open for a task sent again to a fresh worker
     samples: list[Sample]
+    lease: Lease | None = None  # the buffer's, when it came from a BufferSource (which owns fd)
     waiting: dict[int, list[int]] = field(default_factory=dict)  # task id -> its rows
     local: list[_Task] = field(default_factory=list)  # workers=0: decoded at collect
     results: dict[int, tuple[int, tuple[str, FailureKind] | None]] = field(default_factory=dict)  # by row
@@ -233,6 +253,13 @@ class FallbackSource:
             nothing to normalise: the workers write it either way.
         task_fn: what a worker runs for a task (default :func:`decode_rows`);
             a test double can fail on command (:mod:`daliload.testing`).
+        buffers: where groups' buffers come from when they are reused (the
+            loader's page-locked ring on a GPU host,
+            :class:`daliload.epoch.RegisteredBuffers`): each collected group's
+            ``Decoded.recycle`` gives its buffer back once the batch's copies
+            have read it, a cancelled group's is freed (a worker may still be
+            writing into it). ``None`` (default): a fresh buffer per group,
+            which is what lets a CPU batch be the buffer itself.
 
     Raises:
         ValueError: ``workers`` is not an integer >= 0, or ``normalize_on``
@@ -242,7 +269,8 @@ class FallbackSource:
     def __init__(self, output: OutputSpec, decode: FallbackOptions = FallbackOptions(), *, workers: int = 2,
                  hint_of: Callable[[str], StreamHint | None] | None = None,
                  frames_of: Callable[[str], int | None] | None = None,
-                 normalize_on: NormalizeOn = "worker", task_fn: Callable[..., list] = decode_rows) -> None:
+                 normalize_on: NormalizeOn = "worker", task_fn: Callable[..., list] = decode_rows,
+                 buffers: BufferSource | None = None) -> None:
         if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
             raise ValueError(f"workers must be an integer >= 0, got {workers!r}")
         if normalize_on not in ("worker", "device"):
@@ -264,6 +292,7 @@ class FallbackSource:
         self._group_of: dict[int, int] = {}  # task id -> ticket
         self._next_ticket = 0
         self._meter = LoadMeter(workers)
+        self.buffers = buffers
 
     def use_task_fn(self, task_fn: Callable[..., list]) -> None:
         """Run ``task_fn`` in the workers from now on (a test double); restarts them."""
@@ -289,6 +318,9 @@ class FallbackSource:
         ticket, self._next_ticket = self._next_ticket, self._next_ticket + 1
         if self.workers == 0:
             group = _Group(torch.empty(shape, dtype=dtype), None, samples)
+        elif self.buffers is not None:
+            videos, fd, lease = self.buffers.take(shape, dtype)
+            group = _Group(videos, fd, samples, lease)
         else:
             group = _Group(*shared_buffer(shape, dtype), samples)
         for rows, video in _video_tasks(samples):
@@ -317,7 +349,7 @@ class FallbackSource:
                 self._settle(outcome)
         del self._groups[ticket]
         self._meter.collected(ticket, asked)
-        if group.fd is not None:
+        if group.fd is not None and group.lease is None:
             os.close(group.fd)
         failures = {}
         for row, (_, failed) in group.results.items():
@@ -325,14 +357,16 @@ class FallbackSource:
                 sample = group.samples[row]
                 failures[row] = Failure(sample.path, failed[0], sample.position, failed[1])
         return Decoded(group.videos, failures, sum(frames for frames, _ in group.results.values()),
-                       normalized=self.normalize_on == "worker")
+                       normalized=self.normalize_on == "worker", recycle=group.lease)
 
     def cancel(self) -> None:
         """Drop every group not collected yet (running decodes finish; their results are ignored)."""
         if self._pool is not None:
             self._pool.cancel(self._group_of)
         for group in self._groups.values():
-            if group.fd is not None:
+            if group.lease is not None:
+                group.lease.discard()  # never reused: a running decode may still write into it
+            elif group.fd is not None:
                 os.close(group.fd)
         self._groups.clear()
         self._group_of.clear()

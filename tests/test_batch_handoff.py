@@ -141,16 +141,19 @@ class FakeCudart:
     """The CUDA runtime's stand-in: notes registrations, and whether each mapping was still there when undone."""
 
     def __init__(self) -> None:
-        self.registered: dict[int, int] = {}
+        self.registered: dict[int, int] = {}  # every registration made
+        self.live: set[int] = set()  # those not undone yet
         self.unregistered: list[tuple[int, bool]] = []  # (address, still mapped)
 
     def cudaHostRegister(self, address: int, size: int, flags: int) -> int:
-        assert address not in self.registered and flags == 0
+        assert address not in self.live and flags == 1  # cudaHostRegisterPortable
         self.registered[address] = size
+        self.live.add(address)
         return 0
 
     def cudaHostUnregister(self, address: int) -> int:
-        assert address in self.registered
+        assert address in self.live
+        self.live.discard(address)
         self.unregistered.append((address, address in mapped_starts()))
         return 0
 
@@ -248,14 +251,99 @@ def test_host_transfer_modes_and_a_registration_the_driver_refuses(caplog):
     clips = torch.ones(2, 3)
     assert HostTransfer("pageable", cudart=FakeCudart()).source(clips) is clips
     refused = HostTransfer("register", cudart=Refusing())
-    HostTransfer._warned = False
-    with caplog.at_level("INFO", logger="daliload.epoch"):
+    merge_mod._refusal_warned = False
+    with caplog.at_level("WARNING", logger="daliload.epoch"):
         assert refused.source(clips) is clips and refused.registered == {}
-    assert "cudaHostRegister of 24 bytes of fallback clips failed (CUDA error 712)" in caplog.text
+        assert refused.source(torch.ones(4)) is not None  # a second refusal: no second warning
+    warned = [r for r in caplog.records if "cudaHostRegister" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].levelname == "WARNING"
+    assert "cudaHostRegister of 24 bytes of fallback clips failed (CUDA error 712)" in warned[0].getMessage()
     refused.release()  # nothing to undo
     with pytest.raises(ValueError, match="mode must be 'register', 'staging' or 'pageable', got 'mapped'"):
         HostTransfer("mapped")
     assert epoch_mod.HOST_TRANSFER == "register"
+
+
+def test_registrations_are_made_under_the_loaders_device_not_the_current_one(monkeypatch):
+    """Under torchrun without torch.cuda.set_device every rank's current device is GPU 0: a registration made
+    there would open a context on GPU 0 from every rank. It is made under the batches' device, and portable."""
+    entered = []
+
+    class Device:
+        def __init__(self, device):
+            self.device = device
+
+        def __enter__(self):
+            entered.append(self.device)
+
+        def __exit__(self, *exc):
+            entered.append(None)
+
+    monkeypatch.setattr(torch.cuda, "device", Device)
+    cudart = FakeCudart()
+    assert merge_mod.register_host(4096, 100, torch.device("cuda", 1), cudart) is True
+    merge_mod.unregister_host(4096, torch.device("cuda", 1), cudart)
+    assert entered == [torch.device("cuda", 1), None] * 2 and cudart.registered == {4096: 100}
+
+
+def test_a_ring_of_registered_buffers_is_reused_batch_after_batch(make_clip, mocked_cuda):
+    """On a GPU host the fallback's buffers come from RegisteredBuffers: registered once, given back when the
+    event after their batch's copies completes, written again only then; freed (unregistered while still mapped)
+    at close. Six batches, one or two buffers: one registration each, not one per batch."""
+    ring = merge_mod.RegisteredBuffers(torch.device("meta"), keep=2)
+    source = FallbackSource(RAW, workers=1, buffers=ring)
+    samples = h264_samples(make_clip, 12)
+    setup = PassSetup(output=RAW, device=torch.device("meta"), label_padding=False, mask_failed=False, prefetch=1,
+                      num_frames=lambda path: 40)
+    batches = [samples[k:k + 2] for k in range(0, 12, 2)]
+    try:
+        passing = iter(EpochPass(setup, batches, samples, routes=Routes(), budget=FailureBudget(12),
+                                 counters=EpochCounters(), fallback=source, pinned=ring.pinned))
+        for _ in range(6):
+            videos, _, _ = next(passing)
+            assert videos.device.type == "meta"
+            FakeEvent.made[-1].done = True  # the GPU ran this batch's copies: its buffer may be written again
+        with pytest.raises(StopIteration):
+            next(passing)
+        assert ring.made <= 2 and len(mocked_cuda.registered) == ring.made  # not one per batch
+        assert mocked_cuda.unregistered == []  # still registered, waiting for reuse
+        addresses = set(ring.pinned)
+        source.close()
+        ring.close()
+        assert sorted(mocked_cuda.unregistered) == sorted((a, True) for a in addresses)  # undone while mapped
+        assert ring.pinned == {}
+    finally:
+        source.close()
+        ring.close()
+
+
+def test_a_ring_buffer_is_freed_not_reused_when_its_group_is_dropped(mocked_cuda):
+    """A cancelled group's buffer may still be written by a decode that runs on: it is freed (unregistered while
+    still mapped), never lent again; a lease dropped unused frees its buffer when it goes; a buffer made for a
+    larger group serves a smaller one; past ``keep`` a buffer given back is freed."""
+    ring = merge_mod.RegisteredBuffers(None, keep=1)
+    videos, fd, lease = ring.take((2, 3), torch.float32)
+    first = videos.untyped_storage().data_ptr()
+    del videos
+    lease()  # given back: the next group of that size or smaller gets it
+    smaller, _, again = ring.take((1, 3), torch.float32)
+    assert smaller.untyped_storage().data_ptr() == first and smaller.shape == (1, 3) and ring.made == 1
+    del smaller
+    again.discard()  # its group was cancelled: freed at once, not kept
+    assert mocked_cuda.unregistered == [(first, True)] and ring.pinned == {} and mocked_cuda.live == set()
+    _, _, one = ring.take((2, 3), torch.float32)
+    _, _, two = ring.take((2, 3), torch.float32)
+    assert ring.made == 3 and len(mocked_cuda.live) == 2
+    one()
+    two()  # keep=1: the second one back is freed
+    assert len(mocked_cuda.live) == 1 and len(ring.pinned) == 1
+    _, _, forgotten = ring.take((2, 3), torch.float32)  # the kept one, lent again
+    del forgotten  # dropped without a word (a pass broken off between collect and merge): freed as it goes
+    gc.collect()
+    assert mocked_cuda.live == set() and ring.pinned == {}
+    ring.close()
+    with pytest.raises(ValueError, match="keep must be >= 1, got 0"):
+        merge_mod.RegisteredBuffers(None, keep=0)
 
 
 def test_each_dali_clip_reaches_the_batch_with_one_copy(caplog):

@@ -31,7 +31,7 @@ Modules, by concept:
 * :mod:`._pass`: :class:`EpochPass`, the scheduler over the clip sources and
   the replacement loop;
 * :mod:`._merge`: the merge into one batch, :class:`BatchInfo` (what each row
-  is), and the GPU hand-off (:class:`HeldOutputs`, :class:`HostTransfer`);
+  is), and the GPU hand-off (:class:`HeldOutputs`, :class:`HostTransfer`, :class:`RegisteredBuffers`);
 * :mod:`._setup`: what a pass is given (:class:`PassSetup`) and counts
   (:class:`EpochCounters`), and :data:`PADDING_LABEL`;
 * :mod:`._plans`: :class:`EpochPlans`, a rank's plans by epoch, the next one
@@ -42,7 +42,8 @@ Modules, by concept:
   where the fallback normalises (:func:`fallback_normalizes_on`).
 """
 
-from daliload.epoch._merge import HOST_TRANSFER, BatchInfo, HeldOutputs, HostTransfer, HostTransferMode
+from daliload.epoch._merge import (HOST_TRANSFER, BatchInfo, HeldOutputs, HostTransfer, HostTransferMode,
+                                   RegisteredBuffers)
 from daliload.epoch._pass import EpochPass
 from daliload.epoch._plans import EpochPlans
 from daliload.epoch._progress import EpochProgress, EpochSampler
@@ -52,4 +53,5 @@ from daliload.epoch._sources import ClipSources, DaliSetup, fallback_normalizes_
 
 __all__ = ["DALI_FAILURE_STREAK", "HOST_TRANSFER", "PADDING_LABEL", "BatchInfo", "ClipSources", "DaliSetup",
            "EpochCounters", "EpochPass", "EpochPlans", "EpochProgress", "EpochSampler", "HeldOutputs", "HostTransfer",
-           "HostTransferMode", "PassSetup", "Routes", "dali_videos", "fallback_normalizes_on", "stream_hint"]
+           "HostTransferMode", "PassSetup", "RegisteredBuffers", "Routes", "dali_videos", "fallback_normalizes_on",
+           "stream_hint"]

@@ -15,6 +15,9 @@ never from a decoder, and so does each row's :class:`BatchInfo`.
 from __future__ import annotations
 
 import logging
+import math
+import os
+import weakref
 from collections import deque
 from typing import Callable, Iterator, Literal, NamedTuple, Sequence
 
@@ -146,26 +149,35 @@ class HostTransfer:
     transfer. Registered with ``cudaHostRegister`` (``mode="register"``), the
     mapping is pinned memory and the copy is a DMA queued on the stream.
 
-    The registration must be undone (``cudaHostUnregister``) after the copies
-    have run and before the mapping is unmapped: the mapping goes when the
-    last tensor over it does, and the epoch pass keeps the batch's
+    The loader's fallback buffers come from :class:`RegisteredBuffers`, a ring
+    registered once and reused (``pinned``: their addresses): nothing to do for
+    those. Any other mapping is registered for its batch here, and the
+    registration undone (``cudaHostUnregister``) after the copies have run and
+    before the mapping is unmapped: the mapping goes when the last tensor over
+    it does, and the epoch pass keeps the batch's
     :class:`~daliload.clips.Decoded` parts (which hold those tensors) in
     :class:`HeldOutputs` until an event after the copies has completed, then
     calls :meth:`release` before letting them go. A registration that fails
-    (memory the driver will not pin) leaves that copy pageable, logged once.
+    (memory the driver will not pin) leaves that copy pageable, with one
+    warning per process.
 
     Args:
         mode: see :data:`HOST_TRANSFER` (the default).
         cudart: the CUDA runtime (default ``torch.cuda.cudart()``); a test double.
+        device: the batches' device: registrations are made in its context
+            (not the current device's, which under torchrun without
+            ``torch.cuda.set_device`` is GPU 0 on every rank), and portable.
+        pinned: addresses already registered for as long as they live (the ring's).
     """
 
-    _warned = False
-
-    def __init__(self, mode: HostTransferMode | None = None, cudart=None) -> None:
+    def __init__(self, mode: HostTransferMode | None = None, cudart=None, *, device: torch.device | None = None,
+                 pinned: "dict[int, int] | None" = None) -> None:
         self.mode: HostTransferMode = mode or HOST_TRANSFER
         if self.mode not in ("register", "staging", "pageable"):
             raise ValueError(f"mode must be 'register', 'staging' or 'pageable', got {self.mode!r}")
         self._cudart = cudart
+        self._device = device
+        self._pinned = pinned if pinned is not None else {}
         self.registered: dict[int, int] = {}  # storage address -> bytes, until release()
 
     def source(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -176,29 +188,144 @@ class HostTransfer:
             return torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True).copy_(tensor)
         storage = tensor.untyped_storage()
         address, size = storage.data_ptr(), storage.nbytes()
-        if address in self.registered or not size:
+        if address in self.registered or address in self._pinned or not size:
             return tensor
-        cudart = self._cudart if self._cudart is not None else torch.cuda.cudart()
-        code = int(getattr(error := cudart.cudaHostRegister(address, size, 0), "value", error))
-        if code != 0:
-            clear_cuda_error()
-            if not HostTransfer._warned:
-                HostTransfer._warned = True
-                logger.info("cudaHostRegister of %d bytes of fallback clips failed (CUDA error %d); their copies "
-                            "to the GPU stay pageable", size, code)
-            return tensor
-        self.registered[address] = size
+        if register_host(address, size, self._device, self._cudart):
+            self.registered[address] = size
         return tensor
 
     def release(self) -> None:
-        """Undo the registrations (the copies have run; the mappings are still there)."""
-        if not self.registered:
-            return
-        cudart = self._cudart if self._cudart is not None else torch.cuda.cudart()
+        """Undo this batch's registrations (the copies have run; the mappings are still there)."""
         while self.registered:
             address, _ = self.registered.popitem()
-            if int(getattr(error := cudart.cudaHostUnregister(address), "value", error)) != 0:
-                clear_cuda_error()
+            unregister_host(address, self._device, self._cudart)
+
+
+#: ``cudaHostRegisterPortable``: the pinned memory counts as such in every CUDA context, not only the
+#: one current when it was registered.
+_HOST_REGISTER_PORTABLE = 1
+_refusal_warned = False
+
+
+def _in_context(device: torch.device | None):
+    import contextlib
+
+    return torch.cuda.device(device) if device is not None and device.type == "cuda" else contextlib.nullcontext()
+
+
+def register_host(address: int, size: int, device: torch.device | None, cudart=None) -> bool:
+    """Page-lock ``size`` bytes at ``address`` for copies to ``device`` (portable); False if the driver refuses.
+
+    A refusal leaves the copies from that memory pageable (they still work,
+    holding the training loop up while they run): one warning per process.
+    """
+    global _refusal_warned
+    with _in_context(device):
+        runtime = cudart if cudart is not None else torch.cuda.cudart()
+        code = int(getattr(error := runtime.cudaHostRegister(address, size, _HOST_REGISTER_PORTABLE), "value", error))
+    if code == 0:
+        return True
+    clear_cuda_error()
+    if not _refusal_warned:
+        _refusal_warned = True
+        logger.warning("cudaHostRegister of %d bytes of fallback clips failed (CUDA error %d); their copies to the "
+                       "GPU stay pageable, which holds the training loop up while they run", size, code)
+    return False
+
+
+def unregister_host(address: int, device: torch.device | None, cudart=None) -> None:
+    """Undo :func:`register_host` (before the memory is unmapped)."""
+    with _in_context(device):
+        runtime = cudart if cudart is not None else torch.cuda.cudart()
+        if int(getattr(error := runtime.cudaHostUnregister(address), "value", error)) != 0:
+            clear_cuda_error()
+
+
+class RegisteredBuffers:
+    """The fallback's shared-memory buffers on a GPU host: page-locked once, reused batch after batch.
+
+    Registering a fresh mapping for every batch costs the driver a walk over
+    its pages each time (and unregistering another); a small ring of buffers
+    registered once costs that once per buffer. The fallback source takes its
+    groups' buffers here (:class:`fallback.source.BufferSource`); the epoch
+    pass gives a batch's buffers back (``Decoded.recycle``) once the event after
+    its copies has completed, so a buffer is written again only after the GPU
+    has read it. A buffer holds the largest group asked for so far, so a
+    smaller group fits any; up to ``keep`` wait for reuse, the rest are freed
+    when they come back. A buffer is freed by undoing its registration, then
+    closing its descriptor and dropping the mapping (in that order: the driver
+    must not keep pages pinned that are gone). A lease that is dropped unused
+    (a pass broken off between collecting a group and merging it) frees its
+    buffer the same way, when it goes.
+
+    Args:
+        device: the batches' CUDA device (registrations are made under it).
+        keep: buffers kept for reuse (the pass's batches ahead plus those
+            held for their copies is what is in use at once).
+        cudart: a test double of the CUDA runtime.
+    """
+
+    def __init__(self, device: torch.device | None, *, keep: int, cudart=None) -> None:
+        if keep < 1:
+            raise ValueError(f"keep must be >= 1, got {keep!r}")
+        self._device, self._keep, self._cudart = device, keep, cudart
+        self.pinned: dict[int, int] = {}  # address -> bytes of each registered buffer, for HostTransfer
+        self._free: list[tuple[torch.Tensor, int]] = []  # (the whole buffer, 1-d; its descriptor)
+        self._bytes = 0  # the largest group asked for so far
+        self._closed = False
+        self.made = 0  # buffers made (and registered) so far: what reuse saves
+
+    def take(self, shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, int, "_Lease"]:
+        """A tensor of ``shape`` in a registered shared buffer, its descriptor and its :class:`_Lease`."""
+        from fallback.source import shared_buffer
+
+        count = math.prod(shape)
+        need = count * dtype.itemsize
+        fits = [i for i, (flat, _) in enumerate(self._free) if flat.dtype == dtype and flat.numel() >= count]
+        if fits:
+            flat, fd = self._free.pop(min(fits, key=lambda i: self._free[i][0].numel()))
+        else:
+            self._bytes = max(self._bytes, need)
+            flat, fd = shared_buffer((self._bytes // dtype.itemsize,), dtype)
+            self.made += 1
+            address = flat.untyped_storage().data_ptr()
+            if register_host(address, flat.untyped_storage().nbytes(), self._device, self._cudart):
+                self.pinned[address] = flat.untyped_storage().nbytes()
+        return flat[:count].view(shape), fd, _Lease(self, flat, fd)
+
+    def close(self) -> None:
+        """Free the buffers waiting for reuse; those still lent are freed when they come back."""
+        self._closed = True
+        while self._free:
+            self._drop(*self._free.pop())
+
+    def _give_back(self, flat: torch.Tensor, fd: int) -> None:
+        if self._closed or len(self._free) >= self._keep:
+            self._drop(flat, fd)
+        else:
+            self._free.append((flat, fd))
+
+    def _drop(self, flat: torch.Tensor, fd: int) -> None:
+        address = flat.untyped_storage().data_ptr()
+        if self.pinned.pop(address, None) is not None:
+            unregister_host(address, self._device, self._cudart)
+        os.close(fd)  # the mapping goes with the last tensor over it, after its registration
+
+
+class _Lease:
+    """One buffer of :class:`RegisteredBuffers`, lent: called, it goes back for reuse; discarded, it is freed."""
+
+    def __init__(self, ring: RegisteredBuffers, flat: torch.Tensor, fd: int) -> None:
+        self._finalizer = weakref.finalize(self, ring._drop, flat, fd)
+        self._finalizer.atexit = False  # at exit the process's memory goes anyway
+        self._ring, self._flat, self._fd = ring, flat, fd
+
+    def __call__(self) -> None:
+        if self._finalizer.detach() is not None:
+            self._ring._give_back(self._flat, self._fd)
+
+    def discard(self) -> None:
+        self._finalizer()
 
 
 def clear_cuda_error() -> None:

@@ -12,6 +12,7 @@ batch it yields.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import deque
 from typing import Iterator, Sequence
@@ -48,8 +49,10 @@ class EpochPass:
 
     def __init__(self, setup: PassSetup, batches: Sequence[Sequence[Sample]], plan: Sequence[Sample], *,
                  routes: Routes, budget: FailureBudget, fallback: ClipSource, dali: ClipSource | None = None,
-                 counters: EpochCounters | None = None, epoch: int = 0, start: int = 0) -> None:
+                 counters: EpochCounters | None = None, epoch: int = 0, start: int = 0,
+                 pinned: dict[int, int] | None = None) -> None:
         self.setup = setup
+        self.pinned = pinned  # host memory registered for as long as it lives (RegisteredBuffers.pinned)
         self.batches = [list(b) for b in batches]
         self.plan = list(plan)
         self.routes, self.budget = routes, budget
@@ -67,13 +70,16 @@ class EpochPass:
                 self._submit_ahead(i)
                 parts, replaced = self._collect(batch, *self._submitted.popleft())
                 self._count_past_end(batch)
-                host = HostTransfer() if self.setup.device.type != "cpu" else None  # cuda (tests: meta)
+                host = None
+                if self.setup.device.type != "cpu":  # cuda (tests: meta)
+                    host = HostTransfer(device=self.setup.device, pinned=self.pinned)
                 try:
                     videos, labels, info = merge(batch, parts, replaced, self.setup, self.counters, host)
                 finally:
                     if host is not None:  # what the batch's copies read lives until they have run
-                        self._held.hold([p.decoded for p in parts], torch.cuda.current_stream(self.setup.device),
-                                        on_release=host.release)
+                        decoded = [p.decoded for p in parts]
+                        self._held.hold(decoded, torch.cuda.current_stream(self.setup.device),
+                                        on_release=functools.partial(_release, host, decoded))
                 # Set before yielding: a state taken while the caller holds this batch resumes after it.
                 self.next_batch += 1
                 self.counters.batches += 1
@@ -211,3 +217,11 @@ class EpochPass:
             frames = self.setup.num_frames(s.video_index)
             if frames is not None and s.last_frame >= frames:
                 self.counters.clips_past_end += 1
+
+
+def _release(host: HostTransfer, decoded: Sequence[Decoded]) -> None:
+    """A batch's copies have run: undo its registrations, and give its reusable buffers back."""
+    host.release()
+    for part in decoded:
+        if part.recycle is not None:
+            part.recycle()

@@ -25,6 +25,7 @@ from fallback.cut import cut_task
 from fallback.numbering import StreamHint
 from fallback.options import FallbackOptions
 from fallback.source import FallbackSource, NormalizeOn
+from daliload.epoch._merge import RegisteredBuffers
 
 if TYPE_CHECKING:
     import torch
@@ -72,17 +73,25 @@ class ClipSources:
         device: where the batches go (``cuda:N`` or the CPU): it decides
             where the fallback normalises (:func:`fallback_normalizes_on`).
         dali: how DALI is built when first needed; ``None``: DALI is not used.
+        keep_buffers: on a GPU host, the fallback's page-locked buffers kept
+            for reuse (:class:`RegisteredBuffers`): the batches a pass has in
+            flight at once, ahead and held for their copies.
     """
 
     def __init__(self, index: VideoIndex, output: OutputSpec, options: FallbackOptions, *, workers: int,
-                 timeout_s: float, device: "torch.device", dali: DaliSetup | None = None) -> None:
+                 timeout_s: float, device: "torch.device", dali: DaliSetup | None = None,
+                 keep_buffers: int = 4) -> None:
         #: ``path -> frames in the file`` (the manifest's), what the plan was drawn from
         self.frames_of = frames_lookup(index)
         self._hint_of = hint_lookup(index)
         self._output, self._workers, self._timeout_s, self._dali_setup = output, workers, timeout_s, dali
+        #: on a GPU host, the fallback's shared buffers: page-locked once and reused (None on the CPU, where a
+        #: group that is the whole batch is handed out as the batch and so cannot be reused)
+        self.buffers = RegisteredBuffers(device, keep=keep_buffers) if device.type == "cuda" and workers else None
         #: the PyAV fallback: what a truncated file is checked against is the manifest's frame count
         self.fallback = FallbackSource(output, options, workers=workers, hint_of=self._hint_of,
-                                       frames_of=self.frames_of, normalize_on=fallback_normalizes_on(device))
+                                       frames_of=self.frames_of, normalize_on=fallback_normalizes_on(device),
+                                       buffers=self.buffers)
         self._dali: DaliSource | None = None
 
     def dali(self) -> DaliSource:
@@ -108,9 +117,16 @@ class ClipSources:
             self._dali = DaliSource(decoder, clip_timeout_s=self._timeout_s, cutter=cutter)
         return self._dali
 
+    @property
+    def pinned(self) -> dict[int, int] | None:
+        """The addresses and sizes of the fallback's page-locked buffers (``None`` on the CPU)."""
+        return self.buffers.pinned if self.buffers is not None else None
+
     def close(self) -> None:
         """Stop the fallback's workers and release DALI's pipelines (the next pass starts them again)."""
         self.fallback.close()
+        if self.buffers is not None:
+            self.buffers.close()
         if self._dali is not None:
             self._dali.close()
             self._dali = None
