@@ -167,6 +167,8 @@ def test_too_few_cores_per_local_rank_for_the_workers_warns():
     assert cores.status == "warn" and "2.0 a rank; fallback_workers=4" in cores.detail
     assert cores.fix.startswith("DecodeSpec(fallback_workers=2)")
     assert doctor.check_cores(dataclasses.replace(H200, cores=16), Workload(local_ranks=8)).status == "ok"
+    crowded = doctor.check_cores(dataclasses.replace(H200, cores=4), Workload(local_ranks=8))
+    assert crowded.status == "warn" and crowded.fix.startswith("more cores a rank")
 
 
 def test_local_ranks_default_to_local_world_size_else_the_gpus(monkeypatch):

@@ -65,8 +65,11 @@ bounded by its size (docker's ``--shm-size``); their pages count against the
 machine's or container's memory (docker's ``--memory``, the cgroup's
 ``memory.max``). So that is what they are compared against, and ``/dev/shm``
 is checked for what does use it: NCCL's transport between the ranks of one
-machine (NVIDIA's NCCL troubleshooting page asks for ``--shm-size=1g`` in
-docker; the default is 64 MB).
+machine (NCCL's troubleshooting page, "Shared memory", asks for
+``--shm-size=1g --ulimit memlock=-1`` in docker; docker's default is 64 MB).
+That memfd files are unbounded by ``/dev/shm``: they live on the kernel's
+internal shmem mount, which gets no size limit (``shmem_fill_super`` in
+``mm/shmem.c`` sets one only for mounts that are not kernel mounts).
 
 Nothing here prints the environment, a path outside the package or a
 secret: the facts are versions, names, counts and sizes.
@@ -595,10 +598,11 @@ def check_dev_shm(m: Machine, w: Workload) -> Check:
         return Check("/dev/shm", "ok", f"{size}; daliload's batches do not use it (memfd), and {why}: "
                      "nothing else here needs it")
     if m.shm_bytes < NCCL_SHM_BYTES:
-        return Check("/dev/shm", "warn", f"{size}, less than the 1 GB NCCL wants for {w.local_ranks} local ranks "
-                     "(it fails with 'unhandled system error' when a segment does not fit)",
-                     "docker run --shm-size=1g (or --ipc=host); on Kubernetes, an emptyDir with medium: Memory at "
-                     "/dev/shm")
+        return Check("/dev/shm", "warn", f"{size}, less than the 1 GB NCCL asks for in a container, for "
+                     f"{w.local_ranks} local ranks (NCCL fails to initialise when a segment does not fit: "
+                     "'failed to extend /dev/shm/nccl-...')",
+                     "docker run --shm-size=1g --ulimit memlock=-1 (or --ipc=host); on Kubernetes, an emptyDir "
+                     "with medium: Memory at /dev/shm")
     return Check("/dev/shm", "ok", f"{size}; enough for NCCL between {w.local_ranks} local ranks "
                  "(daliload's batches do not use it: memfd)")
 
@@ -608,10 +612,11 @@ def check_cores(m: Machine, w: Workload) -> Check:
     detail = (f"{m.cores} core(s) for {w.local_ranks} rank(s): {per_rank:.1f} a rank; "
               f"fallback_workers={w.fallback_workers} a rank")
     if w.fallback_workers > per_rank:
-        fit = max(1, math.floor(per_rank))
+        more = "more cores a rank (SLURM --cpus-per-task, docker --cpus)"
+        fix = f"DecodeSpec(fallback_workers={math.floor(per_rank)}), or {more}" if per_rank >= 1 else \
+            f"{more} or fewer ranks on this machine; DecodeSpec(fallback_workers=1) meanwhile"
         return Check("cores", "warn", detail + ": more workers than cores, so they share cores and the fallback "
-                     "is slower, not faster", f"DecodeSpec(fallback_workers={fit}) (--workers {fit}), or more cores "
-                     f"a rank (SLURM --cpus-per-task, docker --cpus)")
+                     "is slower, not faster", fix)
     return Check("cores", "ok", detail)
 
 
