@@ -84,9 +84,11 @@ def test_a_decode_that_does_not_answer_in_time_is_reported_not_waited_for():
     assert "no answer within 0.01 s" in detail
 
 
-def test_bad_options_name_the_value():
+def test_bad_options_name_the_value(capsys):
     with pytest.raises(ValueError, match=r"batch_size must be an integer >= 1, got 0"):
         Workload(batch_size=0)
+    assert main(["doctor", "--no-decode", "--local-ranks", "0"]) == 2  # said, not a traceback
+    assert "local_ranks must be an integer >= 1, got 0" in capsys.readouterr().err
     with pytest.raises(ValueError, match=r"dtype must be one of .*float16.*, got 'int8'"):
         Workload(dtype="int8")
 
