@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "preview": "daliload.commands.preview",
     "demo": "daliload.commands.demo",
     "transcode": "daliload.transcode.cli",
+    "doctor": "daliload.commands.doctor",
 }
 
 
