@@ -114,7 +114,7 @@ def test_an_h200_has_seven_engines_and_no_av1_on_nvdec(faked_gpu_actions):
 def test_the_buffers_on_an_h200_are_uint8_for_seven_pipelines_ahead():
     per_batch, held, per_rank = doctor.shared_bytes_per_rank(H200, Workload(local_ranks=8))
     assert per_batch == 32 * 3 * 16 * 224 * 224  # uint8: the merge normalises on the GPU
-    assert held == 7 + 1  # one batch ahead per DALI pipeline, and the one handed out
+    assert held == 7 + 2  # one batch ahead per DALI pipeline, the one handed out, the ring's copies
     assert per_rank == per_batch * held
 
 
@@ -158,7 +158,7 @@ def test_batches_too_big_for_the_memory_fail_and_say_shm_size_does_not_help():
     small = dataclasses.replace(H200, memory_bytes=4 * 10**9)
     shared = doctor.check_shared_memory(small, Workload(local_ranks=8))
     assert shared.status == "fail"
-    assert "8 batches x 0.08 GB" in shared.detail and "4.93 GB for 8 rank(s)" in shared.detail
+    assert "9 batches x 0.08 GB" in shared.detail and "5.55 GB for 8 rank(s)" in shared.detail
     assert "docker run --memory=" in shared.fix and "--shm-size does not help" in shared.fix
     assert doctor.check_shared_memory(small, Workload(local_ranks=2)).status == "warn"  # 1.23 of 4 GB
     assert doctor.check_shared_memory(small, Workload(local_ranks=1, batch_size=4)).status == "ok"

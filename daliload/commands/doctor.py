@@ -56,10 +56,12 @@ buffer of shared memory (``fallback.source.shared_buffer``), ``clips x 3 x
 clip_len x crop x crop`` of the dtype the workers write (uint8 on a GPU host,
 where the merge normalises on the GPU; the output dtype on the CPU), and a
 rank keeps ``DecodeSpec.batches_ahead(...) + 1`` of them (the batches
-submitted ahead and the one being handed out). At the defaults (batch 32,
+submitted ahead and the one being handed out; on a GPU host ``+ 2``: its
+page-locked ring, ``daliload.epoch.RegisteredBuffers``, keeps the buffers whose
+copies to the device still run). At the defaults (batch 32,
 16 frames, 224 px) that is 3 x 308 MB = 925 MB a rank on the CPU (float32)
-and, on an H200 (7 DALI pipelines, so 7 batches ahead), 8 x 77 MB = 616 MB a
-rank, 4.9 GB for 8 ranks, at worst (every clip on the fallback). The buffers
+and, on an H200 (7 DALI pipelines, so 7 batches ahead), 9 x 77 MB = 693 MB a
+rank, 5.5 GB for 8 ranks, at worst (every clip on the fallback). The buffers
 are anonymous ``memfd`` files: on Linux they are not in ``/dev/shm`` and not
 bounded by its size (docker's ``--shm-size``); their pages count against the
 machine's or container's memory (docker's ``--memory``, the cgroup's
@@ -560,7 +562,9 @@ def shared_bytes_per_rank(m: Machine, w: Workload) -> tuple[int, int, int]:
     decode = DecodeSpec(fallback_workers=w.fallback_workers)
     gpu = m.gpu
     pipelines = decode.dali_pipelines_for("gpu" if on_gpu else "cpu", gpu.nvdec_engines if gpu else None)
-    held = decode.batches_ahead(w.batch_size, pipelines=pipelines) + 1
+    # Ahead, and the one handed out; on a GPU host the ring (RegisteredBuffers) also keeps about two whose copies
+    # to the device still run: the loader's keep_buffers.
+    held = decode.batches_ahead(w.batch_size, pipelines=pipelines) + (2 if on_gpu else 1)
     return per_batch, held, per_batch * held
 
 
