@@ -78,8 +78,34 @@ class RunResources:
     samples: int = 0
 
 
+def physical_gpu(index: int, visible: str | None = None) -> str:
+    """What NVML and ``nvidia-smi -i`` call CUDA device ``index`` of this process: a physical index or a UUID.
+
+    CUDA numbers the devices ``CUDA_VISIBLE_DEVICES`` lists, in its order;
+    NVML and ``nvidia-smi`` ignore it and number every GPU of the machine. With
+    ``CUDA_VISIBLE_DEVICES=2,3`` a rank's ``cuda:0`` is physical GPU 2; read by
+    index 0, its NVDEC figures would be another rank's. Entries may be indices
+    or UUIDs (``GPU-...``, ``MIG-...``).
+
+    >>> physical_gpu(0, "2,3"), physical_gpu(1, " GPU-5f2e ,GPU-77aa"), physical_gpu(1, None)
+    ('2', 'GPU-77aa', '1')
+
+    Raises:
+        ValueError: ``index`` is not among the visible devices.
+    """
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    if visible is None or not visible.strip():
+        return str(index)
+    entries = [entry.strip() for entry in visible.split(",")]
+    entries = entries[:next((k for k, e in enumerate(entries) if not e or e.startswith("-")), len(entries))]
+    if not 0 <= index < len(entries):
+        raise ValueError(f"CUDA device {index} is not among CUDA_VISIBLE_DEVICES={visible!r}")
+    return entries[index]
+
+
 class _GpuSampler:
-    """Device memory and decoder/SM utilisation via NVML (pynvml), else ``nvidia-smi -lms``."""
+    """Device memory and decoder/SM utilisation via NVML (pynvml), else ``nvidia-smi -lms``, of CUDA device
+    ``index`` as this process sees it (:func:`physical_gpu`)."""
 
     def __init__(self, index: int, interval_s: float) -> None:
         self.source = "none"
@@ -87,6 +113,7 @@ class _GpuSampler:
         self._smi: subprocess.Popen | None = None
         self._lock = threading.Lock()
         self._latest: tuple[float, float, float] | None = None
+        gpu = physical_gpu(index)
         try:
             import pynvml
         except ImportError as err:
@@ -94,7 +121,8 @@ class _GpuSampler:
         else:
             try:
                 pynvml.nvmlInit()
-                self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                self._handle = (pynvml.nvmlDeviceGetHandleByIndex(int(gpu)) if gpu.isdigit()
+                                else pynvml.nvmlDeviceGetHandleByUUID(gpu))
                 self._nvml = pynvml
                 self.source = "nvml"
                 return
@@ -106,7 +134,7 @@ class _GpuSampler:
             return
         self._smi = subprocess.Popen(
             [smi, "--query-gpu=memory.used,utilization.decoder,utilization.gpu", "--format=csv,noheader,nounits",
-             "-lms", str(max(50, int(interval_s * 1000))), "-i", str(index)],
+             "-lms", str(max(50, int(interval_s * 1000))), "-i", gpu],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.source = "nvidia-smi"
         threading.Thread(target=self._read_smi, daemon=True).start()

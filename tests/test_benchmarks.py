@@ -512,3 +512,20 @@ def test_epoch_start_benchmark_refuses_bad_options(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
         bench_epoch_start.parse_args(argv)
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_nvml_reads_the_gpu_cuda_calls_this_processs_device(monkeypatch):
+    """NVML and nvidia-smi number every GPU of the machine; CUDA only those CUDA_VISIBLE_DEVICES lists, in its
+    order: a rank's cuda:0 under CUDA_VISIBLE_DEVICES=2,3 is physical GPU 2, read there, not GPU 0."""
+    from benchmarks.metrics import physical_gpu
+
+    assert [physical_gpu(i, "2,3") for i in (0, 1)] == ["2", "3"]
+    assert physical_gpu(0, "GPU-8f0c5a1e-aaaa-bbbb-cccc-000000000001") == "GPU-8f0c5a1e-aaaa-bbbb-cccc-000000000001"
+    assert physical_gpu(1, "MIG-1, MIG-2") == "MIG-2"
+    assert physical_gpu(3, "") == "3"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5")
+    assert physical_gpu(0) == "5"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert physical_gpu(1) == "1"
+    with pytest.raises(ValueError, match=r"CUDA device 1 is not among CUDA_VISIBLE_DEVICES='4,-1,5'"):
+        physical_gpu(1, "4,-1,5")  # CUDA stops at the first entry that names no device
