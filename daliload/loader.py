@@ -26,8 +26,9 @@ import inspect
 import logging
 import numbers
 import os
+import weakref
 from functools import cached_property
-from typing import Iterator, Literal
+from typing import Callable, Iterator, Literal
 
 import torch
 
@@ -259,6 +260,11 @@ class KineticsDALILoader:
                            prefetch=prefetch, pipelines=self.dali_pipelines,
                            cut_windows=self.decode.dali_feed == "window") if self.dali_enabled else None,
             keep_buffers=prefetch + 2)  # the batches ahead, and about two whose copies to the GPU still run
+        # A loader dropped without close() (a rebuilt evaluation loader, a `del`) stops its workers and threads
+        # and releases its pipelines as it goes: at once, as the loader is in no reference cycle. Not at
+        # interpreter exit, where the exit hooks of the waits for DALI order that themselves.
+        self._closer = weakref.finalize(self, self._sources.close)
+        self._closer.atexit = False
         self._setup = PassSetup(
             output=self.output, device=self.torch_device, label_padding=self.label_padding,
             mask_failed=split != "train", prefetch=prefetch, num_frames=index.frames_of_video,
@@ -268,8 +274,11 @@ class KineticsDALILoader:
         self.sampler = EpochSampler(self)
         self._budget = FailureBudget(0, max_fraction=self.decode.max_failure_fraction, masked=split != "train")
         self._last_pass: EpochPass | None = None  # the pass under way or the last one: what stats() reports
-        self._active: Iterator | None = None  # the live pass over an epoch, if any
-        self._plans = EpochPlans(self._draw_plan)
+        # The live pass over an epoch, if any, held weakly, and the plans' draw a weak method: the loader is in
+        # no reference cycle, so a loader dropped without close() goes at once (refcount), and with it its
+        # workers, threads and pipelines (_closer), not at some later garbage collection.
+        self._active: weakref.ref | None = None
+        self._plans = EpochPlans(_weakly(self._draw_plan))
 
     def _check_batches(self) -> None:
         """Refuse a clip no video holds and an epoch of no batch; warn of one batch that is mostly repeats."""
@@ -480,10 +489,16 @@ class KineticsDALILoader:
 
     def __iter__(self) -> Iterator[Batch]:
         # One live pass at a time: passes share the DALI decoder's queue of batches in flight.
-        if self._active is not None:
-            self._active.close()
-        self._active = self._epoch_pass()
-        return self._active
+        self._end_active()
+        passing = self._epoch_pass()
+        self._active = weakref.ref(passing)  # the caller's loop holds it; dropped, it closes itself
+        return passing
+
+    def _end_active(self) -> None:
+        active = self._active() if self._active is not None else None
+        if active is not None:
+            active.close()
+        self._active = None
 
     def _epoch_pass(self) -> Iterator[Batch]:
         # The pass begins here, at its first batch (a bare iter(), as Lightning's check of a loader makes, is none).
@@ -530,12 +545,11 @@ class KineticsDALILoader:
     def close(self) -> None:
         """End the live pass, stop the fallback's worker processes and release the DALI pipeline.
 
-        Garbage collection does the same; the loader stays usable (its next
-        pass starts new workers and a new pipeline).
+        Dropping the loader does the same, at once (it is in no reference
+        cycle); the loader stays usable (its next pass starts new workers and
+        a new pipeline).
         """
-        if self._active is not None:
-            self._active.close()
-            self._active = None
+        self._end_active()
         self._sources.close()
 
     def __repr__(self) -> str:
@@ -543,6 +557,18 @@ class KineticsDALILoader:
                 f"rejected={len(self.rejected)}, batch_size={self.batch_size}, batches={len(self)}, "
                 f"rank={self.rank}/{self.world_size}, device={self.device!r}, routes={self.route_target!r}, "
                 f"dali={self.dali_enabled})")
+
+
+def _weakly(method: Callable) -> Callable:
+    """``method`` of an object, holding the object weakly (a callable kept by the object itself makes no cycle)."""
+    ref, name = weakref.WeakMethod(method), method.__qualname__
+
+    def call(*args, **kwargs):
+        bound = ref()
+        if bound is None:
+            raise ReferenceError(f"{name}: its object is gone")
+        return bound(*args, **kwargs)
+    return call
 
 
 def _plain(value: object) -> object:
