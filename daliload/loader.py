@@ -28,7 +28,7 @@ import numbers
 import os
 import weakref
 from functools import cached_property
-from typing import Callable, Iterator, Literal
+from typing import Callable, Iterator, Literal, Union
 
 import torch
 
@@ -51,7 +51,8 @@ from fallback.options import FallbackOptions
 
 logger = logging.getLogger(__name__)
 
-DeviceChoice = Literal["auto", "gpu", "cpu"]
+#: ``"auto"``, ``"gpu"``, ``"cpu"``, or what torch takes: ``"cuda"``, ``"cuda:N"``, a ``torch.device``.
+DeviceChoice = Union[str, torch.device]
 #: ``(videos, labels)``, or ``(videos, labels, info)`` with ``with_info=True``.
 Batch = tuple[torch.Tensor, ...] | tuple[torch.Tensor, torch.Tensor, BatchInfo]
 
@@ -89,7 +90,10 @@ class KineticsDALILoader:
             Kinetics mean/std, ``crop_size`` (:class:`OutputSpec`; a field
             not set follows ``crop_size``).
         device: ``"auto"`` (default: ``"gpu"`` when CUDA is available),
-            ``"gpu"`` (NVDEC, tensors on ``cuda:LOCAL_RANK``) or ``"cpu"``.
+            ``"gpu"`` or ``"cuda"`` (NVDEC, tensors on this process's GPU: the
+            one ``torch.cuda.set_device`` made current, else
+            ``cuda:LOCAL_RANK``), ``"cuda:N"`` or ``torch.device("cuda", N)``
+            (GPU ``N``), or ``"cpu"`` / ``torch.device("cpu")``.
         decode: threads, workers, prefetch and failure limits (:class:`DecodeSpec`).
         scan: pre-screen options when ``root`` is a dataset root (:class:`ScanSpec`).
         views: ``(num_temporal, num_spatial)`` views per video, for multi-view
@@ -310,11 +314,10 @@ class KineticsDALILoader:
 
     def _place(self, device: DeviceChoice) -> None:
         """Rank, world size and where this rank's tensors live."""
-        if device == "auto":
-            device = "gpu" if torch.cuda.is_available() else "cpu"
-        self.device: Literal["gpu", "cpu"] = device
+        self.device: Literal["gpu", "cpu"]
+        self.device, self.device_id = runtime.resolve_device(device)
+        device = self.device
         self.rank, self.world_size, self.local_rank = runtime.rank(), runtime.world_size(), runtime.local_rank()
-        self.device_id = runtime.local_cuda_device() if device == "gpu" else None
         self.torch_device = torch.device(f"cuda:{self.device_id}") if device == "gpu" else torch.device("cpu")
         # Routes depend on this GPU's NVDEC (an H200 has no AV1 decode, an L40S has): the manifest
         # routes for that generation, from its stored facts when it was scanned for another one.

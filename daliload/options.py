@@ -305,10 +305,7 @@ def check_options(*, batch_size: object, last_batch: object, device: object, see
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     check_last_batch(last_batch)
-    if device not in ("auto", "gpu", "cpu"):
-        raise ValueError(f"device must be 'auto', 'gpu' or 'cpu', got {device!r}")
-    if device == "gpu":
-        runtime.require_cuda()
+    runtime.resolve_device(device)  # raises for a device that is not one, or a GPU torch does not see
     if not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
 

@@ -512,3 +512,43 @@ def test_a_batch_larger_than_the_split_with_pad_warns_naming_both_numbers(datase
         warnings.simplefilter("error")
         make_loader(dataset, batch_size=1000, last_batch="partial")
         make_loader(dataset, batch_size=videos)  # exactly the split: no repeat
+
+
+def test_device_takes_what_torch_takes(dataset):
+    """``device`` in torch's own forms: "cuda", "cuda:N", torch.device; refused with the forms it takes."""
+    for device in ("cpu", torch.device("cpu"), " CPU "):
+        assert make_loader(dataset, device=device).device == "cpu"
+    if not torch.cuda.is_available():
+        for device in ("cuda", "cuda:0", torch.device("cuda", 0), "gpu"):
+            with pytest.raises(ValueError, match="needs a CUDA GPU visible to torch"):
+                make_loader(dataset, device=device)
+    with pytest.raises(ValueError, match=r"device must be a CUDA GPU or the CPU .*got 'meta'"):
+        make_loader(dataset, device="meta")
+    with pytest.raises(ValueError, match=r"device must be 'auto', 'gpu', 'cpu', 'cuda', 'cuda:N' or a torch.device"):
+        make_loader(dataset, device="gpu0")
+    with pytest.raises(TypeError, match="device must be a string .* or a torch.device, got int 0"):
+        make_loader(dataset, device=0)
+
+
+def test_the_gpu_is_the_one_asked_for_else_the_scripts_current_one_else_local_rank(monkeypatch):
+    """With GPUs faked: "cuda:N" is GPU N (and one torch does not see is named with CUDA_VISIBLE_DEVICES);
+    "cuda", "gpu" and "auto" follow torch.cuda.set_device(k) (k > 0: CUDA starts on GPU 0 whoever touches it),
+    else LOCAL_RANK modulo the visible GPUs (what torchrun scripts pass to set_device)."""
+    from daliload.runtime import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setenv("LOCAL_RANK", "6")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    assert resolve_device("cuda:1") == resolve_device(torch.device("cuda", 1)) == ("gpu", 1)
+    assert resolve_device("cuda") == resolve_device("gpu") == resolve_device("auto") == ("gpu", 2)  # 6 % 4
+    assert resolve_device(torch.device("cuda")) == ("gpu", 2)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)  # CUDA touched, no set_device: says nothing
+    assert resolve_device("cuda") == ("gpu", 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)  # torch.cuda.set_device(3)
+    assert resolve_device("cuda") == resolve_device("gpu") == ("gpu", 3)
+    assert resolve_device("cuda:0") == ("gpu", 0)  # asked for by number: that one
+    with pytest.raises(ValueError, match=r"device 'cuda:4': torch sees 4 GPU\(s\) here \(CUDA_VISIBLE_DEVICES="):
+        resolve_device("cuda:4")

@@ -32,7 +32,7 @@ from daliload.runtime._lazy import lazy_exports
 _EXPORTS = {
     "daliload.runtime._dist": ("all_gather_object", "barrier", "broadcast_object", "gather_object", "is_distributed",
                                "local_cuda_device", "local_rank", "patient_group", "rank", "require_cuda",
-                               "world_size"),
+                               "resolve_device", "world_size"),
     "daliload.runtime._native_logs": ("NATIVE_LOGS_ENV", "StderrFilter", "quiet_dali"),
     "daliload.runtime._processes": ("main_script_hidden", "mp_context", "refuse_bootstrapping_main", "usable_cores"),
     "daliload.runtime._workerpool": ("TaskOutcome", "WorkerPool"),
@@ -42,7 +42,8 @@ __all__ = sorted([*_MODULE_OF, "lazy_exports"])
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports on first use
     from daliload.runtime._dist import (all_gather_object, barrier, broadcast_object, gather_object, is_distributed,
-                                        local_cuda_device, local_rank, patient_group, rank, require_cuda, world_size)
+                                        local_cuda_device, local_rank, patient_group, rank, require_cuda,
+                                        resolve_device, world_size)
     from daliload.runtime._native_logs import NATIVE_LOGS_ENV, StderrFilter, quiet_dali
     from daliload.runtime._processes import main_script_hidden, mp_context, refuse_bootstrapping_main, usable_cores
     from daliload.runtime._workerpool import TaskOutcome, WorkerPool

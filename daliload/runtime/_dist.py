@@ -47,10 +47,16 @@ def require_cuda() -> None:
 
 
 def local_cuda_device() -> int:
-    """This process's GPU: ``LOCAL_RANK`` modulo the visible GPUs.
+    """This process's GPU: the current CUDA device when the script has chosen one, else ``LOCAL_RANK`` modulo
+    the visible GPUs.
 
-    Some launchers show each process only its own GPU (SLURM ``--gpus-per-task``),
-    where ``LOCAL_RANK`` can exceed the visible count: it wraps around.
+    A script that called ``torch.cuda.set_device(k)`` has said where its
+    tensors live: the batches go there too. GPU 0 is where CUDA starts
+    whoever touches it (daliload itself, asking a GPU's name), so a current
+    device of 0 says nothing: then ``LOCAL_RANK``, which is what ``torchrun``
+    scripts pass to ``set_device``. Some launchers show each process only its
+    own GPU (SLURM ``--gpus-per-task``), where ``LOCAL_RANK`` can exceed the
+    visible count: it wraps around.
 
     Raises:
         ValueError: no CUDA GPU is visible.
@@ -58,7 +64,52 @@ def local_cuda_device() -> int:
     require_cuda()
     import torch
 
-    return local_rank() % torch.cuda.device_count()
+    current = torch.cuda.current_device() if torch.cuda.is_initialized() else 0
+    return current if current != 0 else local_rank() % torch.cuda.device_count()
+
+
+def resolve_device(device: object) -> tuple[str, int | None]:
+    """``("gpu", index)`` or ``("cpu", None)`` for a loader's ``device``, in any form torch takes.
+
+    ``"auto"`` (a GPU when torch sees one), ``"gpu"``, ``"cuda"`` (this
+    process's GPU: :func:`local_cuda_device`), ``"cuda:N"`` and
+    ``torch.device("cuda", N)`` (GPU ``N``), ``torch.device("cuda")``,
+    ``"cpu"`` and ``torch.device("cpu")``.
+
+    Raises:
+        ValueError: another value, or a GPU that torch does not see (the
+            message names the value and the forms taken).
+        TypeError: neither a string nor a ``torch.device``.
+    """
+    import torch
+
+    if isinstance(device, str):
+        name = device.strip().lower()
+        if name == "auto":
+            return ("gpu", local_cuda_device()) if torch.cuda.is_available() else ("cpu", None)
+        if name == "gpu":
+            return "gpu", local_cuda_device()
+        try:
+            parsed = torch.device(name)
+        except RuntimeError as err:
+            raise ValueError(f"device must be 'auto', 'gpu', 'cpu', 'cuda', 'cuda:N' or a torch.device, "
+                             f"got {device!r}") from err
+    elif isinstance(device, torch.device):
+        parsed = device
+    else:
+        raise TypeError(f"device must be a string ('auto', 'gpu', 'cpu', 'cuda', 'cuda:N') or a torch.device, "
+                        f"got {type(device).__name__} {device!r}")
+    if parsed.type == "cpu":
+        return "cpu", None
+    if parsed.type != "cuda":
+        raise ValueError(f"device must be a CUDA GPU or the CPU (DALI decodes on NVIDIA GPUs), got {device!r}")
+    if parsed.index is None:
+        return "gpu", local_cuda_device()
+    require_cuda()
+    if not 0 <= parsed.index < torch.cuda.device_count():
+        raise ValueError(f"device {device!r}: torch sees {torch.cuda.device_count()} GPU(s) here "
+                         f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r})")
+    return "gpu", parsed.index
 
 
 def is_distributed() -> bool:
