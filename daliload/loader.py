@@ -38,9 +38,9 @@ from daliload.epoch import (PADDING_LABEL, BatchInfo, ClipSources, DaliSetup, Ep
                             EpochProgress, EpochSampler, PassSetup, Routes, dali_videos)
 from daliload.failures import FailureBudget
 from daliload.options import (DecodeSpec, augment_and_output, check_batch_fits, check_clip_fits, check_options,
-                              checked_clips_per_video, checked_label_padding, checked_spec, checked_views,
-                              dali_usable, dataset_root, refuse_disagreeing_ranks, refuse_unknown_options,
-                              warn_upscaled)
+                              checked_clips_per_video, checked_label_padding, checked_padding_label, checked_spec,
+                              checked_views, dali_usable, dataset_root, refuse_disagreeing_ranks,
+                              refuse_unknown_options, warn_upscaled)
 from daliload.plan import (AugmentSpec, ClipSpec, LastBatch, OutputSpec, Sample, make_train_plan, make_val_plan,
                            num_batches, samples_per_rank, split_batches)
 from daliload.prescreen import ScanSpec, split_videos
@@ -80,8 +80,14 @@ class KineticsDALILoader:
         last_batch: ``"pad"`` (default), ``"drop"`` or ``"partial"``; see
             :func:`split_batches`.
         label_padding: ``True`` gives padding samples (repeats that only keep
-            ranks equal) the label :data:`PADDING_LABEL` (-1) so evaluation can
+            ranks equal) the label ``padding_label`` so evaluation can
             mask them. Default ``None``: on for splits other than ``"train"``.
+        padding_label: the label of masked rows (padding with
+            ``label_padding``, and samples that failed to decode outside
+            training): a negative integer. Default :data:`PADDING_LABEL` (-1;
+            ``CrossEntropyLoss(ignore_index=-1)``); ``-100`` is what Hugging
+            Face's losses and torch's ``CrossEntropyLoss`` ignore by default,
+            so an unchanged training or validation step skips them.
         target_fps: if set, each video's stride follows its own fps so clips
             span the same time (see :class:`daliload.plan.ClipSpec`).
         augment: crop mode, ranges and flip probability; default
@@ -119,7 +125,7 @@ class KineticsDALILoader:
             :class:`~daliload.epoch.BatchInfo` saying what each row is: its
             video (``info.video_index``, an index into :attr:`videos`), clip
             or view, whether it is padding or replaced, and ``info.mask`` (the
-            rows to score: ``labels != -1``). For per-video evaluation of clip
+            rows to score: ``labels != padding_label``). For per-video evaluation of clip
             predictions and masked losses without zipping :meth:`plan`.
             Default ``False``: batches are ``(videos, labels)``.
 
@@ -188,6 +194,7 @@ class KineticsDALILoader:
         seed: int = 0,
         last_batch: LastBatch = "pad",
         label_padding: bool | None = None,
+        padding_label: int = PADDING_LABEL,
         target_fps: float | None = None,
         augment: AugmentSpec | None = None,
         output: OutputSpec | None = None,
@@ -223,6 +230,8 @@ class KineticsDALILoader:
         self.seed = seed
         self.last_batch: LastBatch = last_batch
         self.label_padding = checked_label_padding(label_padding, split)
+        #: the label of masked rows (padding, and failures outside training)
+        self.padding_label = checked_padding_label(padding_label)
         self._place(device)
         self.dali_enabled = self.decode.decoder == "auto" and dali_usable()
         # Under DDP the ranks compare their options and videos in one collective once the split is read,
@@ -272,7 +281,7 @@ class KineticsDALILoader:
         self._setup = PassSetup(
             output=self.output, device=self.torch_device, label_padding=self.label_padding,
             mask_failed=split != "train", prefetch=prefetch, num_frames=index.frames_of_video,
-            views=self.clips_per_batch // batch_size if self.views else 0)
+            views=self.clips_per_batch // batch_size if self.views else 0, padding_label=self.padding_label)
         self._progress = EpochProgress()  # the epoch the next pass draws and the batch it starts at
         #: Where DDP scripts (``DistributedSampler``) and PyTorch Lightning call ``set_epoch``.
         self.sampler = EpochSampler(self)

@@ -340,6 +340,14 @@ def checked_label_padding(label_padding: object, split: str) -> bool:
     return label_padding
 
 
+def checked_padding_label(padding_label: object) -> int:
+    """``padding_label``: a negative integer (no class has it): -1 (the default), or -100 for Hugging Face."""
+    if not isinstance(padding_label, int) or isinstance(padding_label, bool) or padding_label >= 0:
+        raise ValueError(f"padding_label must be a negative integer (a label no class has: -1, or -100, which "
+                         f"Hugging Face's losses and torch's CrossEntropyLoss ignore), got {padding_label!r}")
+    return padding_label
+
+
 def check_batch_fits(batch_size: int, samples: int, *, last_batch: str, label_padding: bool, split: str,
                      manifest: object, videos: int, world_size: int, unit: str = "samples") -> None:
     """Warn when ``batch_size`` is larger than this rank's share of the split with ``last_batch="pad"``.

@@ -104,7 +104,7 @@ class LoaderStats:
             lines.append(f"DALI: {self.clips_dali_cut} of {self.clips_dali} clips from a cut of their file; "
                          f"{self.frames_decoded_dali / self.clips_dali:.0f} frames decoded per clip")
         if self.clips_masked or self.clips_past_end:
-            lines.append(f"failed and masked (label -1): {self.clips_masked}; "
+            lines.append(f"failed and masked: {self.clips_masked}; "
                          f"windows past the end of their video: {self.clips_past_end}")
         if self.dali_disabled:
             lines.append(f"DALI given up for this run: {self.dali_disabled}")

@@ -108,6 +108,30 @@ def test_val_plan_marks_padding_and_is_deterministic(dataset):
     assert any(s.is_padding for s in flat)  # 4 val videos in batches of 3
 
 
+def test_padding_label_minus_100_is_what_an_unchanged_loss_ignores(dataset):
+    """Hugging Face's losses and torch's CrossEntropyLoss ignore -100 by default: with padding_label=-100 an
+    unchanged validation step scores the real rows only; with -1 the same step raises (the reported crash)."""
+    import torch.nn.functional as F
+
+    loader = make_loader(dataset, "val", batch_size=3, padding_label=-100, with_info=True)
+    flat = [s for b in loader.plan() for s in b]
+    labels, masks = [], []
+    for _videos, batch_labels, info in loader:
+        logits = torch.zeros(len(batch_labels), 10)
+        F.cross_entropy(logits, batch_labels)  # no IndexError on the padding rows
+        labels += batch_labels.tolist()
+        masks += info.mask.tolist()
+    assert labels == [-100 if s.is_padding else s.label for s in flat] and -100 in labels
+    assert masks == [not s.is_padding for s in flat]
+    videos, minus_one = next(iter(make_loader(dataset, "val", batch_size=3)))
+    if (minus_one == PADDING_LABEL).any():
+        with pytest.raises(IndexError):
+            F.cross_entropy(torch.zeros(len(minus_one), 10), minus_one)
+    for bad in (0, 3, "x", True, -1.0):
+        with pytest.raises(ValueError, match=r"padding_label must be a negative integer .* got " + repr(bad)):
+            make_loader(dataset, "val", padding_label=bad)
+
+
 def test_epochs_reshuffle_and_resume_mid_epoch(dataset):
     loader = make_loader(dataset)
     loader.set_epoch(1)

@@ -356,7 +356,7 @@ def merge(batch: Sequence[Sample], parts: Sequence[Part], replaced: dict[int, Sa
     asynchronous on torch's current stream, CPU clips read from what ``host``
     makes of them (the caller keeps what they read alive until they ran:
     :class:`HeldOutputs`). Labels come from the plan (a replaced slot has its
-    replacement's, or :data:`PADDING_LABEL` outside training), on the CPU,
+    replacement's, or ``setup.padding_label`` outside training), on the CPU,
     and go to the device with one non-blocking copy.
     """
     n = len(batch)
@@ -366,18 +366,19 @@ def merge(batch: Sequence[Sample], parts: Sequence[Part], replaced: dict[int, Sa
     for k, sample in enumerate(batch):
         masked = (setup.label_padding and sample.is_padding) or (setup.mask_failed and k in replaced)
         counters.clips_masked += setup.mask_failed and k in replaced
-        labels.append(PADDING_LABEL if masked else replaced.get(k, sample).label)
+        labels.append(setup.padding_label if masked else replaced.get(k, sample).label)
     videos = stack(parts, n, setup.device, host, output=setup.output)
-    info = batch_info(batch, replaced, labels)
+    info = batch_info(batch, replaced, labels, setup.padding_label)
     if setup.views:
-        videos, labels, info = per_video(videos, labels, info, setup.views)
+        videos, labels, info = per_video(videos, labels, info, setup.views, setup.padding_label)
     on_cpu = torch.tensor(labels, dtype=torch.int64)
     if setup.device.type == "cuda":
         on_cpu = on_cpu.pin_memory()  # so the copy to the device is truly asynchronous
     return videos, on_cpu.to(setup.device, non_blocking=True), info
 
 
-def batch_info(batch: Sequence[Sample], replaced: dict[int, Sample], labels: list[int]) -> BatchInfo:
+def batch_info(batch: Sequence[Sample], replaced: dict[int, Sample], labels: list[int],
+               padding_label: int = PADDING_LABEL) -> BatchInfo:
     """Each row's video, clip, padding and replacement, from the samples that fill the rows."""
     filled = [replaced.get(k, sample) for k, sample in enumerate(batch)]
     return BatchInfo(
@@ -385,20 +386,21 @@ def batch_info(batch: Sequence[Sample], replaced: dict[int, Sample], labels: lis
         clip=torch.tensor([s.view for s in filled], dtype=torch.int64),
         is_padding=torch.tensor([s.is_padding for s in batch], dtype=torch.bool),
         replaced=torch.tensor([k in replaced for k in range(len(batch))], dtype=torch.bool),
-        mask=torch.tensor([label != PADDING_LABEL for label in labels], dtype=torch.bool))
+        mask=torch.tensor([label != padding_label for label in labels], dtype=torch.bool))
 
 
-def per_video(videos: torch.Tensor, labels: list[int], info: BatchInfo,
-               views: int) -> tuple[torch.Tensor, list[int], BatchInfo]:
-    """A multi-view batch as ``(B, V, ...)`` and one label per video: -1 when any of its views is masked."""
+def per_video(videos: torch.Tensor, labels: list[int], info: BatchInfo, views: int,
+              padding_label: int = PADDING_LABEL) -> tuple[torch.Tensor, list[int], BatchInfo]:
+    """A multi-view batch as ``(B, V, ...)`` and one label per video: the padding label when any of its views
+    is masked."""
     grouped = [labels[k:k + views] for k in range(0, len(labels), views)]
-    per_video = [PADDING_LABEL if PADDING_LABEL in group else group[0] for group in grouped]
+    per_video = [padding_label if padding_label in group else group[0] for group in grouped]
     b = len(per_video)
     # A video's views fail as one (its row is masked), so its first view's video stands for the row.
     info = BatchInfo(video_index=info.video_index.view(b, views)[:, 0].clone(), clip=info.clip.view(b, views),
                      is_padding=info.is_padding.view(b, views)[:, 0].clone(),
                      replaced=info.replaced.view(b, views).any(dim=1),
-                     mask=torch.tensor([label != PADDING_LABEL for label in per_video], dtype=torch.bool))
+                     mask=torch.tensor([label != padding_label for label in per_video], dtype=torch.bool))
     return videos.view(b, views, *videos.shape[1:]), per_video, info
 
 

@@ -49,6 +49,9 @@ class PassSetup:
         views: clips per video of a multi-view plan (its views follow one
             another in each batch); the merge then gives ``(B, V, ...)``
             videos and one label per video. 0: single-view batches.
+        padding_label: the label of those rows (:data:`PADDING_LABEL`, or
+            the user's ``padding_label``: -100 is what Hugging Face's losses
+            and ``torch.nn.CrossEntropyLoss`` ignore by default).
     """
 
     output: OutputSpec
@@ -58,3 +61,4 @@ class PassSetup:
     prefetch: int
     num_frames: Callable[[int], int | None]
     views: int = 0
+    padding_label: int = PADDING_LABEL
