@@ -206,7 +206,11 @@ def _score_pass(model, loader, plan, tally: _RankTally, ks: list[int], reduce: s
     batches = iter(loader)
     for number, samples in enumerate(plan):
         try:
-            videos, labels = next(batches)[:2]  # (videos, labels[, info]): with_info loaders too
+            batch = next(batches)
+            if isinstance(batch, dict):  # a loader with batch_keys
+                videos, labels = (batch[key] for key in loader.batch_keys)
+            else:
+                videos, labels = batch[:2]  # (videos, labels[, info]): with_info loaders too
         except StopIteration:
             raise EvaluationCountError(f"the loader yielded {number} batches where its plan has {len(plan)}") from None
         if videos.dim() == 5:

@@ -39,7 +39,7 @@ from daliload.epoch import (PADDING_LABEL, BatchInfo, ClipSources, DaliSetup, Ep
 from daliload.failures import FailureBudget
 from daliload.options import (DecodeSpec, augment_and_output, check_batch_fits, check_clip_fits, check_options,
                               checked_clips_per_video, checked_label_padding, checked_padding_label, checked_spec,
-                              checked_views, dali_usable, dataset_root, refuse_disagreeing_ranks,
+                              checked_batch_keys, checked_views, dali_usable, dataset_root, refuse_disagreeing_ranks,
                               refuse_unknown_options, warn_upscaled)
 from daliload.plan import (AugmentSpec, ClipSpec, LastBatch, OutputSpec, Sample, make_train_plan, make_val_plan,
                            num_batches, samples_per_rank, split_batches)
@@ -53,8 +53,8 @@ logger = logging.getLogger(__name__)
 
 #: ``"auto"``, ``"gpu"``, ``"cpu"``, or what torch takes: ``"cuda"``, ``"cuda:N"``, a ``torch.device``.
 DeviceChoice = Union[str, torch.device]
-#: ``(videos, labels)``, or ``(videos, labels, info)`` with ``with_info=True``.
-Batch = tuple[torch.Tensor, ...] | tuple[torch.Tensor, torch.Tensor, BatchInfo]
+#: ``(videos, labels)``, or ``(videos, labels, info)`` with ``with_info=True``; a dict with ``batch_keys``.
+Batch = tuple[torch.Tensor, ...] | tuple[torch.Tensor, torch.Tensor, BatchInfo] | dict[str, object]
 
 __all__ = ["PADDING_LABEL", "DecodeSpec", "EpochSampler", "KineticsDALILoader", "LoaderStats", "ScanSpec",
            "split_batches"]
@@ -125,9 +125,15 @@ class KineticsDALILoader:
             :class:`~daliload.epoch.BatchInfo` saying what each row is: its
             video (``info.video_index``, an index into :attr:`videos`), clip
             or view, whether it is padding or replaced, and ``info.mask`` (the
-            rows to score: ``labels != padding_label``). For per-video evaluation of clip
-            predictions and masked losses without zipping :meth:`plan`.
-            Default ``False``: batches are ``(videos, labels)``.
+            rows to score: ``labels != padding_label``). For per-video
+            evaluation of clip predictions and masked losses without zipping
+            :meth:`plan`. Default ``False``: batches are ``(videos, labels)``.
+        batch_keys: yield each batch as a dict instead of a tuple, with these
+            two keys for the videos and the labels (and ``"info"`` with
+            ``with_info``): ``("pixel_values", "labels")`` is what Hugging Face
+            video models take as ``model(**batch)`` (VideoMAE wants
+            ``OutputSpec(layout="TCHW")``), ``("video", "label")``
+            PyTorchVideo's. Default ``None``: tuples.
 
     Attributes:
         sampler: the loader's epoch where DDP scripts and PyTorch Lightning
@@ -204,6 +210,7 @@ class KineticsDALILoader:
         views: tuple[int, int] | None = None,
         clips_per_video: int = 1,
         with_info: bool = False,
+        batch_keys: tuple[str, str] | None = None,
         **unknown: object,
     ) -> None:
         root = dataset_root(root, unknown)  # or source=, its old name
@@ -225,6 +232,7 @@ class KineticsDALILoader:
         if not isinstance(with_info, bool):
             raise TypeError(f"with_info must be True or False, got {with_info!r}")
         self.with_info = with_info
+        self.batch_keys = checked_batch_keys(batch_keys)
         #: clips per batch: ``batch_size`` videos times their views
         self.clips_per_batch = batch_size * (self.views[0] * self.views[1] if self.views else 1)
         self.seed = seed
@@ -536,13 +544,23 @@ class KineticsDALILoader:
                 # A state_dict() taken while the caller holds this batch resumes after it; after the
                 # last batch it equals len(self): epoch finished.
                 self._progress.yielded(epoch_pass.next_batch)
-                yield batch if self.with_info else batch[:2]
+                yield self._as_asked(batch)
                 if i == 0 and self.split == "train":
                     # After the first batch, which it would delay: the next epoch's plan, as set_epoch
                     # is usually called next (another epoch is drawn when asked for, as before).
                     self._plans.draw_ahead(epoch + 1)
         finally:
             passing.close()  # drops what was submitted ahead, without waiting; the sources stay for the next pass
+
+    def _as_asked(self, batch: tuple[torch.Tensor, torch.Tensor, BatchInfo]) -> Batch:
+        """``(videos, labels[, info])``, or the dict of :attr:`batch_keys`."""
+        if self.batch_keys is None:
+            return batch if self.with_info else batch[:2]
+        videos_key, labels_key = self.batch_keys
+        as_dict = {videos_key: batch[0], labels_key: batch[1]}
+        if self.with_info:
+            as_dict["info"] = batch[2]
+        return as_dict
 
     @property
     def sources(self) -> ClipSources:

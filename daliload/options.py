@@ -340,6 +340,18 @@ def checked_label_padding(label_padding: object, split: str) -> bool:
     return label_padding
 
 
+def checked_batch_keys(batch_keys: object) -> tuple[str, str] | None:
+    """``batch_keys``: ``None`` (tuples) or two different strings, the videos' key and the labels' (not ``"info"``)."""
+    if batch_keys is None:
+        return None
+    if (not isinstance(batch_keys, (tuple, list)) or len(batch_keys) != 2
+            or not all(isinstance(key, str) and key for key in batch_keys)
+            or batch_keys[0] == batch_keys[1] or "info" in batch_keys):
+        raise ValueError(f"batch_keys must be None (tuples) or two different non-empty keys other than 'info', for "
+                         f"the videos and the labels, e.g. ('pixel_values', 'labels'), got {batch_keys!r}")
+    return (batch_keys[0], batch_keys[1])
+
+
 def checked_padding_label(padding_label: object) -> int:
     """``padding_label``: a negative integer (no class has it): -1 (the default), or -100 for Hugging Face."""
     if not isinstance(padding_label, int) or isinstance(padding_label, bool) or padding_label >= 0:

@@ -81,6 +81,16 @@ def test_every_video_once_and_the_figures_match_a_hand_count(seven):
     loader.close()
 
 
+def test_a_loader_of_dict_batches_and_minus_100_padding_evaluates_the_same(seven):
+    """batch_keys and padding_label=-100 (a Hugging Face setup) change nothing evaluate() counts."""
+    model = ChannelMeans()
+    expected = evaluate(model, make_loader(seven))
+    hf = make_loader(seven, batch_keys=("pixel_values", "labels"), padding_label=-100)
+    result = evaluate(model, hf)
+    assert result.num_videos == expected.num_videos == 7 and result.topk == expected.topk
+    hf.close()
+
+
 def test_a_video_that_fails_at_run_time_is_listed_and_not_counted(seven_root, tmp_path):
     root = tmp_path / "copy"
     shutil.copytree(seven_root, root)

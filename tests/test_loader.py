@@ -132,6 +132,21 @@ def test_padding_label_minus_100_is_what_an_unchanged_loss_ignores(dataset):
             make_loader(dataset, "val", padding_label=bad)
 
 
+def test_batch_keys_give_dicts_a_hugging_face_model_takes(dataset):
+    """batch_keys=("pixel_values", "labels"): each batch a dict, the same tensors as the tuples, in plan order;
+    with_info adds "info"; bad keys are refused naming the value."""
+    tuples = [(v.clone(), lab.clone()) for v, lab in make_loader(dataset, "val", batch_size=3)]
+    dicts = list(make_loader(dataset, "val", batch_size=3, batch_keys=("pixel_values", "labels"), with_info=True))
+    assert len(dicts) == len(tuples) > 0
+    for (videos, labels), batch in zip(tuples, dicts):
+        assert set(batch) == {"pixel_values", "labels", "info"}
+        assert torch.equal(batch["pixel_values"], videos) and torch.equal(batch["labels"], labels)
+        assert torch.equal(batch["info"].mask, labels != PADDING_LABEL)
+    for bad in (("videos",), ("a", "a"), ("videos", "info"), "videos", ("videos", 3)):
+        with pytest.raises(ValueError, match=r"batch_keys must be None \(tuples\) or two different"):
+            make_loader(dataset, "val", batch_keys=bad)
+
+
 def test_epochs_reshuffle_and_resume_mid_epoch(dataset):
     loader = make_loader(dataset)
     loader.set_epoch(1)
