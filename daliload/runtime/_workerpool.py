@@ -48,14 +48,24 @@ after. Workers start through :mod:`daliload.runtime._processes` (forkserver, nev
 fork; never re-running the main script; dying with their parent). ``fn`` and
 the items must be picklable (``fn`` a module-level function or a
 ``functools.partial`` of one).
+
+Closing never waits on a worker that cannot answer: one that is stopped is
+killed at once, the others get a second to exit before they are killed.
+Every pool still open when the interpreter exits is closed then, before
+multiprocessing's own exit hook, which would otherwise ``terminate()`` the
+workers (a SIGTERM, which a stopped process never acts on) and then join
+them for ever (a stopped window cutter after an exception in the training
+loop hung the script after its traceback).
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import signal
 import socket
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -80,6 +90,9 @@ MAX_IDLE_DEATHS = 30
 IDLE_DEATH_WINDOW_S = 60.0
 #: The pause before replacing a worker that died idle: doubles with each recent death, up to the cap.
 IDLE_RESTART_PAUSE_S = (0.05, 2.0)
+
+#: How long :meth:`WorkerPool.close` gives a killed worker to be gone before it stops waiting for it.
+KILLED_GONE_WITHIN_S = 5.0
 
 _Task = tuple  # (task_id, item, fds)
 
@@ -176,6 +189,7 @@ class WorkerPool(Generic[T, R]):
         self._startup_failures = 0
         self._next_id = 0
         self._running = False
+        _OPEN_POOLS.add(self)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -196,12 +210,16 @@ class WorkerPool(Generic[T, R]):
         return len(self._outstanding)
 
     def close(self) -> None:
-        """Stop all workers (asking first, then killing after a second); forget every task."""
+        """Stop all workers (asking first, then killing after a second; a stopped one at once); forget
+        every task."""
         workers = [w for w in self._workers if w is not None]
         self._workers, self._restart_at = [], {}
         self._unsent.clear()
         self._outstanding.clear()
         for worker in workers:
+            if _stopped(worker.process.pid):
+                worker.process.kill()  # it would never read the request below
+                continue
             try:
                 worker.conn.send(None)
             except (OSError, ValueError):
@@ -211,7 +229,8 @@ class WorkerPool(Generic[T, R]):
             worker.process.join(max(0.0, deadline - time.monotonic()))
             if worker.process.is_alive():
                 worker.process.kill()
-                worker.process.join()
+        for worker in workers:
+            _join_killed(worker.process)
             _close_worker(worker)
 
     # -- tasks one by one --------------------------------------------------------------------
@@ -438,7 +457,7 @@ class WorkerPool(Generic[T, R]):
         """
         if worker.process.is_alive():
             worker.process.kill()
-        worker.process.join()
+        _join_killed(worker.process)
         _close_worker(worker)
         slot = self._workers.index(worker)
         self._unsent.extendleft(reversed(worker.queue))
@@ -466,6 +485,54 @@ class WorkerPool(Generic[T, R]):
             self._restart_at[slot] = now + pause
             return
         self._workers[slot] = self._spawn()
+
+
+#: Pools not yet garbage-collected, closed at the interpreter's exit (see the module docstring).
+_OPEN_POOLS: "weakref.WeakSet[WorkerPool]" = weakref.WeakSet()
+
+
+def _close_open_pools() -> None:
+    for pool in list(_OPEN_POOLS):
+        try:
+            pool.close()
+        except Exception as err:  # noqa: BLE001 - the next pool must still be closed; the process is exiting
+            logger.debug("closing a worker pool at exit failed: %s", err)
+
+
+# multiprocessing.util registered its exit hook when this module imported multiprocessing.connection;
+# atexit runs the last registered first, so this one closes the pools before that one joins their workers.
+atexit.register(_close_open_pools)
+
+
+def _proc_stat_state(pid: int | None) -> str:
+    """The state letter of ``/proc/PID/stat`` (``"R"``, ``"S"``, ``"D"``, ``"T"``...), ``""`` where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError, UnicodeDecodeError):
+        return ""
+
+
+def _stopped(pid: int | None) -> bool:
+    """Whether ``pid`` is stopped (SIGSTOP, SIGTSTP, a frozen cgroup's ``T``, a debugger's ``t``)."""
+    return _proc_stat_state(pid) in ("T", "t")
+
+
+def _join_killed(process: Any) -> None:
+    """Wait for a worker asked to exit or killed, but not for ever: one stuck in the kernel past a SIGKILL
+    (a hung network file system) is let go of, so that multiprocessing's exit hook does not join it."""
+    process.join(KILLED_GONE_WITHIN_S)
+    if process.is_alive():
+        logger.warning("worker pid %s is still there %g s after SIGKILL (stuck in the kernel?); leaving it",
+                       process.pid, KILLED_GONE_WITHIN_S)
+        _forget_child(process)
+
+
+def _forget_child(process: Any) -> None:
+    """Take ``process`` off multiprocessing's list of children, which its exit hook joins."""
+    import multiprocessing.process
+
+    multiprocessing.process._children.discard(process)
 
 
 def _send(worker: _Worker, task: _Task) -> None:
