@@ -1,8 +1,10 @@
-"""A worker stopped or starved before it starts its task: the time limit counts from the send.
+"""A worker stopped or starved, before or while it runs its task: the task is not blamed, once.
 
 The limit used to run only once the worker had said it started the task, so a
 ``SIGSTOP`` of the only worker (or a machine too busy to schedule it) stalled
-the pool with no timeout, no kill and no message. These stop real workers.
+the pool with no timeout, no kill and no message. A task its worker started and
+was then stopped (or starved) in was reported as a timeout, its file blamed. These
+stop real workers.
 """
 
 from __future__ import annotations
@@ -29,6 +31,14 @@ def task(item):
     if kind == "sleep":
         time.sleep(value)
         return os.getpid()
+    if kind == "stop_once":  # stops its own worker mid-task the first time this marker file is met, then works
+        if not os.path.exists(value):
+            open(value, "w").close()
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return os.getpid()
+    if kind == "block":  # blocked on a read that never returns: no CPU used, and the task's own fault
+        read_end, write_end = os.pipe()
+        os.read(read_end, 1)
     if kind == "crash_once":  # kills its worker the first time this marker file is met, then works
         if not os.path.exists(value):
             open(value, "w").close()
@@ -98,3 +108,39 @@ def test_a_task_that_met_a_stopped_worker_on_its_one_more_try_is_reported_as_a_t
         assert is_gone(stopped) and stopped not in pool.pids
         pool.submit(("double", 21))
         assert [o.value for o in drain_within(pool)] == [42]
+
+
+def test_a_worker_stopped_while_running_its_task_is_killed_and_the_task_retried_on_a_fresh_one(tmp_path, caplog):
+    """Issue 46, F8: the task had said it started, so its stall was charged to it (a ``"timeout"``)."""
+    with WorkerPool(task, workers=1, timeout_s=2.0) as pool:
+        with caplog.at_level("WARNING", logger="daliload.runtime._workerpool"):
+            task_id = pool.submit(("stop_once", str(tmp_path / "marker")))
+            [outcome] = drain_within(pool)
+    assert outcome.task_id == task_id and outcome.ok, outcome
+    assert "had no result for its task after 2 s but was stopped" in caplog.text
+    assert is_gone(int(caplog.text.split("worker pid ")[1].split()[0]))
+
+
+def test_a_task_blocked_in_its_worker_is_its_own_timeout(caplog):
+    """Blocked is not stopped: a decoder waiting on a read that never comes uses no CPU either, and that
+    is the task's (the file's) fault: a timeout at the first limit, with no second try."""
+    with WorkerPool(task, workers=1, timeout_s=2.0) as pool:
+        with caplog.at_level("WARNING", logger="daliload.runtime._workerpool"):
+            pool.submit(("block", 0))
+            [outcome] = drain_within(pool)
+    assert outcome.status == "timeout" and outcome.error == "no result after 2 s"
+    assert "fresh worker" not in caplog.text
+
+
+def test_a_task_whose_worker_was_starved_of_cpu_gets_one_more_try(monkeypatch, caplog):
+    """A worker that spent most of its task's time waiting for a CPU (here: its run-queue wait made to grow
+    with the clock) is not the task's fault either: one more try, then the normal verdict."""
+    from daliload.runtime import _workerpool
+
+    monkeypatch.setattr(_workerpool, "_queued_ns", lambda pid: time.monotonic_ns())
+    with WorkerPool(task, workers=1, timeout_s=1.0) as pool:
+        with caplog.at_level("WARNING", logger="daliload.runtime._workerpool"):
+            pool.submit(("sleep", 60))
+            [outcome] = drain_within(pool)
+    assert outcome.status == "timeout" and outcome.error == "no result after 1 s"
+    assert caplog.text.count("but was starved of CPU") == 1

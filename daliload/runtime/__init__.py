@@ -9,6 +9,9 @@ Modules, by concept:
 * :mod:`._processes`: how those processes start (forkserver, never fork,
   never re-running the user's main script): :func:`mp_context`,
   :func:`usable_cores`, :func:`refuse_bootstrapping_main`;
+* :mod:`._forkserver`: preloaded by daliload's forkserver, which then removes
+  the training process's ``$TMPDIR/pymp-*`` folder when a signal ended that
+  process (no finalizer of its own ran);
 * :mod:`._dist`: the job's ranks, read from ``torch.distributed`` or torchrun's
   variables (:func:`rank`, :func:`world_size`, :func:`local_rank`, ...);
 * :mod:`._native_logs`: what FFmpeg and DALI print themselves, kept off the

@@ -50,6 +50,15 @@ and a line written to stderr can reach the console (or a log shared with
 stdout) a moment after a line written to stdout at the same time, or after
 the process has exited.
 
+Should the relay die (the OOM killer, a stray ``kill -9``), the process must
+not lose its stderr with it: every later warning, log line and its final
+traceback would go into a pipe nobody reads. A daemon thread of the process
+waits for the pipe's reading end to go (:func:`_watch_relay`) and then puts
+the original stderr back on file descriptor 2, with a warning: DALI's own
+lines show from then on, and nothing else is lost (but what was written in
+the moment between the two). Processes started before that (the workers)
+still write into the broken pipe.
+
 ``DALILOAD_NATIVE_LOGS=1`` in the environment turns all of this off: DALI's
 FFmpeg and DALI print as they do without daliload, stderr is left alone, and
 daliload's workers print FFmpeg's lines too (``av.logging.restore_default_callback``).
@@ -175,11 +184,44 @@ def _filter_stderr() -> None:
         return
     finally:
         os.close(read_end)
-        os.close(original)
     os.dup2(write_end, 2)
-    os.close(write_end)
+    threading.Thread(target=_watch_relay, args=(write_end, original, _relay_pid), name="daliload-stderr-relay",
+                     daemon=True).start()
     logger.debug("stderr goes through pid %d, which drops DALI's own lines (%s=1 keeps them)",
                  _relay_pid, NATIVE_LOGS_ENV)
+
+
+def _watch_relay(write_end: int, original: int, relay_pid: int) -> None:
+    """Until the relay's end of the pipe closes; then put the original stderr back on descriptor 2.
+
+    ``poll`` with no events asked for waits for an error or a hang-up only: a
+    pipe whose reading end closed reports ``POLLERR``, a pseudo-terminal whose
+    master closed ``POLLHUP``. ``write_end`` is this thread's own descriptor of
+    the pipe (2 may be pointed elsewhere by the user meanwhile).
+    """
+    global _relay_pid
+    poller = select.poll()
+    poller.register(write_end, 0)
+    while not poller.poll():
+        pass
+    if _is_our_stderr(write_end):  # the user has not pointed stderr elsewhere since
+        os.dup2(original, 2)
+    os.close(write_end)
+    os.close(original)
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(relay_pid, os.WNOHANG)  # no zombie left for the rest of the run
+    _relay_pid = None
+    logger.warning("the process that filtered DALI's own lines out of stderr (pid %d) has died; stderr goes "
+                   "straight to where it went before, DALI's and FFmpeg's own lines included", relay_pid)
+
+
+def _is_our_stderr(write_end: int) -> bool:
+    """Whether descriptor 2 is still ``write_end``'s pipe (or pseudo-terminal)."""
+    try:
+        ours, now = os.fstat(write_end), os.fstat(2)
+    except OSError:
+        return True  # 2 closed: the original goes back
+    return (ours.st_dev, ours.st_ino) == (now.st_dev, now.st_ino)
 
 
 def _channel(original: int) -> tuple[int, int]:

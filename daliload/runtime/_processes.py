@@ -15,7 +15,18 @@ inside :func:`main_script_hidden`:
   without that import; :func:`refuse_bootstrapping_main` stops another
   library's child that re-runs such a script into daliload, naming the fix.
 - Workers die with their parent (:func:`die_with_parent`), so a ``kill -9``
-  of the training process leaves none behind.
+  of the training process leaves none behind. Their parent is the
+  forkserver, not the training process: each worker lets go of its copy of
+  the forkserver's "alive" pipe (:func:`_let_go_of_the_forkserver`), so that
+  the forkserver sees the end of that pipe, and exits, when the training
+  process ends however it ends (``kill``, ``kill -9``, the OOM killer),
+  taking every worker with it, a stopped one too (SIGKILL needs no
+  answer). Before, a stopped worker kept the forkserver, itself and the
+  resource tracker alive for ever. The forkserver then removes the
+  training process's temporary folder (:mod:`daliload.runtime._forkserver`).
+- A worker whose supervisor is gone (its pipe closed or reset) exits
+  quietly: no traceback of a broken pipe after a ``kill`` of the training
+  process.
 
 The one other process, the relay of :mod:`daliload.runtime._native_logs` that keeps
 DALI's own lines off a DALI process's stderr, is not a worker: it must
@@ -49,7 +60,7 @@ StartMethod = Literal["forkserver", "spawn"]
 #: loaded: ~0.1 s instead of ~3.5 s re-importing torch (measured on 2 cores).
 #: One forkserver serves a whole process and keeps the preload list of the first
 #: pool that started it, so every daliload pool asks for this same list.
-FORKSERVER_PRELOAD: tuple[str, ...] = ("torch", "av", "numpy")
+FORKSERVER_PRELOAD: tuple[str, ...] = ("torch", "av", "numpy", "daliload.runtime._forkserver")
 
 #: What spawn/forkserver children are told the main module is while daliload starts
 #: them: multiprocessing never re-imports a main module whose spec is named
@@ -177,21 +188,27 @@ def worker_main(conn: Connection) -> None:
     # Ctrl-C goes to the whole process group; the supervisor decides what to stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     die_with_parent()
+    _let_go_of_the_forkserver()
     configure_worker()  # FFmpeg (PyAV) prints nothing here unless DALILOAD_NATIVE_LOGS asks
+    # The supervisor gone (its end closed, or reset with tasks unread: a kill of the training process) ends
+    # the worker quietly; a traceback of that broken pipe would only puzzle the user whose process was killed.
+    with contextlib.suppress(EOFError, OSError):
+        _serve(conn)
+
+
+def _serve(conn: Connection) -> None:
+    """:func:`worker_main`'s work, until a ``None`` message or the end of the pipe (``EOFError``)."""
     try:
         fn = conn.recv()
-    except EOFError:
-        return
+    except (EOFError, OSError):
+        raise
     except Exception as err:  # reported to the supervisor, which gives up after a few tries
         conn.send((FAILED, _first_line(err)))
         return
     conn.send(READY)
     sock = None
     while True:
-        try:
-            message = conn.recv()
-        except EOFError:
-            return
+        message = conn.recv()
         if message is None:
             return
         task_id, item, num_fds = message
@@ -211,6 +228,26 @@ def worker_main(conn: Connection) -> None:
             conn.send(reply)
         except (TypeError, AttributeError, ValueError) as err:  # result not picklable
             conn.send((task_id, "error", None, f"result could not be sent back: {type(err).__name__}: {err}"))
+
+
+def _let_go_of_the_forkserver() -> None:
+    """Close this worker's copy of the write end of the forkserver's "alive" pipe.
+
+    A forkserver child is handed that descriptor so that it could ask the same
+    forkserver for children of its own; daliload's workers never do (a pool
+    started in a worker starts a forkserver of its own). Held here, it keeps
+    the forkserver running after the training process is gone for as long as
+    this worker lives, and the worker, whose parent is that forkserver, lives
+    on with it when it is stopped or stuck: neither would ever end.
+    """
+    forkserver = sys.modules.get("multiprocessing.forkserver")
+    server = getattr(forkserver, "_forkserver", None)
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is None or getattr(server, "_forkserver_pid", None) is not None:
+        return  # not a forkserver's child (spawn), or a process that runs a forkserver of its own
+    with contextlib.suppress(OSError):
+        os.close(fd)
+    server._forkserver_alive_fd = None
 
 
 def _first_line(err: BaseException) -> str:

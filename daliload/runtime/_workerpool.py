@@ -20,6 +20,15 @@ task at a time per worker process and supervises each one:
   same limit. Such a task is not to blame (it never ran), so it goes once
   more to a fresh worker, with a warning, and is reported as ``"timeout"``
   only when that one does not start it either;
+- a task its worker said it started that has no result at its time limit
+  is the task's fault (a hang: reported as ``"timeout"``) unless the worker
+  could not run it: stopped (``SIGSTOP``: a debugger, Ctrl-Z of one pid, a
+  frozen cgroup) or starved, waiting for a CPU for most of that time. Such a
+  task, too, goes once more to a fresh worker, with a warning. Blocked is
+  not stopped: a decoder waiting on a file that never comes uses no CPU
+  either, and that is the file's fault. Linux tells them apart
+  (:func:`_cannot_run`: ``/proc/PID/stat``'s state, ``/proc/PID/schedstat``'s
+  run-queue wait); elsewhere every such task is a timeout, as before;
 - a worker that dies while idle (or is killed while it starts) is replaced,
   with a warning and a pause that doubles with each such death; more than
   :data:`MAX_IDLE_DEATHS` of them within :data:`IDLE_DEATH_WINDOW_S` raise
@@ -48,14 +57,24 @@ after. Workers start through :mod:`daliload.runtime._processes` (forkserver, nev
 fork; never re-running the main script; dying with their parent). ``fn`` and
 the items must be picklable (``fn`` a module-level function or a
 ``functools.partial`` of one).
+
+Closing never waits on a worker that cannot answer: one that is stopped is
+killed at once, the others get a second to exit before they are killed.
+Every pool still open when the interpreter exits is closed then, before
+multiprocessing's own exit hook, which would otherwise ``terminate()`` the
+workers (a SIGTERM, which a stopped process never acts on) and then join
+them for ever (a stopped window cutter after an exception in the training
+loop hung the script after its traceback).
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import signal
 import socket
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -80,6 +99,12 @@ MAX_IDLE_DEATHS = 30
 IDLE_DEATH_WINDOW_S = 60.0
 #: The pause before replacing a worker that died idle: doubles with each recent death, up to the cap.
 IDLE_RESTART_PAUSE_S = (0.05, 2.0)
+
+#: The share of a running task's time its worker may spend waiting for a CPU before a task past its time
+#: limit is put down to a starved worker rather than to the task.
+STARVED_SHARE = 0.5
+#: How long :meth:`WorkerPool.close` gives a killed worker to be gone before it stops waiting for it.
+KILLED_GONE_WITHIN_S = 5.0
 
 _Task = tuple  # (task_id, item, fds)
 
@@ -122,6 +147,10 @@ class _Worker:
     # time limit counts from then, not from the worker's "started", which a stopped worker never sends.
     head_since: float = 0.0
     sock: socket.socket | None = None  # the connection as a socket, to pass file descriptors
+    # When the running task started, and the worker's run-queue wait then (ns; None where unknown): the
+    # time limit asks how much of the task's time the worker spent waiting for a CPU.
+    running_since: float = 0.0
+    queued_ns_then: int | None = None
 
 
 class WorkerPool(Generic[T, R]):
@@ -176,6 +205,7 @@ class WorkerPool(Generic[T, R]):
         self._startup_failures = 0
         self._next_id = 0
         self._running = False
+        _OPEN_POOLS.add(self)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -196,12 +226,16 @@ class WorkerPool(Generic[T, R]):
         return len(self._outstanding)
 
     def close(self) -> None:
-        """Stop all workers (asking first, then killing after a second); forget every task."""
+        """Stop all workers (asking first, then killing after a second; a stopped one at once); forget
+        every task."""
         workers = [w for w in self._workers if w is not None]
         self._workers, self._restart_at = [], {}
         self._unsent.clear()
         self._outstanding.clear()
         for worker in workers:
+            if _stopped(worker.process.pid):
+                worker.process.kill()  # it would never read the request below
+                continue
             try:
                 worker.conn.send(None)
             except (OSError, ValueError):
@@ -211,7 +245,8 @@ class WorkerPool(Generic[T, R]):
             worker.process.join(max(0.0, deadline - time.monotonic()))
             if worker.process.is_alive():
                 worker.process.kill()
-                worker.process.join()
+        for worker in workers:
+            _join_killed(worker.process)
             _close_worker(worker)
 
     # -- tasks one by one --------------------------------------------------------------------
@@ -356,14 +391,20 @@ class WorkerPool(Generic[T, R]):
     def _on_time_limit(self, worker: _Worker, outcomes: list) -> None:
         """The head of ``worker``'s queue has had its time: kill the worker, and report or retry the task.
 
-        A task the worker said it started is a hang: reported as a timeout. One
-        it never started (the worker was stopped or starved before it could
-        say so) goes back, with the rest of the queue, for one more try on a
-        fresh worker; a second such stall, or a stall on its one more try
-        after a crash, reports it as a timeout.
+        A task the worker said it started is a hang, reported as a timeout,
+        unless the worker was stopped or starved (:func:`_cannot_run`). Such a
+        task, and one the worker never started (it was stopped or starved
+        before it could say so), goes back, with the rest of the queue, for
+        one more try on a fresh worker; a second such stall, or a stall on its
+        one more try after a crash, reports it as a timeout.
         """
         task_id, item, _ = worker.queue[0]
-        if worker.running == task_id:
+        cannot_run = _cannot_run(worker) if worker.running == task_id else ""
+        if cannot_run and task_id not in self._retried and task_id in self._outstanding:
+            self._retried.add(task_id)
+            logger.warning("worker pid %s had no result for its task after %g s but was %s; killing it, the "
+                           "task goes to a fresh worker", worker.process.pid, self._timeout_s, cannot_run)
+        elif worker.running == task_id:
             worker.queue.popleft()
             self._report(outcomes, TaskOutcome(item, "timeout", error=f"no result after {self._timeout_s:g} s",
                                                task_id=task_id))
@@ -396,6 +437,8 @@ class WorkerPool(Generic[T, R]):
             return
         if isinstance(message, tuple) and message[:1] == (STARTED,):
             worker.running = message[1]  # its time runs from the send already (head_since)
+            worker.running_since = time.monotonic()
+            worker.queued_ns_then = _queued_ns(worker.process.pid)
             return
         task_id, status, value, error = message
         head_id, item, _ = worker.queue.popleft()
@@ -438,7 +481,7 @@ class WorkerPool(Generic[T, R]):
         """
         if worker.process.is_alive():
             worker.process.kill()
-        worker.process.join()
+        _join_killed(worker.process)
         _close_worker(worker)
         slot = self._workers.index(worker)
         self._unsent.extendleft(reversed(worker.queue))
@@ -466,6 +509,83 @@ class WorkerPool(Generic[T, R]):
             self._restart_at[slot] = now + pause
             return
         self._workers[slot] = self._spawn()
+
+
+#: Pools not yet garbage-collected, closed at the interpreter's exit (see the module docstring).
+_OPEN_POOLS: "weakref.WeakSet[WorkerPool]" = weakref.WeakSet()
+
+
+def _close_open_pools() -> None:
+    for pool in list(_OPEN_POOLS):
+        try:
+            pool.close()
+        except Exception as err:  # noqa: BLE001 - the next pool must still be closed; the process is exiting
+            logger.debug("closing a worker pool at exit failed: %s", err)
+
+
+# multiprocessing.util registered its exit hook when this module imported multiprocessing.connection;
+# atexit runs the last registered first, so this one closes the pools before that one joins their workers.
+atexit.register(_close_open_pools)
+
+
+def _proc_stat_state(pid: int | None) -> str:
+    """The state letter of ``/proc/PID/stat`` (``"R"``, ``"S"``, ``"D"``, ``"T"``...), ``""`` where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError, UnicodeDecodeError):
+        return ""
+
+
+def _stopped(pid: int | None) -> bool:
+    """Whether ``pid`` is stopped (SIGSTOP, SIGTSTP, a frozen cgroup's ``T``, a debugger's ``t``)."""
+    return _proc_stat_state(pid) in ("T", "t")
+
+
+def _queued_ns(pid: int | None) -> int | None:
+    """Nanoseconds ``pid`` has spent runnable but waiting for a CPU (``/proc/PID/schedstat``), or None."""
+    try:
+        with open(f"/proc/{pid}/schedstat", "rb") as schedstat:
+            return int(schedstat.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _cannot_run(worker: _Worker) -> str:
+    """Why ``worker`` could not run its task (``"stopped"``, ``"starved of CPU..."``), or ``""`` if it could.
+
+    Only a stopped or starved worker is excused: one blocked (``S``/``D``:
+    waiting on a read, a lock, a file that never ends) or busy on a CPU
+    (``R``) for its whole time is what its task did to it.
+    """
+    pid = worker.process.pid
+    if _stopped(pid):
+        return "stopped (SIGSTOP, a debugger or a frozen cgroup?)"
+    queued = _queued_ns(pid)
+    ran_s = time.monotonic() - worker.running_since
+    if queued is None or worker.queued_ns_then is None or ran_s <= 0:
+        return ""
+    waited_s = (queued - worker.queued_ns_then) / 1e9
+    if waited_s > STARVED_SHARE * ran_s:
+        return f"starved of CPU ({waited_s:.1f} s of {ran_s:.1f} s waiting for one)"
+    return ""
+
+
+def _join_killed(process: Any) -> None:
+    """Wait for a worker asked to exit or killed, but not for ever: one stuck in the kernel past a SIGKILL
+    (a hung network file system) is let go of, so that multiprocessing's exit hook does not join it."""
+    process.join(KILLED_GONE_WITHIN_S)
+    if process.is_alive():
+        logger.warning("worker pid %s is still there %g s after SIGKILL (stuck in the kernel?); leaving it",
+                       process.pid, KILLED_GONE_WITHIN_S)
+        _forget_child(process)
+
+
+def _forget_child(process: Any) -> None:
+    """Take ``process`` off multiprocessing's list of children, which its exit hook joins."""
+    import multiprocessing.process
+
+    multiprocessing.process._children.discard(process)
 
 
 def _send(worker: _Worker, task: _Task) -> None:
