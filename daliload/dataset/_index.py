@@ -55,6 +55,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Literal, Sequence
 
+from daliload.dataset._paths import printable_path
 from daliload.dataset._layouts import (
     CSV_REQUIRED,
     SPLIT_ALIASES,
@@ -166,11 +167,11 @@ def load_index(
         index = replace(index, skipped=unindexed(root_path / split, index))
     if index.skipped:
         logger.info("%d entries of %s are not indexed (see DatasetIndex.skipped)", len(index.skipped),
-                    root_path / split)
+                    printable_path(root_path / split))
     if index.missing:
-        shown = ", ".join(index.missing[:3]) + (", ..." if len(index.missing) > 3 else "")
+        shown = ", ".join(map(printable_path, index.missing[:3])) + (", ..." if len(index.missing) > 3 else "")
         warnings.warn(f"{len(index.missing)} file(s) of split {split!r} listed in the "
-                      f"{index.layout} index are missing from {root_path}: {shown} "
+                      f"{index.layout} index are missing from {printable_path(root_path)}: {shown} "
                       f"(see DatasetIndex.missing)", stacklevel=2)
     return index
 

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import NamedTuple, Sequence
 
 from daliload import runtime
-from daliload.dataset import VideoIndex
+from daliload.dataset import VideoIndex, printable_path
 from daliload.failures import Failure
 from daliload.prescreen.manifest import Manifest
 from daliload.prescreen.rules import Device, check_device
@@ -145,7 +145,7 @@ def ensure_manifest(
         ValueError: ``root`` is a file, not a folder (the message says what to pass).
         FileNotFoundError: ``root`` does not exist.
     """
-    refuse_bootstrapping_main(f"A daliload loader (its scan of {root})")
+    refuse_bootstrapping_main(f"A daliload loader (its scan of {printable_path(root)})")
     check_device(device)
     progress = True if progress is None else progress
     if not runtime.is_distributed():
@@ -228,10 +228,11 @@ def _read_only(root: Path, path: Path, device: Device, spec: ScanSpec, splits: S
         return cache
     changed = check_changes(root, path, device=device, splits=splits, deep=spec.deep)
     if changed == 0 and not spec.retry_bad:
-        logger.info("manifest %s is on read-only storage and up to date: read in place", path)
+        logger.info("manifest %s is on read-only storage and up to date: read in place", printable_path(path))
         return path
     logger.warning("%d file(s) of %s changed since its manifest %s was written, which is on read-only storage: "
-                   "updating a copy in %s (only those files are probed)", changed, root, path, cache)
+                   "updating a copy in %s (only those files are probed)", changed, printable_path(root),
+                   printable_path(path), printable_path(cache))
     copy_to_cache(path, cache)
     _scan_one_at_a_time(root, cache, device, spec, splits, progress)
     return cache
@@ -267,7 +268,8 @@ def _scan_one_at_a_time(root: Path, path: Path, device: Device, spec: ScanSpec, 
     job = job_key()
     with scan_lock(path, root, job=job, progress=progress) as note:
         if job is not None and _checked_by(path, job, device, spec, splits):
-            logger.info("manifest %s was checked moments ago by another process of this job (%s)", path, job)
+            logger.info("manifest %s was checked moments ago by another process of this job (%s)",
+                        printable_path(path), job)
             return
         scan(root, manifest_path=path, device=device, deep=spec.deep, workers=spec.workers, splits=splits,
              progress=progress, retry_bad=spec.retry_bad, job=job, on_progress=note)
@@ -311,9 +313,10 @@ def check_manifest(path: str | os.PathLike, *, scan: ScanSpec = DEFAULT_SPEC, sa
         rows = manifest.sample(sample) if scan.check else []
     changed = [file for file, size, mtime in rows if _size_and_mtime(file) != (size, mtime)]
     if changed:
-        warnings.warn(f"manifest {path} may be out of date: {len(changed)} of {len(rows)} files sampled changed "
-                      f"or are gone since it was written (first: {changed[0]}); bring it up to date with "
-                      f"`daliload scan ROOT --manifest {path}` (ScanSpec(check=False) skips this check)",
+        shown = printable_path(path)
+        warnings.warn(f"manifest {shown} may be out of date: {len(changed)} of {len(rows)} files sampled changed "
+                      f"or are gone since it was written (first: {printable_path(changed[0])}); bring it up to "
+                      f"date with `daliload scan ROOT --manifest {shown}` (ScanSpec(check=False) skips this check)",
                       RuntimeWarning, stacklevel=3)
     with _checked_lock:
         _checked[key] = _Checked(frozenset(), False, path, _identity(None, path))

@@ -26,7 +26,7 @@ import numpy as np
 from daliload.prescreen.manifest import Manifest
 from daliload.prescreen.rows import FileRecord
 from daliload.prescreen.rules import RULES_VERSION, Device
-from daliload.dataset import ALL_FILES, Shard
+from daliload.dataset import ALL_FILES, Shard, printable_path
 
 #: A scan's messages keep one logger, whichever of its modules they come from.
 logger = logging.getLogger("daliload.prescreen.scan")
@@ -45,7 +45,8 @@ def cache_manifest_path(root: str | os.PathLike) -> Path:
     """The per-user cache file of ``root``'s manifest (for roots on read-only storage)."""
     root_path = Path(os.path.abspath(root))
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    key = hashlib.sha256(str(root_path).encode()).hexdigest()[:16]
+    # the path's own bytes: a root whose name is not UTF-8 (a surrogateescape str) has no UTF-8 encoding
+    key = hashlib.sha256(os.fsencode(root_path)).hexdigest()[:16]
     return cache / "daliload" / "manifests" / f"{root_path.name or 'root'}-{key}.sqlite"
 
 
@@ -116,7 +117,7 @@ def _records_from_root(root: Path, splits: Sequence[str], manifest_path: str | o
             index = load_index(root, split)
         except FileNotFoundError as err:
             first_error = first_error or err
-            logger.info("split %r skipped: %s", split, err)
+            logger.info("split %r skipped: %s", split, printable_path(str(err)))
             continue
         if classes is not None and index.classes != classes:
             raise ValueError(

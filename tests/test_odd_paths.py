@@ -1,0 +1,119 @@
+"""Paths are bytes where the OS says so: a dataset root whose own name is not UTF-8 (its files' names neither) goes
+end to end, through DALI and the fallback."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import warnings
+from pathlib import Path
+
+import pytest
+
+from daliload.framecode import read_code
+from daliload.loader import DecodeSpec, KineticsDALILoader
+from daliload.plan import AugmentSpec, OutputSpec
+from daliload.prescreen import Manifest
+from daliload.prescreen.scan import ScanSummary
+
+#: Bytes that are not UTF-8 (a Latin-1 name, a damaged download): Python names them with surrogates.
+ROOT_NAME = b"kinetics_\xff"
+FILE_NAME = b"clip_\xfe"
+
+
+def _fsjoin(folder: str | os.PathLike, name: bytes) -> str:
+    return os.fsdecode(os.fsencode(folder) + b"/" + name)
+
+
+@pytest.fixture(scope="module")
+def odd_root(tmp_path_factory, make_clip) -> str:
+    """ROOT (named ``kinetics_\\xff``)/train/{juggling,abseiling}/, each an H.264 MP4 and a VP9 WebM named
+    ``clip_\\xfe`` (64x48, 30 frame-coded frames); the ``str`` os.fsdecode gives for ROOT."""
+    root = _fsjoin(tmp_path_factory.mktemp("odd"), ROOT_NAME)
+    for class_id, name in enumerate(("juggling", "abseiling"), start=1):
+        folder = Path(root) / "train" / name
+        folder.mkdir(parents=True)
+        for codec in ("h264", "vp9"):
+            clip = make_clip(codec, num_frames=30, width=64, height=48, class_id=class_id)
+            shutil.copyfile(clip, _fsjoin(folder, FILE_NAME + os.fsencode(clip.suffix)))
+    return root
+
+
+def _loader(root, **kw) -> KineticsDALILoader:
+    kw.setdefault("decode", DecodeSpec(fallback_workers=1, routing="static"))
+    return KineticsDALILoader(root, "train", batch_size=2, clip_len=4, frame_stride=2, device="cpu",
+                              augment=AugmentSpec(crop_size=(48, 64), crop_mode="center", flip_prob=0.0),
+                              output=OutputSpec(size=(48, 64), mean=(0, 0, 0), std=(1, 1, 1), dtype="float32"),
+                              **kw)
+
+
+def _check_epoch(loader: KineticsDALILoader) -> set[str]:
+    """One pass: every clip shows the planned frames with the planned label; returns the videos seen."""
+    frames = {v.path: v.num_frames for v in loader.videos}
+    batches = list(loader)
+    assert len(batches) == len(loader)
+    seen = set()
+    for (videos, labels), batch in zip(batches, loader.plan()):  # the plan of the pass just made
+        for k, sample in enumerate(batch):
+            codes = [read_code(videos[k][:, t], layout="CHW").index for t in range(videos.shape[2])]
+            assert codes == sample.frame_indices(frames[sample.path]), ascii(sample.path)
+            assert int(labels[k]) == sample.label
+            seen.add(sample.path)
+    return seen
+
+
+class _Strict(logging.Handler):
+    """What a log file that encodes strictly (``logging.FileHandler``) would refuse: messages with no UTF-8."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.refused: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            self.refused.append(ascii(text))
+
+
+@pytest.fixture
+def strict_log():
+    handler, package = _Strict(), logging.getLogger("daliload")
+    level = package.level
+    package.addHandler(handler)
+    package.setLevel(logging.DEBUG)
+    yield handler
+    package.removeHandler(handler)
+    package.setLevel(level)
+
+
+def test_a_root_whose_name_is_not_utf8_is_scanned_and_trained_on_through_dali_and_the_fallback(odd_root,
+                                                                                                strict_log):
+    """The manifest under such a root is written and then opened (its SQLite URI once refused the name); the
+    VP9 files go through DALI's CPU decoder, the H.264 ones through the fallback, every clip the planned frames,
+    and nothing the package logs or warns holds a name a strict UTF-8 log file refuses."""
+    odd = {_fsjoin(Path(odd_root) / "train" / name, FILE_NAME + ext)
+           for name in ("juggling", "abseiling") for ext in (b".mp4", b".webm")}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader = _loader(odd_root)
+        try:
+            assert loader.manifest_path == Path(odd_root) / ".daliload" / "manifest.sqlite"
+            assert {v.path for v in loader.videos} == odd and loader.rejected == ()
+            assert _check_epoch(loader) == odd
+            stats = loader.stats()
+            assert stats.clips_dali > 0 and stats.clips_fallback > 0 and stats.failures == ()
+        finally:
+            loader.close()
+    for warning in caught:
+        str(warning.message).encode("utf-8")  # a warning's text shows such a name as \xff
+    assert strict_log.refused == []
+    with Manifest(loader.manifest_path) as manifest:
+        assert manifest.last_scan["probed"] == 4
+    # `daliload scan` prints its summary on stdout, which may take strict UTF-8 only
+    summary = ScanSummary(manifest_path=loader.manifest_path, device="cpu", deep=False, splits=("train",),
+                          total=4, probed=0, reused=4, removed=0, missing=0)
+    assert f"manifest: {os.fsencode(odd_root).decode('utf-8', 'backslashreplace')}/" in summary.format()
+    summary.format().encode("utf-8")
