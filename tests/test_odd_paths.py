@@ -1,5 +1,5 @@
 """Paths are bytes where the OS says so: a dataset root whose own name is not UTF-8 (its files' names neither) goes
-end to end, through DALI and the fallback."""
+end to end, through DALI and the fallback; a root given as ``bytes`` is taken."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import pytest
 from daliload.framecode import read_code
 from daliload.loader import DecodeSpec, KineticsDALILoader
 from daliload.plan import AugmentSpec, OutputSpec
-from daliload.prescreen import Manifest
+from daliload.prescreen import Manifest, scan
+from daliload.prescreen.ensure import forget_checks
 from daliload.prescreen.scan import ScanSummary
 
 #: Bytes that are not UTF-8 (a Latin-1 name, a damaged download): Python names them with surrogates.
@@ -117,3 +118,21 @@ def test_a_root_whose_name_is_not_utf8_is_scanned_and_trained_on_through_dali_an
                           total=4, probed=0, reused=4, removed=0, missing=0)
     assert f"manifest: {os.fsencode(odd_root).decode('utf-8', 'backslashreplace')}/" in summary.format()
     summary.format().encode("utf-8")
+
+
+def test_a_root_given_as_bytes_is_read_as_os_fsdecode_reads_it(odd_root):
+    """``os.fsencode(root)`` or a name from ``os.listdir(b"...")``: the same dataset, manifest and videos as the
+    ``str``, for the loader, a manifest given as the root, and :func:`scan`."""
+    scan(os.fsencode(odd_root), device="cpu", workers=0, splits=("train",), progress=False)
+    forget_checks()
+    loader = _loader(os.fsencode(odd_root))
+    try:
+        assert loader.manifest_path == Path(odd_root) / ".daliload" / "manifest.sqlite"
+        assert len(_check_epoch(loader)) == 4
+    finally:
+        loader.close()
+    given = _loader(os.fsencode(loader.manifest_path), decode=DecodeSpec(decoder="fallback", fallback_workers=0))
+    try:
+        assert given.manifest_path == loader.manifest_path and len(given.videos) == 4
+    finally:
+        given.close()

@@ -55,7 +55,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Literal, Sequence
 
-from daliload.dataset._paths import printable_path
+from daliload.dataset._paths import decoded_path, printable_path
 from daliload.dataset._layouts import (
     CSV_REQUIRED,
     SPLIT_ALIASES,
@@ -110,7 +110,7 @@ def load_classes(path: str | os.PathLike) -> tuple[str, ...]:
 
 
 def load_index(
-    root: str | os.PathLike,
+    root: str | bytes | os.PathLike,
     split: str = "train",
     *,
     layout: Layout = "auto",
@@ -121,7 +121,7 @@ def load_index(
     """Index one split of a Kinetics-style dataset (layouts in the module docstring).
 
     Args:
-        root: dataset root.
+        root: dataset root (``bytes`` are read as :func:`os.fsdecode` reads them).
         split: ``"train"``, ``"val"`` or ``"test"`` (``"validate"`` means ``"val"``).
         layout: ``"auto"`` (default) uses, in this order, ``annotations`` or
             ``list_file`` if given, else ``ROOT/annotations/<split>.csv``, else
@@ -140,7 +140,7 @@ def load_index(
         ValueError: unknown split or layout; the split has no videos; a CSV lacks
             columns; a list line is malformed; a class is not in ``classes``.
     """
-    root_path = Path(os.path.abspath(root))
+    root_path = Path(os.path.abspath(decoded_path(root)))
     if not root_path.is_dir():
         raise FileNotFoundError(f"dataset root {root_path} does not exist or is not a directory")
     split = _check_split(split)

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import NamedTuple, Sequence
 
 from daliload import runtime
-from daliload.dataset import VideoIndex, printable_path
+from daliload.dataset import VideoIndex, decoded_path, printable_path
 from daliload.failures import Failure
 from daliload.prescreen.manifest import Manifest
 from daliload.prescreen.rules import Device, check_device
@@ -113,7 +113,7 @@ def job_key() -> str | None:
 
 
 def ensure_manifest(
-    root: str | os.PathLike,
+    root: str | bytes | os.PathLike,
     *,
     device: Device,
     scan: ScanSpec = DEFAULT_SPEC,
@@ -129,7 +129,7 @@ def ensure_manifest(
     job just did (see the module docstring).
 
     Args:
-        root: dataset root.
+        root: dataset root (``bytes`` are read as :func:`os.fsdecode` reads them).
         device: ``"gpu"``, ``"gpu:<generation>"`` or ``"cpu"``, as in :func:`~daliload.prescreen.scan`.
         scan: where the manifest lives, whether to deep-check, how many probe
             processes, whether to check for changes (:class:`ScanSpec`).
@@ -145,6 +145,7 @@ def ensure_manifest(
         ValueError: ``root`` is a file, not a folder (the message says what to pass).
         FileNotFoundError: ``root`` does not exist.
     """
+    root = decoded_path(root)
     refuse_bootstrapping_main(f"A daliload loader (its scan of {printable_path(root)})")
     check_device(device)
     progress = True if progress is None else progress
@@ -164,7 +165,8 @@ def ensure_manifest(
         status = runtime.broadcast_object(status, group=group)
     else:  # says every so often whom it waits for, and how far rank 0 is when this node sees its lock file
         done = threading.Event()
-        where = Path(os.path.abspath(scan.manifest_path)) if scan.manifest_path is not None else find_manifest(root)
+        where = (Path(os.path.abspath(decoded_path(scan.manifest_path))) if scan.manifest_path is not None
+                 else find_manifest(root))
         threading.Thread(target=report_while, args=(done, where, Path(os.path.abspath(root)), "global rank 0",
                                                     progress and runtime.local_rank() == 0),
                          name="daliload-scan-wait", daemon=True).start()
@@ -181,7 +183,8 @@ def _ensure_here(root: str | os.PathLike, device: Device, spec: ScanSpec, splits
                  progress: bool) -> Path:  # fmt: skip
     """:func:`ensure_manifest` in this process."""
     root = check_root(root)
-    path = Path(os.path.abspath(spec.manifest_path)) if spec.manifest_path is not None else find_manifest(root)
+    given = spec.manifest_path is not None
+    path = Path(os.path.abspath(decoded_path(spec.manifest_path))) if given else find_manifest(root)
     key = (str(root), str(path))
     with _checked_lock:
         done = _checked.get(key)
@@ -299,7 +302,7 @@ def check_manifest(path: str | os.PathLike, *, scan: ScanSpec = DEFAULT_SPEC, sa
         ValueError: a shard's manifest; not a manifest.
         FileNotFoundError: no such file.
     """
-    path = Path(os.path.abspath(path))
+    path = Path(os.path.abspath(decoded_path(path)))
     key = ("", str(path))
     with _checked_lock:
         done = _checked.get(key)

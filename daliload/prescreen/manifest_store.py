@@ -21,7 +21,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-from daliload.dataset import printable_path
+from daliload.dataset import decoded_path, printable_path
 from daliload.prescreen.rows import FACT_COLUMNS, META_COLUMNS, KnownFile, facts_from_row
 from daliload.prescreen.rules import DEVICES, RULES_VERSION, route_for
 from daliload.prescreen.sqlite_file import Connection, ManifestDamagedError, Transaction, reads
@@ -103,8 +103,8 @@ class ManifestStore:
         writable: opened for writing (the scanner).
     """
 
-    def __init__(self, path: str | os.PathLike, *, writable: bool = False) -> None:
-        self.path = Path(os.path.abspath(path))
+    def __init__(self, path: str | bytes | os.PathLike, *, writable: bool = False) -> None:
+        self.path = Path(os.path.abspath(decoded_path(path)))
         self.writable = writable
         if writable:
             self.path.parent.mkdir(parents=True, exist_ok=True)
