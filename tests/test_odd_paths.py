@@ -1,5 +1,6 @@
 """Paths are bytes where the OS says so: a dataset root whose own name is not UTF-8 (its files' names neither) goes
-end to end, through DALI and the fallback; a root given as ``bytes`` is taken."""
+end to end, through DALI and the fallback; a root given as ``bytes`` is taken; and a manifest that cannot be
+written anywhere it would go is refused with the option that fixes it."""
 
 from __future__ import annotations
 
@@ -10,13 +11,15 @@ import warnings
 from pathlib import Path
 
 import pytest
+from helpers.readonly import read_only
 
+from daliload.cli import main
 from daliload.framecode import read_code
 from daliload.loader import DecodeSpec, KineticsDALILoader
 from daliload.plan import AugmentSpec, OutputSpec
-from daliload.prescreen import Manifest, scan
+from daliload.prescreen import Manifest, ScanSpec, scan
 from daliload.prescreen.ensure import forget_checks
-from daliload.prescreen.scan import ScanSummary
+from daliload.prescreen.scan import ScanSummary, cache_manifest_path
 
 #: Bytes that are not UTF-8 (a Latin-1 name, a damaged download): Python names them with surrogates.
 ROOT_NAME = b"kinetics_\xff"
@@ -136,3 +139,48 @@ def test_a_root_given_as_bytes_is_read_as_os_fsdecode_reads_it(odd_root):
         assert given.manifest_path == loader.manifest_path and len(given.videos) == 4
     finally:
         given.close()
+
+
+@pytest.fixture
+def read_only_copy(odd_root, tmp_path, monkeypatch) -> tuple[str, Path]:
+    """A copy of the odd root without its manifest, and an empty cache folder (``XDG_CACHE_HOME``)."""
+    root = _fsjoin(tmp_path, ROOT_NAME)
+    shutil.copytree(odd_root, root, ignore=shutil.ignore_patterns(".daliload"))
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    return root, cache
+
+
+def test_a_read_only_root_with_no_manifest_and_no_writable_cache_says_to_pass_scan_spec_manifest_path(
+        read_only_copy, tmp_path, capsys):
+    """It once raised a bare FileNotFoundError of the cache file; the loader and `daliload scan` say where the
+    manifest would go, why it cannot, and the option that fixes it, which then works."""
+    root, cache = read_only_copy
+    with read_only(Path(root)), read_only(cache):
+        with pytest.raises(PermissionError, match=r"no manifest of its own.*per-user cache.*cannot be written.*"
+                                                  r"ScanSpec\(manifest_path=PATH\)"):
+            _loader(root)
+        assert main(["scan", root, "--device", "cpu", "--workers", "0", "--quiet"]) == 2
+        assert "daliload scan ROOT --manifest PATH" in capsys.readouterr().err
+        with pytest.raises(PermissionError, match=r"the manifest .*m\.sqlite does not exist and its folder cannot "
+                                                  r"be written; give the manifest a writable path"):
+            _loader(root, scan=ScanSpec(manifest_path=cache / "m.sqlite"))
+        loader = _loader(root, scan=ScanSpec(manifest_path=tmp_path / "m.sqlite"),
+                         decode=DecodeSpec(decoder="fallback", fallback_workers=0))
+        assert len(loader.videos) == 4
+        loader.close()
+    assert not cache_manifest_path(root).exists()
+
+
+def test_a_read_only_root_whose_manifest_is_out_of_date_and_no_writable_cache_names_the_option(read_only_copy):
+    root, cache = read_only_copy
+    scan(root, device="cpu", workers=0, splits=("train",), progress=False)
+    victim = _fsjoin(Path(root) / "train" / "juggling", FILE_NAME + b".mp4")
+    with open(victim, "ab") as f:
+        f.write(b"\0")  # the file changes after its manifest was written
+    forget_checks()
+    with read_only(Path(root)), read_only(cache):
+        with pytest.raises(PermissionError, match=r"1 file\(s\) of .*kinetics_\\xff changed since its manifest.*"
+                                                  r"cannot be written either.*ScanSpec\(manifest_path=PATH\)"):
+            _loader(root)

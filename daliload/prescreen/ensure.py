@@ -33,6 +33,7 @@ sample of its files still has the size and mtime it recorded.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -144,6 +145,8 @@ def ensure_manifest(
         RuntimeError: on ranks other than 0, when rank 0's scan failed.
         ValueError: ``root`` is a file, not a folder (the message says what to pass).
         FileNotFoundError: ``root`` does not exist.
+        PermissionError: ``root`` has no manifest and none can be written where it goes
+            (the message says to pass ``ScanSpec(manifest_path=...)``).
     """
     root = decoded_path(root)
     refuse_bootstrapping_main(f"A daliload loader (its scan of {printable_path(root)})")
@@ -195,6 +198,8 @@ def _ensure_here(root: str | os.PathLike, device: Device, spec: ScanSpec, splits
     elif writable(path):
         _scan_one_at_a_time(root, path, device, spec, splits, progress)
         result = path
+    elif not path.is_file():
+        raise unwritable_manifest(root, path, given=given)
     else:
         result = _read_only(root, path, device, spec, splits, progress)
     with _checked_lock:
@@ -221,6 +226,31 @@ def writable(path: Path) -> bool:
     return os.access(folder, os.W_OK)
 
 
+def unwritable_manifest(root: Path, path: Path, *, given: bool, changed: int = 0,
+                        read_only: Path | None = None) -> PermissionError:
+    """The error for a manifest that must be written at ``path`` and cannot be, naming the option that fixes it.
+
+    ``given``: ``path`` is the user's ``ScanSpec(manifest_path=...)``; otherwise
+    it is where the manifest of a root on read-only storage goes (the per-user
+    cache, :func:`~.scan.cache_manifest_path`). ``read_only``: the root's own
+    manifest, found but out of date (``changed`` files differ).
+    """
+    where = printable_path(path)
+    fix = ("give the manifest a writable path: ScanSpec(manifest_path=PATH) (`daliload scan ROOT --manifest "
+           "PATH`), or scan where the dataset is writable and pass the manifest file as the loader's root")
+    if given:
+        why = f"the manifest {where} does not exist and its folder cannot be written"
+    elif read_only is not None:
+        why = (f"{changed} file(s) of {printable_path(root)} changed since its manifest {printable_path(read_only)} "
+               f"(on read-only storage) was written, and its updated copy {where} cannot be written either "
+               "(the per-user cache: $XDG_CACHE_HOME or ~/.cache)")
+    else:
+        why = (f"{printable_path(root)} is on read-only storage and has no manifest of its own "
+               f"(.daliload/manifest.sqlite), and the one in the per-user cache, {where}, cannot be written "
+               "either ($XDG_CACHE_HOME or ~/.cache)")
+    return PermissionError(errno.EACCES, f"no manifest can be written for this dataset: {why}; {fix}")
+
+
 def _read_only(root: Path, path: Path, device: Device, spec: ScanSpec, splits: Sequence[str],
                progress: bool) -> Path:  # fmt: skip
     """The manifest of ``root`` on read-only storage: in place if no file changed, else an updated cache copy."""
@@ -233,6 +263,8 @@ def _read_only(root: Path, path: Path, device: Device, spec: ScanSpec, splits: S
     if changed == 0 and not spec.retry_bad:
         logger.info("manifest %s is on read-only storage and up to date: read in place", printable_path(path))
         return path
+    if not writable(cache):
+        raise unwritable_manifest(root, cache, given=False, changed=changed, read_only=path)
     logger.warning("%d file(s) of %s changed since its manifest %s was written, which is on read-only storage: "
                    "updating a copy in %s (only those files are probed)", changed, printable_path(root),
                    printable_path(path), printable_path(cache))

@@ -82,7 +82,9 @@ class ScanSpec:
     Attributes:
         manifest_path: where the manifest lives; default the root's own
             (``ROOT/.daliload/manifest.sqlite``, read in place even on
-            read-only storage), else :func:`default_manifest_path`.
+            read-only storage), else :func:`default_manifest_path`. A root on
+            read-only storage with no manifest (or an out-of-date one) and no
+            writable per-user cache needs one (the loader's ``PermissionError`` says so).
         deep: also decode a window at each end of every file and check that seeking to its last
             keyframe is exact (``daliload scan --deep``).
         workers: probing processes; default one per core.
