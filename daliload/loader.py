@@ -33,7 +33,7 @@ from typing import Callable, Iterator, Literal, Union
 import torch
 
 from daliload import runtime
-from daliload.dataset import VideoIndex
+from daliload.dataset import VideoIndex, decoded_path
 from daliload.epoch import (PADDING_LABEL, BatchInfo, ClipSources, DaliSetup, EpochCounters, EpochPass, EpochPlans,
                             EpochProgress, EpochSampler, PassSetup, Routes, dali_videos)
 from daliload.failures import FailureBudget
@@ -65,7 +65,8 @@ class KineticsDALILoader:
 
     Args:
         root: the dataset root (scanned on first use; see :class:`ScanSpec`)
-            or the path of a manifest written by ``daliload scan``. Required;
+            or the path of a manifest written by ``daliload scan``; ``bytes``
+            (``os.fsencode``, ``os.listdir(b"...")``) as ``os.fsdecode`` reads them. Required;
             ``source=`` (its old name) still works, with a ``DeprecationWarning``.
         split: ``"train"`` (shuffled, random window, crop and flip) or any
             other split in the manifest (deterministic centre clip and crop).
@@ -213,7 +214,7 @@ class KineticsDALILoader:
         batch_keys: tuple[str, str] | None = None,
         **unknown: object,
     ) -> None:
-        root = dataset_root(root, unknown)  # or source=, its old name
+        root = dataset_root(decoded_path(root), unknown)  # or source=, its old name
         refuse_unknown_options(unknown, _OPTIONS)
         # A spawn/forkserver child re-running an unguarded script must not load (and train) again.
         refuse_bootstrapping_main("A KineticsDALILoader")

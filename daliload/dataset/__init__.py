@@ -5,6 +5,9 @@ Modules, by concept:
 * :mod:`._index`: :func:`load_index`, the split's files and labels in any of
   the three layouts (folders, CSV, list; drawn there), and class maps
   (:func:`save_classes`, :func:`load_classes`);
+* :mod:`._paths`: paths whose names are any bytes: a root given as ``bytes``
+  (:func:`decoded_path`), and such a path in text a person reads
+  (:func:`printable_path`);
 * :mod:`._layouts`: the records (:class:`VideoRecord`, :class:`Skipped`,
   :class:`DatasetIndex`) and the reader of each layout; what counts as a video
   file; :func:`unindexed`, what a split folder holds that the index does not;
@@ -20,6 +23,7 @@ nothing here writes under it. Imports neither torch nor a decoder.
 
 from daliload.dataset._index import (CSV_REQUIRED, SPLITS, VIDEO_EXTENSIONS, DatasetIndex, Layout, Skipped,
                                      VideoRecord, load_classes, load_index, save_classes)
+from daliload.dataset._paths import decoded_path, printable_path
 from daliload.dataset._layouts import unindexed
 from daliload.dataset._shard import ALL_FILES, Shard, parse_shard
 from daliload.dataset._videoindex import ROUTE_CODES, ROUTE_NAMES, IndexBuilder, StringColumn, VideoIndex, VideoRow
@@ -27,5 +31,5 @@ from daliload.dataset._videoindex import ROUTE_CODES, ROUTE_NAMES, IndexBuilder,
 __all__ = [
     "ALL_FILES", "CSV_REQUIRED", "ROUTE_CODES", "ROUTE_NAMES", "SPLITS", "VIDEO_EXTENSIONS", "DatasetIndex",
     "IndexBuilder", "Layout", "Shard", "Skipped", "StringColumn", "VideoIndex", "VideoRecord", "VideoRow",
-    "load_classes", "load_index", "parse_shard", "save_classes", "unindexed",
+    "decoded_path", "load_classes", "load_index", "parse_shard", "printable_path", "save_classes", "unindexed",
 ]

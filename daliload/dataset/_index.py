@@ -55,6 +55,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Literal, Sequence
 
+from daliload.dataset._paths import decoded_path, printable_path
 from daliload.dataset._layouts import (
     CSV_REQUIRED,
     SPLIT_ALIASES,
@@ -109,7 +110,7 @@ def load_classes(path: str | os.PathLike) -> tuple[str, ...]:
 
 
 def load_index(
-    root: str | os.PathLike,
+    root: str | bytes | os.PathLike,
     split: str = "train",
     *,
     layout: Layout = "auto",
@@ -120,7 +121,7 @@ def load_index(
     """Index one split of a Kinetics-style dataset (layouts in the module docstring).
 
     Args:
-        root: dataset root.
+        root: dataset root (``bytes`` are read as :func:`os.fsdecode` reads them).
         split: ``"train"``, ``"val"`` or ``"test"`` (``"validate"`` means ``"val"``).
         layout: ``"auto"`` (default) uses, in this order, ``annotations`` or
             ``list_file`` if given, else ``ROOT/annotations/<split>.csv``, else
@@ -139,7 +140,7 @@ def load_index(
         ValueError: unknown split or layout; the split has no videos; a CSV lacks
             columns; a list line is malformed; a class is not in ``classes``.
     """
-    root_path = Path(os.path.abspath(root))
+    root_path = Path(os.path.abspath(decoded_path(root)))
     if not root_path.is_dir():
         raise FileNotFoundError(f"dataset root {root_path} does not exist or is not a directory")
     split = _check_split(split)
@@ -166,11 +167,11 @@ def load_index(
         index = replace(index, skipped=unindexed(root_path / split, index))
     if index.skipped:
         logger.info("%d entries of %s are not indexed (see DatasetIndex.skipped)", len(index.skipped),
-                    root_path / split)
+                    printable_path(root_path / split))
     if index.missing:
-        shown = ", ".join(index.missing[:3]) + (", ..." if len(index.missing) > 3 else "")
+        shown = ", ".join(map(printable_path, index.missing[:3])) + (", ..." if len(index.missing) > 3 else "")
         warnings.warn(f"{len(index.missing)} file(s) of split {split!r} listed in the "
-                      f"{index.layout} index are missing from {root_path}: {shown} "
+                      f"{index.layout} index are missing from {printable_path(root_path)}: {shown} "
                       f"(see DatasetIndex.missing)", stacklevel=2)
     return index
 

@@ -14,7 +14,7 @@ from typing import Sequence
 from daliload.prescreen.gpus import resolve_gpu
 from daliload.prescreen.manifest import Manifest
 from daliload.prescreen.merge import merge_manifests
-from daliload.prescreen.ensure import copy_to_cache, writable
+from daliload.prescreen.ensure import copy_to_cache, unwritable_manifest, writable
 from daliload.prescreen.scan import cache_manifest_path, check_root, default_manifest_path, scan
 from daliload.prescreen.scan_lock import scan_lock
 from daliload.dataset import parse_shard
@@ -205,6 +205,8 @@ def run(args: argparse.Namespace) -> int:
     manifest_path = Path(os.path.abspath(args.manifest or _default_manifest(args.root)))
     try:
         root = check_root(args.root)
+        if not manifest_path.is_file() and not writable(manifest_path):
+            raise unwritable_manifest(root, manifest_path, given=args.manifest is not None)
         manifest_path.parent.mkdir(parents=True, exist_ok=True)
         # Takes turns with every other scan of this manifest (another `daliload scan`, a loader's): the one
         # that waits says for whom, even with --quiet (it may wait for hours), then probes only what is left.
@@ -225,6 +227,9 @@ def run(args: argparse.Namespace) -> int:
             )
     except (ValueError, FileNotFoundError) as err:  # refused options, a damaged manifest, a root that is a file
         print(f"daliload scan: {err}", file=sys.stderr)
+        return 2
+    except PermissionError as err:  # no manifest can be written where it goes: the message names the option
+        print(f"daliload scan: {err.strerror if err.filename is None else err}", file=sys.stderr)
         return 2
     except OSError as err:
         if err.errno != errno.ENOSPC:

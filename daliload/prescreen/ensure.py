@@ -33,6 +33,7 @@ sample of its files still has the size and mtime it recorded.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -45,7 +46,7 @@ from pathlib import Path
 from typing import NamedTuple, Sequence
 
 from daliload import runtime
-from daliload.dataset import VideoIndex
+from daliload.dataset import VideoIndex, decoded_path, printable_path
 from daliload.failures import Failure
 from daliload.prescreen.manifest import Manifest
 from daliload.prescreen.rules import Device, check_device
@@ -113,7 +114,7 @@ def job_key() -> str | None:
 
 
 def ensure_manifest(
-    root: str | os.PathLike,
+    root: str | bytes | os.PathLike,
     *,
     device: Device,
     scan: ScanSpec = DEFAULT_SPEC,
@@ -129,7 +130,7 @@ def ensure_manifest(
     job just did (see the module docstring).
 
     Args:
-        root: dataset root.
+        root: dataset root (``bytes`` are read as :func:`os.fsdecode` reads them).
         device: ``"gpu"``, ``"gpu:<generation>"`` or ``"cpu"``, as in :func:`~daliload.prescreen.scan`.
         scan: where the manifest lives, whether to deep-check, how many probe
             processes, whether to check for changes (:class:`ScanSpec`).
@@ -145,8 +146,11 @@ def ensure_manifest(
         ValueError: ``root`` is a file, not a folder (the message says what to pass);
             on ranks other than 0, ``root`` is not rank 0's (its manifest would be the wrong one).
         FileNotFoundError: ``root`` does not exist.
+        PermissionError: ``root`` has no manifest and none can be written where it goes
+            (the message says to pass ``ScanSpec(manifest_path=...)``).
     """
-    refuse_bootstrapping_main(f"A daliload loader (its scan of {root})")
+    root = decoded_path(root)
+    refuse_bootstrapping_main(f"A daliload loader (its scan of {printable_path(root)})")
     check_device(device)
     progress = True if progress is None else progress
     if not runtime.is_distributed():
@@ -166,7 +170,8 @@ def ensure_manifest(
         status = runtime.broadcast_object(status, group=group)
     else:  # says every so often whom it waits for, and how far rank 0 is when this node sees its lock file
         done = threading.Event()
-        where = Path(os.path.abspath(scan.manifest_path)) if scan.manifest_path is not None else find_manifest(root)
+        where = (Path(os.path.abspath(decoded_path(scan.manifest_path))) if scan.manifest_path is not None
+                 else find_manifest(root))
         threading.Thread(target=report_while, args=(done, where, Path(os.path.abspath(root)), "global rank 0",
                                                     progress and runtime.local_rank() == 0),
                          name="daliload-scan-wait", daemon=True).start()
@@ -186,7 +191,8 @@ def _ensure_here(root: str | os.PathLike, device: Device, spec: ScanSpec, splits
                  progress: bool) -> Path:  # fmt: skip
     """:func:`ensure_manifest` in this process."""
     root = check_root(root)
-    path = Path(os.path.abspath(spec.manifest_path)) if spec.manifest_path is not None else find_manifest(root)
+    given = spec.manifest_path is not None
+    path = Path(os.path.abspath(decoded_path(spec.manifest_path))) if given else find_manifest(root)
     key = (str(root), str(path))
     with _checked_lock:
         done = _checked.get(key)
@@ -197,6 +203,8 @@ def _ensure_here(root: str | os.PathLike, device: Device, spec: ScanSpec, splits
     elif writable(path):
         _scan_one_at_a_time(root, path, device, spec, splits, progress)
         result = path
+    elif not path.is_file():
+        raise unwritable_manifest(root, path, given=given)
     else:
         result = _read_only(root, path, device, spec, splits, progress)
     with _checked_lock:
@@ -223,6 +231,31 @@ def writable(path: Path) -> bool:
     return os.access(folder, os.W_OK)
 
 
+def unwritable_manifest(root: Path, path: Path, *, given: bool, changed: int = 0,
+                        read_only: Path | None = None) -> PermissionError:
+    """The error for a manifest that must be written at ``path`` and cannot be, naming the option that fixes it.
+
+    ``given``: ``path`` is the user's ``ScanSpec(manifest_path=...)``; otherwise
+    it is where the manifest of a root on read-only storage goes (the per-user
+    cache, :func:`~.scan.cache_manifest_path`). ``read_only``: the root's own
+    manifest, found but out of date (``changed`` files differ).
+    """
+    where = printable_path(path)
+    fix = ("give the manifest a writable path: ScanSpec(manifest_path=PATH) (`daliload scan ROOT --manifest "
+           "PATH`), or scan where the dataset is writable and pass the manifest file as the loader's root")
+    if given:
+        why = f"the manifest {where} does not exist and its folder cannot be written"
+    elif read_only is not None:
+        why = (f"{changed} file(s) of {printable_path(root)} changed since its manifest {printable_path(read_only)} "
+               f"(on read-only storage) was written, and its updated copy {where} cannot be written either "
+               "(the per-user cache: $XDG_CACHE_HOME or ~/.cache)")
+    else:
+        why = (f"{printable_path(root)} is on read-only storage and has no manifest of its own "
+               f"(.daliload/manifest.sqlite), and the one in the per-user cache, {where}, cannot be written "
+               "either ($XDG_CACHE_HOME or ~/.cache)")
+    return PermissionError(errno.EACCES, f"no manifest can be written for this dataset: {why}; {fix}")
+
+
 def _read_only(root: Path, path: Path, device: Device, spec: ScanSpec, splits: Sequence[str],
                progress: bool) -> Path:  # fmt: skip
     """The manifest of ``root`` on read-only storage: in place if no file changed, else an updated cache copy."""
@@ -233,10 +266,13 @@ def _read_only(root: Path, path: Path, device: Device, spec: ScanSpec, splits: S
         return cache
     changed = check_changes(root, path, device=device, splits=splits, deep=spec.deep)
     if changed == 0 and not spec.retry_bad:
-        logger.info("manifest %s is on read-only storage and up to date: read in place", path)
+        logger.info("manifest %s is on read-only storage and up to date: read in place", printable_path(path))
         return path
+    if not writable(cache):
+        raise unwritable_manifest(root, cache, given=False, changed=changed, read_only=path)
     logger.warning("%d file(s) of %s changed since its manifest %s was written, which is on read-only storage: "
-                   "updating a copy in %s (only those files are probed)", changed, root, path, cache)
+                   "updating a copy in %s (only those files are probed)", changed, printable_path(root),
+                   printable_path(path), printable_path(cache))
     copy_to_cache(path, cache)
     _scan_one_at_a_time(root, cache, device, spec, splits, progress)
     return cache
@@ -272,7 +308,8 @@ def _scan_one_at_a_time(root: Path, path: Path, device: Device, spec: ScanSpec, 
     job = job_key()
     with scan_lock(path, root, job=job, progress=progress) as note:
         if job is not None and _checked_by(path, job, device, spec, splits):
-            logger.info("manifest %s was checked moments ago by another process of this job (%s)", path, job)
+            logger.info("manifest %s was checked moments ago by another process of this job (%s)",
+                        printable_path(path), job)
             return
         scan(root, manifest_path=path, device=device, deep=spec.deep, workers=spec.workers, splits=splits,
              progress=progress, retry_bad=spec.retry_bad, job=job, on_progress=note)
@@ -302,7 +339,7 @@ def check_manifest(path: str | os.PathLike, *, scan: ScanSpec = DEFAULT_SPEC, sa
         ValueError: a shard's manifest; not a manifest.
         FileNotFoundError: no such file.
     """
-    path = Path(os.path.abspath(path))
+    path = Path(os.path.abspath(decoded_path(path)))
     key = ("", str(path))
     with _checked_lock:
         done = _checked.get(key)
@@ -316,9 +353,10 @@ def check_manifest(path: str | os.PathLike, *, scan: ScanSpec = DEFAULT_SPEC, sa
         rows = manifest.sample(sample) if scan.check else []
     changed = [file for file, size, mtime in rows if _size_and_mtime(file) != (size, mtime)]
     if changed:
-        warnings.warn(f"manifest {path} may be out of date: {len(changed)} of {len(rows)} files sampled changed "
-                      f"or are gone since it was written (first: {changed[0]}); bring it up to date with "
-                      f"`daliload scan ROOT --manifest {path}` (ScanSpec(check=False) skips this check)",
+        shown = printable_path(path)
+        warnings.warn(f"manifest {shown} may be out of date: {len(changed)} of {len(rows)} files sampled changed "
+                      f"or are gone since it was written (first: {printable_path(changed[0])}); bring it up to "
+                      f"date with `daliload scan ROOT --manifest {shown}` (ScanSpec(check=False) skips this check)",
                       RuntimeWarning, stacklevel=3)
     with _checked_lock:
         _checked[key] = _Checked(frozenset(), False, path, _identity(None, path))

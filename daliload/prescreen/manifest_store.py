@@ -21,6 +21,7 @@ import os
 import sqlite3
 from pathlib import Path
 
+from daliload.dataset import decoded_path, printable_path
 from daliload.prescreen.rows import FACT_COLUMNS, META_COLUMNS, KnownFile, facts_from_row
 from daliload.prescreen.rules import DEVICES, RULES_VERSION, route_for
 from daliload.prescreen.sqlite_file import Connection, ManifestDamagedError, Transaction, reads
@@ -102,8 +103,8 @@ class ManifestStore:
         writable: opened for writing (the scanner).
     """
 
-    def __init__(self, path: str | os.PathLike, *, writable: bool = False) -> None:
-        self.path = Path(os.path.abspath(path))
+    def __init__(self, path: str | bytes | os.PathLike, *, writable: bool = False) -> None:
+        self.path = Path(os.path.abspath(decoded_path(path)))
         self.writable = writable
         if writable:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -133,7 +134,7 @@ class ManifestStore:
 
     def _reopen(self, *, immutable: bool) -> None:
         """A fresh reader's connection, after the file changed under a read (:func:`.sqlite_file.reads`)."""
-        logger.info("manifest %s changed while it was read; reading it again", self.path)
+        logger.info("manifest %s changed while it was read; reading it again", printable_path(self.path))
         self._conn.close()
         self._conn = Connection.reader(self.path, immutable=immutable)
 
@@ -294,12 +295,13 @@ class ManifestStore:
             return
         with self._transaction() as conn:
             if version is not None and version[0] in _UPGRADABLE:
-                logger.info("manifest %s: upgrading schema version %s to %s in place", self.path, version[0],
+                logger.info("manifest %s: upgrading schema version %s to %s in place", printable_path(self.path),
+                            version[0],
                             SCHEMA_VERSION)
             elif version is not None and version[0] != str(SCHEMA_VERSION):
                 logger.warning(
                     "manifest %s has schema version %s, rebuilding it as version %s",
-                    self.path,
+                    printable_path(self.path),
                     version[0],
                     SCHEMA_VERSION,
                 )
@@ -325,7 +327,7 @@ class ManifestStore:
     def _reroute_all(self) -> None:
         """Re-apply the (changed) capability rules to every stored file; drops deep results."""
         logger.info(
-            "capability rules changed: re-routing every file of %s from its stored facts", self.path
+            "capability rules changed: re-routing every file of %s from its stored facts", printable_path(self.path)
         )
         query = f"SELECT path, {', '.join(FACT_COLUMNS)} FROM files"
         with self._transaction() as conn:

@@ -64,7 +64,7 @@ from daliload.prescreen.scan_listing import (
     stat_records,
 )
 from daliload.runtime import refuse_bootstrapping_main, usable_cores
-from daliload.dataset import ALL_FILES, Shard
+from daliload.dataset import ALL_FILES, Shard, printable_path
 
 __all__ = ["PROBE_TIMEOUT_S", "DEEP_TIMEOUT_S", "ScanSpec", "ScanSummary", "scan", "default_workers",
            "totals_from_json", "default_manifest_path", "cache_manifest_path", "check_root", "check_changes"]
@@ -82,7 +82,9 @@ class ScanSpec:
     Attributes:
         manifest_path: where the manifest lives; default the root's own
             (``ROOT/.daliload/manifest.sqlite``, read in place even on
-            read-only storage), else :func:`default_manifest_path`.
+            read-only storage), else :func:`default_manifest_path`. A root on
+            read-only storage with no manifest (or an out-of-date one) and no
+            writable per-user cache needs one (the loader's ``PermissionError`` says so).
         deep: also decode a window at each end of every file and check that seeking to its last
             keyframe is exact (``daliload scan --deep``).
         workers: probing processes; default one per core.
@@ -151,7 +153,7 @@ class ScanSummary:
     def format(self) -> str:
         """A short human-readable report (what ``daliload scan`` prints)."""
         lines = [
-            f"manifest: {self.manifest_path}",
+            f"manifest: {printable_path(self.manifest_path)}",  # stdout may take strict UTF-8 only
             f"device: {self.device}{' (deep check)' if self.deep else ''}   "
             f"splits: {', '.join(self.splits)}",
             *([f"routes decided for GPU: {self.gpu}"] if self.gpu else []),
@@ -188,16 +190,10 @@ class ScanSummary:
             counts[reason] = counts.get(reason, 0) + 1
         lines = ["", f"skipped, not scanned: {len(self.skipped)} file(s)", "", "| reason | files |", "|---|---:|"]
         lines += [f"| {reason} | {n} |" for reason, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
-        lines += [""] + [f"  {_printable(path)}: {reason}" for path, reason in self.skipped[:shown]]
+        lines += [""] + [f"  {printable_path(path)}: {reason}" for path, reason in self.skipped[:shown]]
         if len(self.skipped) > shown:
             lines.append(f"  ... and {len(self.skipped) - shown} more (all in --json)")
         return lines
-
-
-def _printable(path: str) -> str:
-    """``path`` as a terminal shows it: bytes of its name that are not UTF-8 as ``\\xff`` (a terminal whose
-    output is strict UTF-8 refuses the ``surrogateescape`` str of such a name); other paths as they are."""
-    return path if path.isascii() else os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def default_workers() -> int:

@@ -26,37 +26,38 @@ import numpy as np
 from daliload.prescreen.manifest import Manifest
 from daliload.prescreen.rows import FileRecord
 from daliload.prescreen.rules import RULES_VERSION, Device
-from daliload.dataset import ALL_FILES, Shard
+from daliload.dataset import ALL_FILES, Shard, decoded_path, printable_path
 
 #: A scan's messages keep one logger, whichever of its modules they come from.
 logger = logging.getLogger("daliload.prescreen.scan")
 
 
-def default_manifest_path(root: str | os.PathLike) -> Path:
+def default_manifest_path(root: str | bytes | os.PathLike) -> Path:
     """Where the manifest of ``root`` lives by default (see :mod:`daliload.prescreen.scan`)."""
-    root_path = Path(os.path.abspath(root))
+    root_path = Path(os.path.abspath(decoded_path(root)))
     local = root_path / ".daliload"
     if os.access(local if local.is_dir() else root_path, os.W_OK):
         return local / "manifest.sqlite"
     return cache_manifest_path(root_path)
 
 
-def cache_manifest_path(root: str | os.PathLike) -> Path:
+def cache_manifest_path(root: str | bytes | os.PathLike) -> Path:
     """The per-user cache file of ``root``'s manifest (for roots on read-only storage)."""
-    root_path = Path(os.path.abspath(root))
+    root_path = Path(os.path.abspath(decoded_path(root)))
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    key = hashlib.sha256(str(root_path).encode()).hexdigest()[:16]
+    # the path's own bytes: a root whose name is not UTF-8 (a surrogateescape str) has no UTF-8 encoding
+    key = hashlib.sha256(os.fsencode(root_path)).hexdigest()[:16]
     return cache / "daliload" / "manifests" / f"{root_path.name or 'root'}-{key}.sqlite"
 
 
-def check_root(root: str | os.PathLike) -> Path:
-    """``root`` as an absolute path, if it is a folder.
+def check_root(root: str | bytes | os.PathLike) -> Path:
+    """``root`` as an absolute path, if it is a folder (``bytes`` are read as :func:`os.fsdecode` reads them).
 
     Raises:
         FileNotFoundError: it does not exist.
         ValueError: it is a file (a video, say), with what to pass instead.
     """
-    path = Path(os.path.abspath(root))
+    path = Path(os.path.abspath(decoded_path(root)))
     if path.is_dir():
         return path
     if path.exists():
@@ -78,9 +79,10 @@ class Listing(NamedTuple):
     root: str | None = None  # the dataset root (absolute), when the source is one
 
 
-def list_source(source: str | os.PathLike | Iterable[Any], splits: Sequence[str],
+def list_source(source: str | bytes | os.PathLike | Iterable[Any], splits: Sequence[str],
                 manifest_path: str | os.PathLike | None) -> Listing:  # fmt: skip
     """List a dataset root through its index, or take explicit records (see :func:`daliload.prescreen.scan.scan`)."""
+    source = decoded_path(source)  # a root given as bytes, not records
     if isinstance(source, (str, os.PathLike)):
         root = check_root(source)
         return _records_from_root(root, splits, manifest_path if manifest_path is not None
@@ -116,7 +118,7 @@ def _records_from_root(root: Path, splits: Sequence[str], manifest_path: str | o
             index = load_index(root, split)
         except FileNotFoundError as err:
             first_error = first_error or err
-            logger.info("split %r skipped: %s", split, err)
+            logger.info("split %r skipped: %s", split, printable_path(str(err)))
             continue
         if classes is not None and index.classes != classes:
             raise ValueError(

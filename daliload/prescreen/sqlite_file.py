@@ -34,6 +34,7 @@ import contextlib
 import errno
 import functools
 import json
+import os
 import sqlite3
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence, TypeVar
@@ -110,7 +111,7 @@ class Connection:
         opened = stamp(path)
         pending = any(path.with_name(path.name + suffix).exists() for suffix in ("-journal", "-wal"))
         mode = "mode=ro" if pending or not immutable else "immutable=1"
-        conn = sqlite3.connect(f"file:{quote(str(path))}?{mode}", uri=True, isolation_level=None,
+        conn = sqlite3.connect(f"file:{file_uri_path(path)}?{mode}", uri=True, isolation_level=None,
                                timeout=BUSY_TIMEOUT_S)
         return cls(conn, path, opened)
 
@@ -168,6 +169,16 @@ class Connection:
 
     def close(self) -> None:
         self._raw.close()
+
+
+def file_uri_path(path: Path) -> str:
+    """``path`` as the path of an SQLite ``file:`` URI: its own bytes, percent-quoted.
+
+    ``quote(str(path))`` would encode the ``str`` as UTF-8, which a folder
+    whose name is not UTF-8 (a ``surrogateescape`` str) refuses; SQLite
+    unquotes ``%XX`` to the byte, so quoting the bytes opens that very file.
+    """
+    return quote(os.fsencode(path))
 
 
 def _decode_text(data: bytes) -> str:
