@@ -653,3 +653,82 @@ def test_the_merge_timing_runs_dry_on_the_cpu_and_checks_the_batch():
     pixels = merge_time.measure(4, 2, 16, 2, device="cpu", modes=("pageable",), pixels=True)  # checked bitwise
     assert pixels["dtype"] == "uint8" and pixels["batch_mb"] * 4 == result["batch_mb"]
     assert merge_time.MODES == ("pageable", "register", "staging", "pinned")
+
+
+# --- the peers' run keeps its rows when cut short ------------------------------------------------------------
+
+
+def test_the_peers_json_is_rewritten_after_each_loaders_row(tmp_path, monkeypatch):
+    """A visit's call cut off mid-round still brings back the rows measured before (not only whole rounds)."""
+    from types import SimpleNamespace
+
+    from benchmarks import harness
+
+    json_path = tmp_path / "gpu.json"
+    on_disk_at_each_epoch = []
+
+    def epoch(member, timed):
+        if timed:
+            saved = json.loads(json_path.read_text())["measurements"] if json_path.exists() else []
+            on_disk_at_each_epoch.append(sum(bool(r.get("runs")) for r in saved))
+        (member.runs if timed else member.warmups).append({"clips": 4, "wall_s": 1.0})
+
+    def update(member, state):
+        member.record["runs"] = list(member.runs)
+        member.record["figures"] = {"clips_per_s": {"median": 4.0}} if member.runs else None
+
+    monkeypatch.setattr(harness, "_start",
+                        lambda member, state: setattr(member, "process", SimpleNamespace(stop=lambda: None)))
+    monkeypatch.setattr(harness, "_epoch", epoch)
+    monkeypatch.setattr(harness, "_update_record", update)
+    monkeypatch.setattr(harness, "_fill_ratios", lambda result: None)
+    monkeypatch.setattr(harness, "_why_not_measured", lambda cls, job, state: None)
+    monkeypatch.setattr(harness, "_print_record", lambda *args: None)
+    monkeypatch.setattr("benchmarks.loaders.load_adapter", lambda name: SimpleNamespace(name=name, knob=None))
+    monkeypatch.setattr(harness, "_new_record",
+                        lambda cls, job: {"loader": cls.name, "status": "ok", "reason": None, "figures": None})
+    state = SimpleNamespace(args=SimpleNamespace(warmup=1), setup=SimpleNamespace(runs=1))
+    jobs = [harness.Job(name, "loader", "h264-gop250", 2, "main") for name in ("a", "b", "c")]
+    result = {"measurements": []}
+    harness._measure_all(jobs, result, json_path, state)
+    assert on_disk_at_each_epoch == [0, 1, 2]  # before the 2nd loader's epoch, the 1st's row is on disk
+    assert [bool(r["runs"]) for r in json.loads(json_path.read_text())["measurements"]] == [True] * 3
+    assert [r["status"] for r in result["measurements"]] == ["ok"] * 3
+
+
+def test_a_peers_json_cut_off_mid_round_says_which_rows_were_not_measured(tmp_path, monkeypatch):
+    """What the visit brings back when the call's limit cuts the peers off after the first loader's epoch."""
+    from types import SimpleNamespace
+
+    from benchmarks import harness
+
+    json_path = tmp_path / "gpu.json"
+
+    class CutOff(Exception):
+        pass
+
+    def epoch(member, timed):
+        if timed and member.number == 2:
+            raise CutOff
+        (member.runs if timed else member.warmups).append({"clips": 4, "wall_s": 1.0})
+
+    def update(member, state):
+        member.record["figures"] = {"clips_per_s": {"median": 4.0}} if member.runs else None
+
+    monkeypatch.setattr(harness, "_start",
+                        lambda member, state: setattr(member, "process", SimpleNamespace(stop=lambda: None)))
+    monkeypatch.setattr(harness, "_epoch", epoch)
+    monkeypatch.setattr(harness, "_update_record", update)
+    monkeypatch.setattr(harness, "_fill_ratios", lambda result: None)
+    monkeypatch.setattr(harness, "_why_not_measured", lambda cls, job, state: None)
+    monkeypatch.setattr("benchmarks.loaders.load_adapter", lambda name: SimpleNamespace(name=name, knob=None))
+    monkeypatch.setattr(harness, "_new_record",
+                        lambda cls, job: {"loader": cls.name, "status": "ok", "reason": None, "figures": None})
+    state = SimpleNamespace(args=SimpleNamespace(warmup=0), setup=SimpleNamespace(runs=1))
+    jobs = [harness.Job(name, "loader", "h264-gop250", 2, "main") for name in ("a", "b")]
+    with pytest.raises(CutOff):
+        harness._measure_all(jobs, {"measurements": []}, json_path, state)
+    saved = {r["loader"]: r for r in json.loads(json_path.read_text())["measurements"]}
+    assert saved["a"]["status"] == "ok" and saved["a"]["figures"]["clips_per_s"]["median"] == 4.0
+    assert saved["b"]["status"] == "skipped" and "cut off before its timed epochs" in saved["b"]["reason"]
+
