@@ -732,3 +732,68 @@ def test_a_peers_json_cut_off_mid_round_says_which_rows_were_not_measured(tmp_pa
     assert saved["a"]["status"] == "ok" and saved["a"]["figures"]["clips_per_s"]["median"] == 4.0
     assert saved["b"]["status"] == "skipped" and "cut off before its timed epochs" in saved["b"]["reason"]
 
+
+# --- derived wheels: what this Python loads, stored, xz-compressed -----------------------------------------
+
+
+def _abi_wheel(folder: Path) -> Path:
+    """A wheel laid out like DALI's: bindings for three ABIs, headers, a shared library, a RECORD."""
+    import base64
+
+    files = {"nvidia/fake/__init__.py": "from .backend_impl import VALUE\n",
+             "nvidia/fake/backend_impl.cpython-311-x86_64-linux-gnu.so": "# stands in for 3.11's bindings\n",
+             "nvidia/fake/backend_impl.cpython-312-x86_64-linux-gnu.so": "# 3.12's\n",
+             "nvidia/fake/backend_impl.cpython-314t-x86_64-linux-gnu.so": "# 3.14t's\n",
+             "nvidia/fake/include/fake.h": "int f();\n",
+             "nvidia/fake/libfake.so": "x" * 50_000,
+             "fakedali-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: fakedali\nVersion: 1.0\n",
+             "fakedali-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nRoot-Is-Purelib: false\n"
+                                             "Tag: py3-none-manylinux_2_28_x86_64\n"}
+
+    def line(name: str, text: str) -> str:
+        digest = base64.urlsafe_b64encode(sha256(text.encode()).digest()).rstrip(b"=").decode()
+        return f"{name},sha256={digest},{len(text.encode())}"
+    record = "\n".join([line(n, t) for n, t in files.items()] + ["fakedali-1.0.dist-info/RECORD,,"]) + "\n"
+    path = folder / "fakedali-1.0-py3-none-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, text in {**files, "fakedali-1.0.dist-info/RECORD": record}.items():
+            archive.writestr(name, text)
+    return path
+
+
+def test_a_derived_wheel_keeps_what_its_python_loads_and_comes_out_the_same_every_time(tmp_path):
+    import base64
+
+    import slim
+
+    original = _abi_wheel(tmp_path)
+    first, again = tmp_path / "a", tmp_path / "b"
+    first.mkdir(), again.mkdir()
+    made = slim.derive(original, first, python="312")
+    assert made.name == "fakedali-1.0-0slim-cp312-none-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(made) as archive:
+        names = archive.namelist()
+        assert "nvidia/fake/backend_impl.cpython-312-x86_64-linux-gnu.so" in names
+        assert not [n for n in names if "cpython-311" in n or "cpython-314t" in n or "/include/" in n]
+        assert {i.compress_type for i in archive.infolist()} == {zipfile.ZIP_STORED}
+        assert {i.date_time for i in archive.infolist()} == {slim.FIXED_TIME}
+        assert "Tag: cp312-none-manylinux_2_28_x86_64" in archive.read("fakedali-1.0.dist-info/WHEEL").decode()
+        record = archive.read("fakedali-1.0.dist-info/RECORD").decode().splitlines()
+        # RECORD lists exactly the files kept, each with its hash as stored (pip and wheel tools check it).
+        assert sorted(r.split(",")[0] for r in record) == sorted(names)
+        for entry in record:
+            name, digest, size = entry.rsplit(",", 2)
+            if digest:
+                data = archive.read(name)
+                assert digest == "sha256=" + base64.urlsafe_b64encode(sha256(data).digest()).rstrip(b"=").decode()
+                assert int(size) == len(data)
+    # Deterministic: derived and compressed again elsewhere, the same bytes (the transfer plan commits both sha256).
+    again_made = slim.derive(original, again, python="312")
+    assert made.read_bytes() == again_made.read_bytes()
+    assert slim.compress(made).read_bytes() == slim.compress(again_made).read_bytes()
+    xz = made.with_name(made.name + ".xz")
+    assert slim.decompress(xz.read_bytes(), tmp_path / "out.whl") == sha256(made.read_bytes()).hexdigest()
+    with pytest.raises(__import__("lzma").LZMAError, match="ends early"):
+        slim.decompress(xz.read_bytes()[:-20], tmp_path / "cut.whl")
+    stored = slim.derive(_wheel(tmp_path, "plainpkg", {"plainpkg/__init__.py": "V = 1\n"}), first)
+    assert stored.name == "plainpkg-0.1-0stored-py3-none-any.whl"  # nothing dropped: same tags, a build tag
