@@ -384,7 +384,9 @@ def _group_key(job: Job) -> tuple:
 
 def _measure_all(jobs: Sequence[Job], result: dict, json_path: Path, state: RunState) -> None:
     """Every job, group by group (:func:`_group_key`), each group interleaved epoch by epoch
-    (:mod:`benchmarks.interleave`), into result["measurements"]; the JSON is rewritten after each round."""
+    (:mod:`benchmarks.interleave`), into result["measurements"]; the JSON is rewritten once the group's
+    loaders are started and after every timed epoch of each, so a run cut short (a GPU visit's call
+    reaching its time limit) still leaves every row it measured."""
     from benchmarks.interleave import rotated
     from benchmarks.loaders import load_adapter
 
@@ -394,8 +396,15 @@ def _measure_all(jobs: Sequence[Job], result: dict, json_path: Path, state: RunS
     result.setdefault("interleaved", [])
 
     def save() -> None:
+        # Written mid-round too: a row started but not measured yet is saved as skipped (what it is if the
+        # run is cut off here), so the JSON stays one that the reports (and --report-from) read as it is.
+        pending = [m for m in result["measurements"] if m["status"] == "ok" and m["figures"] is None]
+        for m in pending:
+            m.update(status="skipped", reason="not measured: the run was cut off before its timed epochs")
         _fill_ratios(result)
         json_path.write_text(json.dumps(result, indent=1), encoding="utf-8")
+        for m in pending:
+            m.update(status="ok", reason=None)
 
     for (dataset, sweep, _), members_of in groups.items():
         members = []
@@ -411,6 +420,7 @@ def _measure_all(jobs: Sequence[Job], result: dict, json_path: Path, state: RunS
                 _start(member, state)
             result["measurements"].append(member.record)
             members.append(member)
+        save()  # the rows that could not start, and why, before any epoch
         started = time.monotonic()
         running = [m for m in members if m.process is not None]
         order_log = {"dataset": dataset, "sweep": sweep, "workers": sorted({m.job.workers for m in members}),
@@ -424,6 +434,8 @@ def _measure_all(jobs: Sequence[Job], result: dict, json_path: Path, state: RunS
             order_log["orders"].append([m.cls.name for m in order])
             for member in order:
                 _epoch(member, timed=True)
+                _update_record(member, state)
+                save()  # after each loader's row, not each round: a cut-off run keeps the rows it has
             for member in members:
                 _update_record(member, state)
             save()

@@ -275,12 +275,13 @@ def _disk_and_pip(report: Report, site: Path | None) -> None:
 
 
 def _wheel_tags(report: Report, flavour: str) -> None:
-    from pieces import read_transfer
+    from pieces import read_transfer, wheel_of
     from wheelhouse import _supported_tags, wheel_fits
 
     rows = read_transfer(flavour) or []
     supported = _supported_tags()
-    unfit = [r.name for r in rows if r.kind == "member" and not wheel_fits(r.name, supported)]
+    wheels = [wheel_of(rows, r.name) for r in rows if r.kind == "member"]  # an .xz member: the wheel it gives
+    unfit = [name for name in wheels if not wheel_fits(name, supported)]
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
     report.add("python", "FAIL" if unfit else "ok",
                f"Python {python}; " + (f"these wheels do not fit it: {', '.join(unfit)}" if unfit else

@@ -5,7 +5,10 @@ Standard library only, like wheelhouse.py, which imports it from beside itself.
 
 - ``file``: the stream, ``wheels-FLAVOUR.tar`` (its size and sha256);
 - ``piece``: one transfer, in sending order (``part_of``: the stream);
-- ``member``: a wheel in the stream, with the ``offset`` of its first byte.
+- ``member``: a wheel in the stream, with the ``offset`` of its first byte; a
+  ``NAME.whl.xz`` member is a derived wheel, xz-compressed (:mod:`slim`);
+- ``unpacked``: the wheel such a member decompresses to (``part_of``: the
+  member), with its size and sha256, checked on the host after decompressing.
 
 The stream holds the wheels smallest first, so most of them are complete early:
 a wheel can be taken out and installed as soon as the pieces up to the one that
@@ -16,6 +19,7 @@ last piece lands. The pieces are never joined into the stream on the host.
 from __future__ import annotations
 
 import hashlib
+import lzma
 import os
 import re
 import tarfile
@@ -180,6 +184,11 @@ def complete_members(rows: list[TransferRow], prefix_bytes: int) -> list[Transfe
     return [r for r in rows if r.kind == "member" and r.offset >= 0 and r.offset + r.size <= prefix_bytes]
 
 
+def wheel_of(rows: list[TransferRow], member: str) -> str:
+    """The wheel file a member gives on the host: its ``unpacked`` row's name, or the member itself."""
+    return next((r.name for r in rows if r.kind == "unpacked" and r.part_of == member), member)
+
+
 def _read_span(folder: Path, pieces: list[TransferRow], offset: int, size: int) -> bytes:
     """Bytes ``offset .. offset + size`` of the stream, read from its pieces."""
     out, start = bytearray(), 0
@@ -196,25 +205,45 @@ def _read_span(folder: Path, pieces: list[TransferRow], offset: int, size: int) 
 def extract_complete(folder: Path, rows: list[TransferRow], arrival: Arrival) -> tuple[list[Path], list[str]]:
     """Write every member wheel the arrived pieces hold whole into ``folder`` (skipping those already there).
 
+    An ``.xz`` member is decompressed straight into the wheel its
+    ``unpacked`` row names (the ``.xz`` is not kept), and that wheel's sha256
+    checked against the row.
+
     Returns:
         ``(wheels written, errors)``; a wheel whose bytes do not match its
         sha256 is not written (its pieces passed their own check, so the
         transfer plan and the pieces disagree: pack again).
     """
+    from slim import decompress
+
     pieces = [r for r in rows if r.kind == "piece"]
+    unpacked = {r.part_of: r for r in rows if r.kind == "unpacked"}
     written, errors = [], []
     for member in complete_members(rows, arrival.prefix_bytes):
-        target = folder / member.name
-        if target.is_file() and target.stat().st_size == member.size and sha256_of(target) == member.sha256:
+        wheel = unpacked.get(member.name, member)
+        target = folder / wheel.name
+        if target.is_file() and target.stat().st_size == wheel.size and sha256_of(target) == wheel.sha256:
             continue
         data = _read_span(folder, pieces, member.offset, member.size)
         if hashlib.sha256(data).hexdigest() != member.sha256:
             errors.append(f"{member.name}: its bytes in the pieces do not match its sha256 in the transfer plan "
                           f"(the plan and the pieces come from different packs)")
             continue
-        partial = target.with_name(target.name + ".partial")
-        partial.write_bytes(data)
-        os.replace(partial, target)
+        if wheel is not member:
+            try:
+                got = decompress(data, target)
+            except lzma.LZMAError as err:
+                errors.append(f"{member.name}: does not decompress ({err}): the plan and the pieces disagree")
+                continue
+            if got != wheel.sha256:
+                target.unlink()
+                errors.append(f"{wheel.name}: decompressed from {member.name}, its sha256 is {got}, the transfer "
+                              f"plan says {wheel.sha256}: pack again")
+                continue
+        else:
+            partial = target.with_name(target.name + ".partial")
+            partial.write_bytes(data)
+            os.replace(partial, target)
         written.append(target)
     return written, errors
 

@@ -6,12 +6,15 @@
 #   benchmarks/gpu/run_gpu_bench.sh --plan          the visit: its calls, what each carries, seconds (changes nothing)
 #   benchmarks/gpu/run_gpu_bench.sh --check         which pieces and wheels are here or missing (changes nothing)
 #   benchmarks/gpu/run_gpu_bench.sh --preflight     call 1: receive piece 1, install what it completes, preflight
-#   benchmarks/gpu/run_gpu_bench.sh --receive [--generate DATASET]
-#                                                   calls 2, 3: receive the piece, install what it completes,
-#                                                   generate the dataset of a later sweep (PyAV, no GPU)
-#   benchmarks/gpu/run_gpu_bench.sh --tests         call 4: receive the last piece, install DALI, smoke decodes,
-#                                                   the merge's timing, the GPU tests
-#   benchmarks/gpu/run_gpu_bench.sh --sweep DATASET calls 5, 6: the NVDEC sweep, then peers in what is left
+#   benchmarks/gpu/run_gpu_bench.sh --receive [--generate DATASET]...
+#                                                   call 2: receive the piece, install what it completes,
+#                                                   generate the datasets of later sweeps (PyAV, no GPU)
+#   benchmarks/gpu/run_gpu_bench.sh --tests         call 3: receive the last piece, decompress and install DALI,
+#                                                   import check, smoke decodes, the merge's timing, the GPU tests
+#   benchmarks/gpu/run_gpu_bench.sh --sweep DATASET call 4: the NVDEC sweep, then peers in what is left; leaves
+#                                                   its exit code in DALILOAD_VISIT_STATE/sweep-DATASET.rc
+#   benchmarks/gpu/run_gpu_bench.sh --last-slot     call 5: from that file, the first sweep again (it failed or
+#                                                   left none), the second sweep (it exited 0), or nothing (6)
 #   benchmarks/gpu/run_gpu_bench.sh --smoke         receive the last piece, install DALI, smoke decodes only
 #   benchmarks/gpu/run_gpu_bench.sh                 everything left, in one go: GPU tests, then the h264-gop250 sweep
 #   benchmarks/gpu/run_gpu_bench.sh --install-only  receive and install everything here, import check, stop
@@ -24,7 +27,8 @@
 # Environment: PYTHON (default python3: the one with torch), DALILOAD_WHEELS (wheel folder, default
 # wheels/ beside this script, git-ignored), DALILOAD_BENCH_SITE (where wheels are installed, default
 # /tmp/daliload-bench-site), DALILOAD_BENCH_BUDGET_S (seconds of a --tests or --sweep call, default from the
-# visit plan), DALILOAD_DALI_FLAVOUR (cuda13 | cuda12; default from the driver version).
+# visit plan), DALILOAD_DALI_FLAVOUR (cuda13 | cuda12; default from the driver version), DALILOAD_VISIT_STATE
+# (where a sweep leaves its exit code for the last slot, default /tmp/daliload-visit).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -35,7 +39,8 @@ SITE="${DALILOAD_BENCH_SITE:-/tmp/daliload-bench-site}"
 TESTS=1
 MODE=run
 OUT_DIR=""
-GENERATE=""
+GENERATE=()
+STATE_DIR="${DALILOAD_VISIT_STATE:-/tmp/daliload-visit}"
 DATASET=h264-gop250
 START_S=$SECONDS
 BENCH_ARGS=()
@@ -48,9 +53,10 @@ while [ $# -gt 0 ]; do
         --check) MODE=check ;;
         --preflight) MODE=preflight ;;
         --receive) MODE=receive ;;
-        --generate) [ $# -ge 2 ] || { echo "--generate needs a DATASET" >&2; exit 1; }; GENERATE="$2"; shift ;;
+        --generate) [ $# -ge 2 ] || { echo "--generate needs a DATASET" >&2; exit 1; }; GENERATE+=("$2"); shift ;;
         --tests) MODE=tests ;;
         --sweep) [ $# -ge 2 ] || { echo "--sweep needs a DATASET" >&2; exit 1; }; MODE=sweep; DATASET="$2"; shift ;;
+        --last-slot) MODE=last-slot ;;
         --smoke) MODE=smoke ;;
         --install-only) MODE=install ;;
         --no-tests) TESTS=0 ;;
@@ -60,7 +66,7 @@ while [ $# -gt 0 ]; do
             [ $# -ge 2 ] || { echo "--split needs a FILE" >&2; exit 1; }
             exec "$PY" "$HERE/wheelhouse.py" split "$2" ;;
         --wheels) WHEELS="$2"; shift ;;
-        -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
         --) shift; BENCH_ARGS=("$@"); break ;;
         *) echo "unknown option $1 (see --help)" >&2; exit 1 ;;
     esac
@@ -76,6 +82,26 @@ if [ -n "$OUT_DIR" ] && [ -z "${DALILOAD_BENCH_LOGGING:-}" ]; then
     DALILOAD_BENCH_LOGGING=1 "$0" "${ARGS[@]}" 2>&1 | tee -a "$OUT_DIR/visit.log"
     code=${PIPESTATUS[0]}
     exit "$code"
+fi
+
+# A visit's calls keep FFmpeg's and DALI's own log lines (daliload.runtime): a failure's reason in DALI's words
+# reaches visit.log. The plan's command lines set it too; this covers a call typed without it.
+case "$MODE" in preflight|receive|tests|sweep|last-slot|smoke) export DALILOAD_NATIVE_LOGS="${DALILOAD_NATIVE_LOGS:-1}" ;; esac
+
+# The last slot: decided here, on the host, from the exit code the first sweep left (nothing is decided between
+# calls by whoever issues them). 0: the second sweep; 6: no NVDEC here, nothing to run; anything else or no
+# file (the call was cut off): the first sweep again.
+if [ "$MODE" = last-slot ]; then
+    read -r FIRST SECOND <<< "$("$PY" "$HERE/visit.py" --sweeps)"
+    PREVIOUS="$(cat "$STATE_DIR/sweep-$FIRST.rc" 2>/dev/null || echo none)"
+    case "$PREVIOUS" in
+        0) DATASET="$SECOND" ;;
+        6) echo "== last slot: the $FIRST sweep found no NVDEC here (exit 6); nothing to run: give the machine back"
+           exit 6 ;;
+        *) DATASET="$FIRST" ;;
+    esac
+    echo "== last slot: the $FIRST sweep left exit code $PREVIOUS; sweeping $DATASET"
+    MODE=sweep
 fi
 
 # DALI wheel flavour from the driver: CUDA 13 wheels need driver >= 580, CUDA 12 ones >= 525.
@@ -124,10 +150,10 @@ case "$MODE" in
     receive)
         RC=0
         "$PY" "$HERE/wheelhouse.py" receive --wheels "$WHEELS" --flavour "$FLAVOUR" --site "$SITE" || RC=$?
-        if [ -n "$GENERATE" ]; then  # the dataset of a later sweep, with the sweep's own options (a cache hit there)
-            echo "== generating $GENERATE ($((SECONDS - START_S)) s so far)"
-            (cd "$REPO" && "$PY" -m benchmarks.bench_nvdec --dataset "$GENERATE" --generate-only) || RC=$((RC ? RC : 1))
-        fi
+        for dataset in ${GENERATE[@]+"${GENERATE[@]}"}; do  # a later sweep's dataset, its own options (a cache hit there)
+            echo "== generating $dataset ($((SECONDS - START_S)) s so far)"
+            (cd "$REPO" && "$PY" -m benchmarks.bench_nvdec --dataset "$dataset" --generate-only) || RC=$((RC ? RC : 1))
+        done
         echo "== receive done in $((SECONDS - START_S)) s, exit $RC"
         exit "$RC" ;;
     preflight|smoke)
@@ -254,8 +280,13 @@ else
     echo "== peers: only ${LEFT} s left, not run"
 fi
 echo "== done in $((SECONDS - START_S)) s: GPU tests exit $TESTS_RC, sweep exit $SWEEP_RC, peers exit $PEERS_RC"
-# 6: no NVDEC here (bench_nvdec measured nothing, by design): a rerun cannot do better.
-[ "$SWEEP_RC" = 1 ] && grep -q '"status": "unavailable"' "$RESULTS/nvdec-$DATASET.json" 2>/dev/null && exit 6
-[ "$SWEEP_RC" = 0 ] || exit "$SWEEP_RC"
-[ "$TESTS_RC" = 0 ] || exit 5
-exit 0
+FINAL=0
+if [ "$SWEEP_RC" = 1 ] && grep -q '"status": "unavailable"' "$RESULTS/nvdec-$DATASET.json" 2>/dev/null; then
+    FINAL=6  # no NVDEC here (bench_nvdec measured nothing, by design): a rerun cannot do better
+elif [ "$SWEEP_RC" != 0 ]; then FINAL=$SWEEP_RC
+elif [ "$TESTS_RC" != 0 ]; then FINAL=5
+fi
+if [ "$MODE" = sweep ]; then  # for the last slot (--last-slot); a call cut off leaves none, and is run again
+    mkdir -p "$STATE_DIR" && echo "$FINAL" > "$STATE_DIR/sweep-$DATASET.rc"
+fi
+exit "$FINAL"

@@ -9,16 +9,27 @@ checkout; it stays warm 30 s after a call and then loses everything on it; a
 visit has 15 minutes of device time in all, its start and every idle wait
 counted. So the visit is a chain of calls, each started within the warm window
 of the one before, that each carry one piece of the wheels and do useful work
-with what has arrived::
+with what has arrived (the wheels travel derived and xz-compressed, see
+slim.py: three pieces)::
 
     call 1   piece 1 + preflight: what would fail everything later (driver, the nvidia
              namespace, the host's own packages), NVDEC's capabilities (a missing NVDEC is
              reported, not fatal); installs the wheels complete in piece 1 (DALI's small
              dependencies, PyAV)
-    call 2,3 piece 2, 3: checked on arrival; each generates a dataset of a sweep with PyAV
-    call 4   piece 4: DALI complete, installed; smoke decodes, the merge's timing, the GPU tests
-    call 5   the NVDEC sweep on 340x256 H.264 (no transfer), then peers in what is left
-    call 6   call 5 again if it failed; else the same sweep on 720p (budgeted: the visit fits with it)
+    call 2   piece 2: checked on arrival; generates both sweeps' datasets with PyAV
+    call 3   piece 3: DALI complete: decompressed, installed, import check; smoke decodes, the
+             merge's timing, the GPU tests
+    call 4   the NVDEC sweep on 340x256 H.264 (no transfer), then peers in what is left;
+             leaves its exit code in a state file on the host
+    call 5   the last slot (``--last-slot``): the host reads that state file and runs call 4's
+             sweep again if it failed, the same sweep on 720p if it succeeded, nothing after
+             "no NVDEC"; then the machine is given back at once
+
+The calls are fixed lines, issued back to back: nothing is decided between
+them by whoever issues them (the last slot decides on the host). Every step a
+call runs is a budget line, and the plan with its last slot stays within
+``device_s - margin_s`` (780 of 900 s). The machine is given back right after
+the last call, so its 30 s of idle time after it is not budgeted.
 
 Figures no visit has measured yet are :class:`Assumptions`; each call's reply
 (``wall_s``, ``lease.held_s``) measures them on the first visit.
@@ -27,6 +38,7 @@ Figures no visit has measured yet are :class:`Assumptions`; each call's reply
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import subprocess
 import sys
@@ -75,12 +87,21 @@ class Assumptions:
             the whole warm window: a longer pause loses the machine anyway.
         checkout_bytes: what the tracked checkout may weigh (it travels with
             every call); a test holds the checkout under it.
-        margin_s: device time the plan leaves unallocated.
+        margin_s: device time the plan leaves unallocated (120: the plan stays within 780 s of 900).
         preflight_s, receive_s, smoke_s: expected seconds of those commands.
+        decompress_bytes_s: output bytes per second of decompressing an ``.xz``
+            member on the host (Python's lzma, one thread: 30 MB/s assumed,
+            conservatively; here it decompresses at several times that).
+        pip_s, pip_s_per_mib: a pip install of the wheels a piece completes:
+            its start, and per MiB of wheel (the derived wheels are stored, so
+            pip's unzip is a copy).
+        import_check_s: the import check after DALI is installed (torch with
+            CUDA, PyAV, DALI, NVML).
         generate_s: seconds to generate each sweep's dataset on the host's 16
             cores (measured here: 0.85 s per 10 s 340x256 clip and 2.85 s per
             4 s 720p clip on one core of the 2-core VM).
-        merge_s: the merge's timing (``merge_time.py``).
+        merge_s: the merge's timing (``merge_time.py``: torch's CUDA start and 2 x 4 x 3 merges of 74 MiB
+            or less, the CPU reference normalisation once).
         tests_s: the most the GPU tests may take.
         min_sweep_s: the least a sweep call needs to be worth its place (the
             ceiling and a few settings).
@@ -89,12 +110,16 @@ class Assumptions:
     transfer_s_per_mib: float = 0.25
     gap_s: float = 30.0
     checkout_bytes: int = 4 * MIB
-    margin_s: float = 60.0
+    margin_s: float = 120.0
     preflight_s: float = 30.0
     receive_s: float = 5.0
     smoke_s: float = 60.0
     generate_s: tuple[tuple[str, float], ...] = (("h264-gop250", 20.0), ("h264-720p", 30.0))
-    merge_s: float = 10.0
+    decompress_bytes_s: float = 30e6
+    pip_s: float = 5.0
+    pip_s_per_mib: float = 0.05
+    import_check_s: float = 15.0
+    merge_s: float = 15.0
     tests_s: float = 75.0
     min_sweep_s: float = 90.0
 
@@ -111,12 +136,16 @@ HOST_PACKAGES = frozenset({
     "pytest-timeout", "psutil", "nvidia-ml-py", "tqdm", "pyyaml",
 })
 
+#: Every visit call keeps FFmpeg's and DALI's own log lines (daliload.runtime's native logs), so a failure's
+#: reason in DALI's words comes back in visit.log.
+NATIVE_LOGS = "DALILOAD_NATIVE_LOGS=1"
 #: Command line of each kind of call (run from the checkout's root on the host); a call adds its ``args``.
 COMMANDS = {
-    "preflight": 'benchmarks/gpu/run_gpu_bench.sh --out "$OUT" --preflight',
-    "receive": 'benchmarks/gpu/run_gpu_bench.sh --out "$OUT" --receive',
-    "tests": 'benchmarks/gpu/run_gpu_bench.sh --out "$OUT" --tests',
-    "sweep": 'benchmarks/gpu/run_gpu_bench.sh --out "$OUT" --sweep',
+    "preflight": f'{NATIVE_LOGS} benchmarks/gpu/run_gpu_bench.sh --out "$OUT" --preflight',
+    "receive": f'{NATIVE_LOGS} benchmarks/gpu/run_gpu_bench.sh --out "$OUT" --receive',
+    "tests": f'{NATIVE_LOGS} benchmarks/gpu/run_gpu_bench.sh --out "$OUT" --tests',
+    "sweep": f'{NATIVE_LOGS} benchmarks/gpu/run_gpu_bench.sh --out "$OUT" --sweep',
+    "last-slot": f'{NATIVE_LOGS} benchmarks/gpu/run_gpu_bench.sh --out "$OUT" --last-slot',
 }
 #: The sweeps, in order: the first call's dataset, then the one the last slot runs when the first succeeded.
 SWEEPS = ("h264-gop250", "h264-720p")
@@ -131,8 +160,8 @@ OUT_FILES = {
 MEASURES = {
     "preflight": "driver, libnvcuvid (not fatal), torch, the nvidia namespace, host packages, NVDEC caps",
     "receive": "piece checked; wheels it completes installed",
-    "tests": "smoke decodes on NVDEC; the merge's host time per transfer mode; the GPU tests "
-             "(batch hand-off first)",
+    "tests": "piece checked; DALI decompressed, installed, import check; smoke decodes on NVDEC; the merge's host "
+             "time per transfer mode; the GPU tests (batch hand-off first)",
     "sweep": "NVDEC ceiling (one pipeline per engine) and DALI threads {8,16,32} x pipelines {1,2,4,7}, >= 256 "
              "clips a timed epoch: clips/s, frames/s, engines busy, SM %, peak memory; then peers",
 }
@@ -148,13 +177,14 @@ class Call:
         piece: the transfer piece it carries (``carry``), or ``""``.
         piece_bytes: that piece's bytes (0 without one).
         checkout_bytes: the checkout's bytes, which travel with every call.
-        expected_s: the command's expected seconds.
+        expected_s: the command's expected seconds (the sum of ``steps``).
         timeout_s: the call's ``timeout_s``.
         installs: wheels that become complete with this call's piece.
         retry: True for the last slot: call ``number - 1`` again if it failed.
         args: what the call adds to its kind's command (the dataset it generates or sweeps).
         otherwise: for the last slot, the arguments it runs when the call before it succeeded
             (the second sweep).
+        steps: ``(what, seconds)`` of everything the command does, in order.
     """
 
     number: int
@@ -168,15 +198,24 @@ class Call:
     retry: bool = False
     args: str = ""
     otherwise: str = ""
+    steps: tuple[tuple[str, float], ...] = ()
 
     @property
     def command(self) -> str:
+        """The call's command line; the last slot's is ``--last-slot``, which decides on the host."""
+        if self.retry:
+            return COMMANDS["last-slot"]
         return f"{COMMANDS[self.kind]} {self.args}".rstrip()
 
     @property
     def alternative(self) -> str:
-        """The last slot's command when the call before it succeeded ('' for other calls)."""
+        """What the last slot runs when the call before it succeeded ('' for other calls)."""
         return f"{COMMANDS[self.kind]} {self.otherwise}" if self.otherwise else ""
+
+    @property
+    def again(self) -> str:
+        """What the last slot runs when the call before it failed ('' for other calls)."""
+        return f"{COMMANDS[self.kind]} {self.args}" if self.retry else ""
 
     @property
     def out_files(self) -> tuple[str, ...]:
@@ -240,10 +279,29 @@ def short_name(wheel: str) -> str:
     return f"{parts[0]} {parts[1]}" if len(parts) > 1 else wheel
 
 
-#: Time limits of the calls before the sweeps (each above its expected seconds; the worst case must fit).
-TIMEOUTS = {"preflight": 90.0, "receive": 30.0, "tests": 200.0}
-#: A receive call that generates a dataset gets this much over its expected seconds.
-GENERATE_SLACK_S = 30.0
+#: Time limits of the calls before the sweeps: their expected seconds and this slack (the worst case must fit).
+TIMEOUT_SLACK_S = {"preflight": 60.0, "receive": 30.0, "tests": 45.0}
+
+
+def _install_steps(call: int, piece: str, rows, assumed: Assumptions) -> list[tuple[str, float]]:
+    """The budget lines of taking out and installing the wheels ``piece`` completes: decompressing, pip."""
+    _, completes = pieces_and_members(rows)
+    sizes = {r.name: r.size for r in rows if r.kind in ("member", "unpacked")}
+    unpacked = {r.part_of: r for r in rows if r.kind == "unpacked"}
+    steps = []
+    wheel_bytes = 0
+    for member in completes[piece]:
+        if member in unpacked:
+            out = unpacked[member].size
+            steps.append((f"call {call}: decompress {short_name(unpacked[member].name)} ({out / MIB:.0f} MiB, "
+                          f"{assumed.decompress_bytes_s / 1e6:.0f} MB/s)", out / assumed.decompress_bytes_s))
+            wheel_bytes += out
+        else:
+            wheel_bytes += sizes.get(member, 0)
+    if completes[piece]:
+        steps.append((f"call {call}: pip install {len(completes[piece])} wheel(s), {wheel_bytes / MIB:.0f} MiB",
+                      assumed.pip_s + wheel_bytes / MIB * assumed.pip_s_per_mib))
+    return steps
 
 
 def make_plan(rows, limits: HostLimits = LIMITS, assumed: Assumptions = ASSUMED,
@@ -251,53 +309,78 @@ def make_plan(rows, limits: HostLimits = LIMITS, assumed: Assumptions = ASSUMED,
     """The visit for a transfer plan's ``rows`` (pieces in sending order): calls, seconds, the sweeps' budget.
 
     The first piece's call is the preflight, the last piece's the tests call,
-    those between receive and generate the sweeps' datasets in turn (one
-    each; a dataset no receive call makes is generated by its sweep). Two
-    sweep calls of equal length get what is left once everything else and the
-    margin are counted: ``(device_s - margin - the rest) / 2``; the second is
-    the retry slot (the first sweep again if it failed, else the second sweep).
+    those between receive and generate the sweeps' datasets (in turn, the last
+    receive call all that are left; a dataset no receive call makes is
+    generated by its sweep). Every call's seconds are the sum of its steps:
+    its receive, the decompressing and pip install of the wheels its piece
+    completes, and its command's own work. Two sweep calls of equal length get
+    what is left once everything else and the margin are counted:
+    ``(device_s - margin - the rest) / 2``; the second is the last slot (the
+    first sweep again if it failed, else the second sweep, decided on the
+    host). The machine is given back at once after the last call: no idle
+    time is budgeted after it.
     """
     checkout = assumed.checkout_bytes if checkout_bytes is None else checkout_bytes
-    pieces, completes = pieces_and_members(rows)
+    pieces, _ = pieces_and_members(rows)
     if not pieces:
         raise ValueError("the transfer plan has no pieces: make one with wheelhouse.py pack")
     if len(pieces) < 2:
         raise ValueError("the visit needs two pieces at least: one for the preflight, one for the tests call")
     generate = dict(assumed.generate_s)
     to_generate = [name for name in SWEEPS if name in generate]
-    tests_call = assumed.smoke_s + assumed.merge_s + assumed.tests_s
+    receivers = len(pieces) - 2
     calls: list[Call] = []
     for number, piece in enumerate(pieces, 1):
         kind = "preflight" if number == 1 else "tests" if number == len(pieces) else "receive"
-        args, expected, timeout = "", {"preflight": assumed.preflight_s, "tests": tests_call}.get(
-            kind, assumed.receive_s), TIMEOUTS[kind]
-        if kind == "receive" and to_generate:
-            dataset = to_generate.pop(0)
-            args = f"--generate {dataset}"
-            expected += generate[dataset]
-            timeout = max(timeout, expected + GENERATE_SLACK_S)
-        calls.append(Call(number, kind, piece.name, piece.size, checkout, expected, timeout,
-                          tuple(completes[piece.name]), args=args))
+        steps = [(f"call {number}: receive (piece checked)", assumed.receive_s)]
+        steps += _install_steps(number, piece.name, rows, assumed)
+        args = ""
+        if kind == "preflight":
+            steps.append((f"call {number}: preflight", assumed.preflight_s))
+        elif kind == "receive" and to_generate:
+            # One dataset a receive call, the last one all that are left.
+            mine = to_generate if number == receivers + 1 else to_generate[:1]
+            to_generate = to_generate[len(mine):]
+            args = " ".join(f"--generate {dataset}" for dataset in mine)
+            steps += [(f"call {number}: generate {dataset}", generate[dataset]) for dataset in mine]
+        elif kind == "tests":
+            steps += [(f"call {number}: import check", assumed.import_check_s),
+                      (f"call {number}: smoke", assumed.smoke_s),
+                      (f"call {number}: merge timing", assumed.merge_s),
+                      (f"call {number}: GPU tests (at most)", assumed.tests_s)]
+        expected = sum(seconds for _, seconds in steps)
+        calls.append(Call(number, kind, piece.name, piece.size, checkout, expected,
+                          math.ceil(expected + TIMEOUT_SLACK_S[kind]), args=args, steps=tuple(steps),
+                          installs=tuple(_completes(rows, piece.name))))
     steps: list[tuple[str, float]] = [("start the machine", limits.start_s)]
     for call in calls:
         if call.number > 1:
             steps.append((f"gap before call {call.number}", assumed.gap_s))
         steps.append((f"call {call.number}: transfer", call.transfer_s(assumed)))
-        steps.append((f"call {call.number}: {call.kind}{' ' + call.args if call.args else ''}", call.expected_s))
+        steps += call.steps
     last_transfer = checkout / MIB * assumed.transfer_s_per_mib
-    fixed = sum(s for _, s in steps) + 2 * (assumed.gap_s + last_transfer) + limits.warm_s
+    fixed = sum(s for _, s in steps) + 2 * (assumed.gap_s + last_transfer)
     sweep = math.floor((limits.device_s - assumed.margin_s - fixed) / 2)
     number = len(calls) + 1
     first, second = SWEEPS
-    calls.append(Call(number, "sweep", "", 0, checkout, sweep, sweep, args=first))
-    calls.append(Call(number + 1, "sweep", "", 0, checkout, sweep, sweep, retry=True, args=first, otherwise=second))
+    calls.append(Call(number, "sweep", "", 0, checkout, sweep, sweep, args=first,
+                      steps=((f"call {number}: sweep {first}", float(sweep)),)))
+    calls.append(Call(number + 1, "sweep", "", 0, checkout, sweep, sweep, retry=True, args=first, otherwise=second,
+                      steps=((f"last slot: call {number + 1}: sweep", float(sweep)),)))
     for call in calls[-2:]:
         label = "last slot: " if call.retry else ""
         steps += [(f"{label}gap before call {call.number}", assumed.gap_s),
                   (f"{label}call {call.number}: transfer (checkout only)", last_transfer),
-                  (f"{label}call {call.number}: sweep", float(sweep))]
-    steps.append(("idle until the machine is given back", limits.warm_s))
+                  (f"{label}call {call.number}: sweep" + ("" if call.retry else f" {first}"), float(sweep))]
+    tests_call = next(c.expected_s for c in calls if c.kind == "tests")
     return Plan(tuple(calls), float(sweep), tests_call, tuple(steps), limits, assumed)
+
+
+def _completes(rows, piece: str) -> list[str]:
+    """The wheels (as installed: an .xz member's unpacked wheel) a piece completes."""
+    _, completes = pieces_and_members(rows)
+    unpacked = {r.part_of: r.name for r in rows if r.kind == "unpacked"}
+    return [unpacked.get(member, member) for member in completes[piece]]
 
 
 def check_plan(plan: Plan) -> list[str]:
@@ -313,7 +396,7 @@ def check_plan(plan: Plan) -> list[str]:
         problems.append(f"a sweep call's {plan.sweep_s:.0f} s are under the {assumed.min_sweep_s:.0f} s a sweep needs")
     # Worst case without the last slot: every earlier call runs to its timeout; the first sweep must still fit.
     worst = (limits.start_s + sum(c.transfer_s(assumed) + c.timeout_s for c in plan.calls if not c.retry)
-             + assumed.gap_s * (len(plan.calls) - 2) + limits.warm_s)
+             + assumed.gap_s * (len(plan.calls) - 2))
     if worst > limits.device_s:
         problems.append(f"with every call at its timeout the visit takes {worst:.0f} s, "
                         f"more than {limits.device_s:.0f} s")
@@ -351,11 +434,13 @@ def format_plan(plan: Plan, flavour: str, checkout: int | None = None) -> str:
     lines = [f"GPU visit for the {flavour} wheels: {len(plan.calls)} calls, the last a retry slot (call "
              f"{last.number - 1} again if it failed, else the second sweep); device time {limits.device_s:.0f} s, "
              f"a call's files <= {limits.call_bytes / MIB:.0f} MiB, warm {limits.warm_s:.0f} s between calls.",
-             "Before the visit, here: benchmarks/gpu/run_gpu_bench.sh --prepare (downloads the locked wheels and "
-             "packs them when the pieces are missing; sha256 checked against wheels.lock and this transfer plan).",
-             "Each call: run(command=..., carry=[piece], timeout_s=...) from the checkout's root, started within "
-             f"{limits.warm_s:.0f} s of the previous reply; save what comes back from $OUT. A call that fails "
-             "still returns what it measured; the next call goes ahead.",
+             "Before the visit, here: benchmarks/gpu/run_gpu_bench.sh --prepare (downloads the locked wheels, "
+             "derives and xz-compresses the big ones, packs them when the pieces are missing; sha256 checked "
+             "against wheels.lock and this transfer plan).",
+             "Each call: run(command=..., carry=[piece], timeout_s=...) from the checkout's root, issued as soon as "
+             f"the previous one replied (within {limits.warm_s:.0f} s), whatever it returned: the lines below are "
+             "fixed, nothing is decided between calls (the last slot decides on the host). Save what comes back "
+             "from $OUT. After the last call, give_back at once: the idle time after it is not budgeted.",
              ""]
     ends = _call_ends(plan)
     for call in plan.calls:
@@ -365,17 +450,19 @@ def format_plan(plan: Plan, flavour: str, checkout: int | None = None) -> str:
         if call.retry:
             what = f"last slot: call {call.number - 1} again if it failed, else the second sweep"
         else:
-            what = call.kind + (f" {call.args.split()[-1]}" if call.args else "")
+            named = [word for word in call.args.split() if not word.startswith("--")]
+            what = call.kind + (f" {', '.join(named)}" if named else "")
         started = f" (the machine's start, {limits.start_s:.0f} s, included)" if call.number == 1 else ""
         lines.append(f"{_clock(begins)}-{_clock(ends[call.number])} call {call.number} [{what}]{started}: {carry}; "
                      f"timeout_s={call.timeout_s:.0f}, expected {call.expected_s:.0f} s")
+        lines.append(f"    {call.command}")
         if call.retry:
-            lines.append(f"    if call {call.number - 1} exited 0:  {call.alternative}")
-            lines.append(f"    if it exited 6 (no NVDEC): give the machine back; otherwise: {call.command}")
-        else:
-            lines.append(f"    {call.command}")
-        lines.append(f"    does: {MEASURES[call.kind]}" + (f"; generates {call.args.split()[-1]}"
-                                                             if call.kind == "receive" and call.args else ""))
+            lines.append(f"    on the host, from the exit code call {call.number - 1} left in its state file: 0 -> "
+                         f"{call.alternative.split('run_gpu_bench.sh ')[-1]}; 6 (no NVDEC) -> nothing (exit 6); any "
+                         f"other, or none -> {call.again.split('run_gpu_bench.sh ')[-1]}")
+        generated = [word for word in call.args.split() if not word.startswith("--")] \
+            if call.kind == "receive" else []
+        lines.append(f"    does: {MEASURES[call.kind]}" + (f"; generates {', '.join(generated)}" if generated else ""))
         if call.installs:
             lines.append(f"    completes and installs: {', '.join(short_name(w) for w in call.installs)}")
         lines.append(f"    $OUT: {', '.join(call.out_files)}")
@@ -383,13 +470,17 @@ def format_plan(plan: Plan, flavour: str, checkout: int | None = None) -> str:
     lines += [f"  {seconds:6.1f}  {what}" for what, seconds in plan.steps]
     lines += [f"  {plan.total_s:6.1f}  total with the last slot; {plan.without_retry_s:.1f} without it",
               f"  {limits.device_s - plan.total_s:6.1f}  left of {limits.device_s:.0f} (margin "
-              f"{assumed.margin_s:.0f})",
+              f"{assumed.margin_s:.0f}; the machine is given back at once after the last call, so the "
+              f"{limits.warm_s:.0f} s it would idle are not counted)",
               "",
               f"Assumed until a visit measures them: transfer {assumed.transfer_s_per_mib} s/MiB, start "
-              f"{limits.start_s:.0f} s, {assumed.gap_s:.0f} s between calls, preflight {assumed.preflight_s:.0f} s, "
-              f"generating {', '.join(f'{name} {seconds:.0f} s' for name, seconds in assumed.generate_s)}, smoke "
-              f"{assumed.smoke_s:.0f} s, merge timing {assumed.merge_s:.0f} s, GPU tests <= {assumed.tests_s:.0f} s; "
-              f"each sweep call gets {plan.sweep_s:.0f} s."]
+              f"{limits.start_s:.0f} s, {assumed.gap_s:.0f} s between calls, receive {assumed.receive_s:.0f} s, "
+              f"decompressing {assumed.decompress_bytes_s / 1e6:.0f} MB/s, pip {assumed.pip_s:.0f} s + "
+              f"{assumed.pip_s_per_mib} s/MiB, preflight {assumed.preflight_s:.0f} s, "
+              f"generating {', '.join(f'{name} {seconds:.0f} s' for name, seconds in assumed.generate_s)}, import "
+              f"check {assumed.import_check_s:.0f} s, smoke {assumed.smoke_s:.0f} s, merge timing "
+              f"{assumed.merge_s:.0f} s, GPU tests <= {assumed.tests_s:.0f} s; each sweep call gets "
+              f"{plan.sweep_s:.0f} s."]
     if checkout is not None:
         state = "ok" if checkout <= assumed.checkout_bytes else "TOO BIG: a piece and the checkout exceed a call"
         lines.append(f"Checkout that travels with every call: {checkout / MIB:.2f} MiB (allowed "
@@ -427,9 +518,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", action="store_true",
                         help="print only a sweep call's seconds, the GPU tests' share of the tests call, and the "
                              "tests call's seconds")
+    parser.add_argument("--sweeps", action="store_true",
+                        help="print only the sweeps' datasets: the first sweep's, then the one the last slot runs "
+                             "after it succeeded (read by run_gpu_bench.sh --last-slot)")
+    parser.add_argument("--calls", action="store_true",
+                        help="print only the calls, one JSON object a line (command, carry, timeout_s): what to "
+                             "issue, back to back, without a decision between them")
     parser.add_argument("--readme", type=Path, default=None, metavar="README",
                         help="also write the plan into README between its <!-- visit-plan --> markers")
     args = parser.parse_args(argv)
+    if args.sweeps:
+        print(" ".join(SWEEPS))
+        return 0
     sys.path.insert(0, str(HERE))
     from pieces import read_transfer, transfer_path
 
@@ -442,6 +542,12 @@ def main(argv: list[str] | None = None) -> int:
     plan = make_plan(rows)  # counted with the checkout's allowance, which the real one must stay under
     if args.budget:
         print(f"{plan.sweep_s:.0f} {plan.assumed.tests_s:.0f} {plan.tests_call_s:.0f}")
+        return 0
+    if args.calls:
+        for call in plan.calls:
+            print(json.dumps({"call": call.number, "command": call.command,
+                              "carry": [f"benchmarks/gpu/wheels/{call.piece}"] if call.piece else [],
+                              "timeout_s": int(call.timeout_s)}))
         return 0
     print(format_plan(plan, args.flavour, checkout))
     if args.readme is not None:

@@ -14,10 +14,13 @@ Standard library only: it runs on the GPU machine before anything is installed.
 ``pack`` puts the wheels the GPU host lacks (the lock's required ones, less
 :data:`visit.HOST_PACKAGES`) into one tar stream, smallest first, cut into
 pieces that each fill one call (:data:`visit.PIECE_BYTES`), and writes
-``transfer-FLAVOUR.tsv`` (tracked in git, it travels with the checkout). On
+``transfer-FLAVOUR.tsv`` (tracked in git, it travels with the checkout). The
+big wheels (DALI, PyAV) travel derived and xz-compressed (:mod:`slim`: only
+what CPython 3.12 loads, stored, then xz; three pieces instead of four). On
 the host, ``receive`` checks each piece as it arrives and installs every wheel
-the arrived pieces hold whole (:mod:`pieces`), so by the last piece only DALI
-is left to install, and the calls after it only test and measure.
+the arrived pieces hold whole (:mod:`pieces`; an ``.xz`` member decompressed
+and its wheel's sha256 checked first), so by the last piece only DALI is left
+to install, and the calls after it only test and measure.
 
 ``wheels.lock`` beside this file lists every package the GPU run needs, with
 the exact file (for CPython 3.12 on x86-64) and its sha256. A package already
@@ -62,7 +65,8 @@ from pathlib import Path
 
 from pieces import (_PIECE, TransferRow, _bad_pieces, _plan_rows, _suffix, arrived, complete_members,
                     extract_complete, file_rows, read_transfer, sha256_of, split, stream_name, transfer_path,
-                    write_rows, write_stream)
+                    wheel_of, write_rows, write_stream)
+from slim import COMPRESS_OVER, XZ_PRESET, compress, derive, derived_name
 from visit import HOST_PACKAGES, PIECE_BYTES, pieces_and_members
 from visit import short_name as _short
 
@@ -128,27 +132,61 @@ def carried_entries(flavour: str, host: frozenset[str] = HOST_PACKAGES) -> tuple
     return carried, left_out
 
 
+def _derived(wheel: Path, work: Path, known: dict[str, str]) -> tuple[Path, Path]:
+    """The derived wheel of ``wheel`` and its ``.xz`` (:mod:`slim`), made in ``work``.
+
+    Both are kept when already there with the sha256 ``known`` (the committed
+    transfer plan) names: xz-compressing DALI takes minutes on one core.
+    """
+    work.mkdir(parents=True, exist_ok=True)
+    made = work / derived_name(wheel.name, slim=False, python="312")
+    for name in (derived_name(wheel.name, slim=True, python="312"), made.name):
+        xz = work / f"{name}.xz"
+        if (work / name).is_file() and xz.is_file() and known.get(name) == sha256_of(work / name) \
+                and known.get(xz.name) == sha256_of(xz):
+            return work / name, xz
+    made = derive(wheel, work, python="312")
+    return made, compress(made)
+
+
 def pack(folder: Path, flavour: str, piece_bytes: int = PIECE_BYTES,
          host: frozenset[str] = HOST_PACKAGES, plan_path: Path | None = None) -> list[TransferRow]:
     """Put the wheels a visit carries, smallest first, into one stream cut into pieces; write the transfer plan.
 
     Every carried wheel of wheels.lock must be in ``folder`` with its locked
-    sha256 (ValueError names the ones that are not). The plan goes to
-    ``plan_path`` (default: the flavour's ``transfer-FLAVOUR.tsv``).
+    sha256 (ValueError names the ones that are not). A wheel of
+    :data:`slim.COMPRESS_OVER` or more travels derived and xz-compressed
+    (:mod:`slim`: only what CPython 3.12 loads, stored, then xz), made in
+    ``folder/derived``; the transfer plan records the ``.xz`` member and the
+    wheel it unpacks to. The plan goes to ``plan_path`` (default: the
+    flavour's ``transfer-FLAVOUR.tsv``).
     """
     carried, left_out = carried_entries(flavour, host)
+    known = {r.name: r.sha256 for r in read_transfer(flavour) or []}
     absent = [e.file for e in carried if not (folder / e.file).is_file()]
     if absent:
         raise ValueError(f"not in {folder}: {', '.join(absent)} (download them first, see README.md)")
     wrong = [e.file for e in carried if sha256_of(folder / e.file) != e.sha256]
     if wrong:
         raise ValueError(f"sha256 differs from wheels.lock: {', '.join(wrong)} (download them again)")
-    wheels = sorted((folder / e.file for e in carried), key=lambda p: (p.stat().st_size, p.name))
-    stream, members = write_stream(folder, wheels, stream_name(flavour))
-    rows = file_rows(stream, piece_bytes) + members
+    travel, unpacked, derived_from = [], [], []
+    for entry in carried:
+        wheel = folder / entry.file
+        if wheel.stat().st_size < COMPRESS_OVER:
+            travel.append(wheel)
+            continue
+        made, xz = _derived(wheel, folder / "derived", known)
+        travel.append(xz)
+        unpacked.append(TransferRow("unpacked", made.name, made.stat().st_size, sha256_of(made), xz.name))
+        derived_from.append(f"#   {xz.name}: {made.name} (xz preset {XZ_PRESET}) from the locked {entry.file}\n")
+    travel.sort(key=lambda p: (p.stat().st_size, p.name))
+    stream, members = write_stream(folder, travel, stream_name(flavour))
+    rows = file_rows(stream, piece_bytes) + members + unpacked
     header = (f"# Transfer plan for the {flavour} wheels (written by wheelhouse.py pack; see README.md).\n"
               "# 'piece' rows, in order: one call each, into benchmarks/gpu/wheels/; 'member' rows: the wheels\n"
-              "# in the stream, smallest first, with the offset of their bytes. Left out:\n"
+              "# in the stream, smallest first, with the offset of their bytes; 'unpacked' rows: the wheel an\n"
+              "# .xz member decompresses to on the host (slim.py), with the sha256 checked there. Derived:\n"
+              + "".join(derived_from) + "# Left out:\n"
               + "".join(f"#   {why}\n" for why in left_out)
               + "#kind\tname\tbytes\tsha256\tpart_of\toffset\n")
     write_rows(plan_path or transfer_path(flavour), rows, header)
@@ -262,7 +300,7 @@ def extend_nvidia_namespace(site: Path) -> list[str]:
 
 
 def _lock_hashes() -> dict[str, str]:
-    known = {row.name: row.sha256 for row in _plan_rows() if row.kind in ("file", "piece", "member")}
+    known = {row.name: row.sha256 for row in _plan_rows() if row.kind in ("file", "piece", "member", "unpacked")}
     return known | {entry.file: entry.sha256 for entry in read_lock()}
 
 
@@ -514,15 +552,16 @@ def receive(folder: Path, flavour: str, site: Path) -> int:
         print(error, file=sys.stderr)
     if errors:
         return 2
-    lock = {e.file: e for e in read_lock()}
-    ready = [folder / m.name for m in complete_members(rows, arrival.prefix_bytes)]
-    todo = [p for p in ready if p.name not in lock or _installed(lock[p.name].name) is None]
+    complete = complete_members(rows, arrival.prefix_bytes)
+    ready = [folder / wheel_of(rows, m.name) for m in complete]
+    # By package name: a derived wheel (slim.py) is not the lock's file, but the same package and version.
+    todo = [p for p in ready if _installed(_wheel_name(p.name)[0]) is None]
     if written:
         print(f"  taken out of the pieces: {', '.join(_short(p.name) for p in written)}")
     if install(todo, site) != 0:
         print("pip install failed (see above)", file=sys.stderr)
         return 4
-    waiting = [m.name for m in rows if m.kind == "member" and folder / m.name not in ready]
+    waiting = [m.name for m in rows if m.kind == "member" and m not in complete]
     print(f"  installed now: {len(todo)}; waiting for pieces: {', '.join(map(_short, waiting)) or 'none'}")
     return 0
 
@@ -588,7 +627,7 @@ def main(argv: list[str] | None = None) -> int:
         lines, _ = transfer_status(args.wheels, args.flavour)
         print("\n".join(lines))
         rows = read_transfer(args.flavour) or []
-        pending = {m.name for m in complete_members(rows, arrived(args.wheels, rows).prefix_bytes)} \
+        pending = {wheel_of(rows, m.name) for m in complete_members(rows, arrived(args.wheels, rows).prefix_bytes)} \
             if args.wheels.is_dir() else set()
     else:
         if args.wheels.is_dir():
