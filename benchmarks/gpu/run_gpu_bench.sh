@@ -213,7 +213,8 @@ gpu_tests() {
     set +e
     DALILOAD_FAIL_WITHOUT_CUDA=1 timeout --signal=INT --kill-after=10 "$TESTS_S" \
         "$PY" -m pytest -q -rA -m cuda -p no:cacheprovider \
-        tests/test_batch_handoff.py tests/test_gpu_readiness.py tests/test_pipeline.py tests/test_loader.py 2>&1 \
+        tests/test_batch_handoff.py tests/test_dali_cut.py tests/test_gpu_readiness.py tests/test_pipeline.py \
+        tests/test_loader.py 2>&1 \
         | tee ${OUT_DIR:+"$OUT_DIR/tests.log"}
     TESTS_RC=${PIPESTATUS[0]}
     set -e
@@ -228,6 +229,8 @@ if [ "$MODE" = tests ]; then
     timeout --signal=INT 60 "$PY" "$HERE/merge_time.py" ${OUT_DIR:+--out "$OUT_DIR"}
     MERGE_RC=$?
     set -e
+    # daliload doctor's verdict on this host (its own decode check left out: the smoke decoded already).
+    if [ -n "$OUT_DIR" ]; then timeout 30 "$PY" -m daliload.cli doctor --json --no-decode > "$OUT_DIR/doctor.json" || true; fi
     TESTS_RC=0
     gpu_tests
     echo "== tests call done in $((SECONDS - START_S)) s: install $INSTALL_RC, import $IMPORT_RC, smoke $SMOKE_RC," \

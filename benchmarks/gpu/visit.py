@@ -153,7 +153,7 @@ SWEEPS = ("h264-gop250", "h264-720p")
 OUT_FILES = {
     "preflight": ("visit.log", "preflight.json"),
     "receive": ("visit.log",),
-    "tests": ("visit.log", "smoke.json", "merge.json", "tests.log"),
+    "tests": ("visit.log", "smoke.json", "merge.json", "doctor.json", "tests.log"),
     "sweep": ("visit.log", "nvdec-DATASET.json", "nvdec-DATASET.md", "gpu.json", "RESULTS.md", "bench-logs.tar.gz"),
 }
 #: What each kind of call measures or checks, for the plan's lines (README.md says more).
