@@ -67,7 +67,7 @@ class DecodeSpec:
         dali_max_pixels: the largest frame (width x height) DALI decodes;
             larger files go to the fallback. NVDEC opens a decoder per clip of
             a batch at once, each with its decode surfaces (about 124 MB a clip
-            at 1080p, four times that at 4K), so a batch of 32 4K clips would
+            at 1080p, four times that at 4K: estimated, not measured on a GPU yet), so a batch of 32 4K clips would
             need about 16 GB of device memory for decoders alone. Default
             ``1920 * 1088`` (1080p, coded height; at most about 4 GB for 32
             clips); ``None``: no limit (the routes allow up to 4096x4096).
@@ -92,8 +92,8 @@ class DecodeSpec:
             ends the run and a hang inside it is not cut. DALI's cuts are made
             in as many processes of their own (0: in the training process).
         fallback_threads: FFmpeg threads per fallback decode. Default 1.
-        timeout_s: per-clip decode limit, seconds. Default 60. A fallback
-            decode past it fails (its worker is killed at ``1.25 * timeout_s +
+        timeout_s: decode limit per video (all its clips or views together), seconds.
+            Default 60. A fallback decode past it fails (its worker is killed at ``1.25 * timeout_s +
             0.5``); a DALI batch may take ``timeout_s * (1 + ceil(clips /
             dali_threads))`` before the loader raises
             :class:`~daliload.dali.DaliTimeoutError` naming its files.

@@ -42,3 +42,17 @@ def test_the_readme_stays_a_front_page():
     assert len(readme) <= 12_000, len(readme)
     for command in ("make demo", "make test"):
         assert command in readme.decode()
+
+
+def test_the_readme_speed_headline_is_its_writers_output_from_the_committed_run():
+    """The README's speed figures are ``summary.headline`` of the run they name, not typed or left stale."""
+    from benchmarks import summary
+
+    text = (REPO / "README.md").read_text()
+    found = re.search(rf"<!-- {summary.HEADLINE_MARKER}:begin.*?-->\n(.*?)<!-- {summary.HEADLINE_MARKER}:end -->",
+                      text, re.S)
+    assert found, f"README.md has no {summary.HEADLINE_MARKER} markers"
+    run = re.search(r"by run `([^`]+)` of `python -m benchmarks`", found.group(1))
+    assert run, "the headline names no run"
+    result = json.loads((RESULTS / f"{run.group(1)}.json").read_text())
+    assert found.group(1).strip() == summary.headline(result).strip()
