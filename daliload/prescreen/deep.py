@@ -235,7 +235,7 @@ def seek_check(facts: ProbeResult) -> str:
         frames than decoding from the start (mean abs diff 114.8)"``.
     """
     from fallback.decode import DecodeError, StreamHint, decode_window
-    from fallback.numbering import timestamps_rank_frames
+    from daliload.stream.numbering import timestamps_rank_frames
 
     later = [k for k in facts.keyframes if 0 < k < facts.num_frames]
     if not facts.ok or not later or not timestamps_rank_frames(facts.container or ""):

@@ -29,7 +29,7 @@ duration_s       from the packet timestamps when known
 
 Frame counting follows what a decoder actually outputs, so counts match a full
 decode and the fallback's frame numbers: the one rule is
-:mod:`fallback.numbering` (empty, edit-list-discarded, MPEG-4 filler and hidden
+:mod:`daliload.stream.numbering` (empty, edit-list-discarded, MPEG-4 filler and hidden
 VP8 packets show no frame; pictures before the first frame the decoder outputs,
 in a stream cut mid-GOP, get no index; keyframes are the clean random-access
 points, e.g. H.264 IDR or recovery-point pictures, not every sync sample).
@@ -55,7 +55,7 @@ from pathlib import Path
 import av
 from av.stream import Discard
 
-from fallback.numbering import (
+from daliload.stream.numbering import (
     first_output_pts,
     frames_from,
     is_random_access,

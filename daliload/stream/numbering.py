@@ -66,7 +66,7 @@ from typing import Callable, Iterable
 import av
 import av.error
 
-from fallback.errors import DecodeError, describe
+from daliload.stream.errors import DecodeError, describe
 
 #: VOP start code of MPEG-4 Part 2; a packet without one yields no frame.
 _MPEG4_VOP_START = b"\x00\x00\x01\xb6"
