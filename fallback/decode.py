@@ -76,7 +76,7 @@ import numpy as np
 from av.video.reformatter import Colorspace, VideoReformatter
 
 from daliload.plan import clamp_frame_indices
-from daliload.stream import require_regular_file
+from daliload.stream import open_video
 from daliload.stream.errors import DecodeError, describe
 from daliload.stream.numbering import FrameTable, StreamHint, first_output_pts, timestamps_rank_frames
 
@@ -232,8 +232,10 @@ class _Window:
 
     def open(self):
         try:
-            require_regular_file(self.path)  # a FIFO put in its place would block the open past any time limit
-            container = av.open(self.path, metadata_errors="ignore", timeout=self.timeout_s)
+            # A local path is checked first (a FIFO put in its place would block the open past any time limit);
+            # a URI becomes ranged reads, each bounded by what is left of this decode's time limit.
+            container = av.open(open_video(self.path, deadline=self.deadline), metadata_errors="ignore",
+                                timeout=self.timeout_s)
         except av.error.ExitError as err:
             raise DecodeError(self.path, self.timeout_reason(), "timeout") from err
         except (av.error.FFmpegError, OSError, ValueError) as err:

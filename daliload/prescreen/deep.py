@@ -41,6 +41,7 @@ import numpy as np
 
 from daliload.dali import dali_error_reason, import_dali
 from daliload.runtime import quiet_dali
+from daliload.stream import read_video_file
 from daliload.prescreen.probe import ProbeResult
 from daliload.prescreen.rules import Device, Route
 
@@ -119,7 +120,7 @@ def dali_check(facts: ProbeResult, device: Device, *, device_id: int = 0) -> str
             ``pip install`` fixes it).
     """
     pipe = _dali_pipeline(device, device_id)
-    encoded = np.fromfile(facts.path, dtype=np.uint8)
+    encoded = read_video_file(facts.path)  # a path or a URI
     (head, head_len), (tail, tail_len) = windows(facts.num_frames)
     pipe.feed_input("encoded", [encoded, encoded])
     pipe.feed_input("start", [np.int32(head), np.int32(tail)])

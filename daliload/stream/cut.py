@@ -60,7 +60,7 @@ from typing import Sequence
 
 import av
 
-from daliload.stream import require_regular_file
+from daliload.stream._files import open_video
 from daliload.stream.numbering import (StreamHint, first_output_pts, is_random_access, nal_length_size, shows_frame,
                                 timestamps_rank_frames, with_parameter_sets)
 
@@ -106,8 +106,8 @@ def cut_window(path: str | os.PathLike, first: int, last: int, hint: StreamHint 
     keys = hint.keyframe_indices
     if keys[bisect.bisect_right(keys, first) - 1] == 0:
         return None  # decoding starts at the file's start anyway
-    require_regular_file(path)  # a FIFO put in its place would block the open
-    with av.open(os.fspath(path), metadata_errors="ignore") as src:
+    # a local path is checked (a FIFO put in its place would block the open); a URI is read in ranges
+    with av.open(open_video(path), metadata_errors="ignore") as src:
         stream = src.streams.video[0]
         if not stream.time_base or not timestamps_rank_frames(src.format.name):
             return None
