@@ -159,6 +159,42 @@ def test_ranged_reads_fetch_only_the_bytes_asked_for(small_kinetics):
     assert after.remote_bytes - before.remote_bytes == min(path.stat().st_size - 1000, _remote.RANGE_BLOCK_BYTES)
 
 
+def test_the_probe_reads_a_video_by_url_as_it_reads_the_file(small_kinetics):
+    from dataclasses import replace
+
+    from daliload.prescreen.probe import probe_file
+
+    with RangeServer(small_kinetics) as server:
+        for path in sorted(small_kinetics.rglob("train/*/*.*"))[:4]:
+            remote = probe_file(server.url(path.relative_to(small_kinetics)))
+            assert replace(remote, path=str(path)) == probe_file(path)
+
+
+@pytest.mark.slow
+def test_a_window_cut_over_http_reads_part_of_the_file_and_gives_the_same_packets(make_clip, tmp_path):
+    """The cut seeks by the manifest's keyframes: a window late in the file costs its ranges, not the object."""
+    import io
+
+    import av
+
+    from daliload.stream.cut import cut_window
+    from daliload.stream.numbering import probe_hint
+
+    path = make_clip(codec="vp9", num_frames=300, width=340, height=256, gop=16)
+    hint = probe_hint(path)
+
+    def packets(cut):
+        with av.open(io.BytesIO(cut.data)) as container:  # Matroska's segment id is random: compare packets
+            return cut.first_frame, [(p.pts, bytes(p)) for p in container.demux(video=0) if p.size]
+
+    with RangeServer(path.parent) as server:
+        before = transfer_counts()
+        remote = cut_window(server.url(path.name), 230, 290, hint)
+        after = transfer_counts()
+    assert packets(remote) == packets(cut_window(path, 230, 290, hint))
+    assert 0 < after.remote_bytes - before.remote_bytes < path.stat().st_size
+
+
 # -- bit for bit --------------------------------------------------------------------------
 
 
