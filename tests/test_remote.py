@@ -14,6 +14,7 @@ and later tests from one that does not.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing.forkserver
 import shutil
 import sqlite3
@@ -48,6 +49,9 @@ def _stop_forkserver() -> None:
 @pytest.fixture(scope="module")
 def s3():
     """A moto S3 server on 127.0.0.1 and the variables that point the client at it (this module only)."""
+    quiet = logging.getLogger("werkzeug")  # moto's web server logs every request
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -67,6 +71,7 @@ def s3():
             _stop_forkserver()
             _remote._filesystems.clear()
     server.stop()
+    quiet.setLevel(level)
 
 
 @pytest.fixture(scope="module")
