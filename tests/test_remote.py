@@ -200,6 +200,33 @@ def test_a_window_cut_over_http_reads_part_of_the_file_and_gives_the_same_packet
     assert 0 < after.remote_bytes - before.remote_bytes < path.stat().st_size
 
 
+def test_a_connection_cut_mid_body_is_retried_and_counted(small_kinetics):
+    path = next(small_kinetics.rglob("*.webm"))
+    with RangeServer(small_kinetics) as server:
+        server.cut[path.name] = 1
+        before = transfer_counts()
+        data = read_video_file(server.url(path.relative_to(small_kinetics)))
+        after = transfer_counts()
+    assert data.tobytes() == path.read_bytes()
+    assert (after.remote_requests - before.remote_requests, after.remote_retries - before.remote_retries) == (2, 1)
+
+
+def test_a_store_failing_mid_file_raises_one_error_naming_the_url(small_kinetics, capfd):
+    import av
+
+    path = next(small_kinetics.rglob("*.webm"))
+    with RangeServer(small_kinetics) as server:
+        url = server.url(path.relative_to(small_kinetics))
+        source = open_video(url, policy=ReadPolicy(attempts=2, backoff_s=0.01))
+        source.block = 1024  # so that demuxing needs more requests after the open
+        with av.open(source) as container:
+            server.fail[path.name] = 100
+            with pytest.raises(RemoteReadError, match=r"read failed in 2 request\(s\): .*503"):
+                for _ in container.demux(video=0):
+                    pass
+    assert "exception being dropped" not in capfd.readouterr().err
+
+
 # -- bit for bit --------------------------------------------------------------------------
 
 

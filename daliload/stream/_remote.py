@@ -332,6 +332,7 @@ class RangeFile(io.RawIOBase):
         self.size = size_of(uri, policy=policy, deadline=deadline)
         self._pos = 0
         self._cached_at, self._cached = 0, b""
+        self._failed = False
 
     def readable(self) -> bool:
         return True
@@ -353,12 +354,17 @@ class RangeFile(io.RawIOBase):
         n = min(n, self.size - self._pos)
         if n <= 0:
             return b""
+        if self._failed:
+            return b""  # FFmpeg reads again after an error: the first error is the one PyAV raises
         offset = self._pos - self._cached_at
         if not 0 <= offset or offset + n > len(self._cached):
             end = min(self.size, self._pos + max(n, self.block))
-            self._cached_at, self._cached = self._pos, fetch(self.uri, self._pos, end, policy=self.policy,
-                                                             deadline=self.deadline)
-            offset = 0
+            try:
+                data = fetch(self.uri, self._pos, end, policy=self.policy, deadline=self.deadline)
+            except RemoteReadError:
+                self._failed = True
+                raise
+            self._cached_at, self._cached, offset = self._pos, data, 0
         data = self._cached[offset:offset + n]
         self._pos += len(data)
         return data

@@ -6,6 +6,7 @@ Faults, per file name (the URL path's last part), set on the running server:
 
     server.fail["a.webm"] = 2        # the next 2 requests for it get 503
     server.delay_s["b.webm"] = 5.0   # every request for it waits 5 s before answering
+    server.cut["c.webm"] = 1         # the next request for it gets half its body, then the connection closes
     server.requests["a.webm"]        # requests seen for it (ranges included)
 
     with RangeServer(folder) as server:
@@ -46,6 +47,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             failing = owner.fail.get(name, 0)
             if failing:
                 owner.fail[name] = failing - 1
+            cutting = owner.cut.get(name, 0) if body else 0
+            if cutting:
+                owner.cut[name] = cutting - 1
         delay = owner.delay_s.get(name, 0.0)
         if delay:
             time.sleep(delay)
@@ -73,6 +77,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
         self.end_headers()
+        if cutting:
+            self.wfile.write(data[start:start + (end - start) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(2)  # mid-body: the client sees the connection end early
+            return
         if body:
             try:
                 self.wfile.write(data[start:end])
@@ -98,6 +108,7 @@ class RangeServer:
         self.root = Path(root).resolve()
         self.fail: dict[str, int] = {}
         self.delay_s: dict[str, float] = {}
+        self.cut: dict[str, int] = {}
         self.requests: collections.Counter = collections.Counter()
         self.lock = threading.Lock()
         self._server = _Server(("127.0.0.1", 0), _Handler)
