@@ -143,6 +143,10 @@ def test_redact_hides_user_information_and_query_values_and_leaves_the_rest():
             == "https://b.s3.amazonaws.com/a.mp4?X-Amz-Signature=***&X-Amz-Expires=***")
     for plain in ("s3://bucket/train/a.mp4", "/data/k/a b.mp4", "hf://datasets/x/y.mp4"):
         assert redact(plain) == plain
+    from daliload.stream.errors import DecodeError
+
+    assert str(DecodeError("https://me:hunter2@host/a.mp4", "no video stream")) == \
+        "https://***@host/a.mp4: no video stream"
 
 
 def test_a_local_file_uri_reads_the_file(small_kinetics):
