@@ -10,7 +10,7 @@ ways pin every clip to DALI (``routing="static"``; both decoders at once is
 ``benchmarks.bench_routing``):
 
 - ``dali-window``: the default, ``DecodeSpec(dali_feed="window")``: DALI gets
-  the packets from the clean keyframe at or before each window (``fallback.cut``);
+  the packets from the clean keyframe at or before each window (``daliload.stream.cut``);
 - ``dali-file``: ``DecodeSpec(dali_feed="file")``: DALI gets whole files and
   decodes from frame 0 (what the loader did before);
 - ``fallback``: ``DecodeSpec(decoder="fallback")``: every clip through PyAV.
@@ -98,8 +98,8 @@ def cut_cost(loader: KineticsDALILoader) -> dict:
     The loader makes its cuts in worker processes, beside DALI; this is the CPU time one of them spends per clip.
     """
     from daliload.prescreen import probe_file
-    from fallback.cut import cut_window
-    from fallback.numbering import StreamHint
+    from daliload.stream.cut import cut_window
+    from daliload.stream.numbering import StreamHint
 
     hints, times, cut = {}, [], 0
     for batch in loader.plan(1):

@@ -46,6 +46,7 @@ from daliload.prescreen import ScanSpec, split_videos
 from daliload.prescreen.gpus import detect_gpu
 from daliload.runtime import refuse_bootstrapping_main
 from daliload.stats import LoaderStats
+from daliload.stream import transfer_counts
 from fallback.options import FallbackOptions
 
 logger = logging.getLogger(__name__)
@@ -388,16 +389,15 @@ class KineticsDALILoader(LoaderState):
 
     def stats(self) -> LoaderStats:
         """Counters of the current (or last) epoch, and the files the pre-screen rejected."""
-        budget, routes, last = self._budget, self._routes, self._last_pass
+        budget, routes, last, q = self._budget, self._routes, self._last_pass, self._routes.quarantined
         path_of = self.index.path_of
         return LoaderStats(
             epoch=last.epoch if last else 0,
             **dataclasses.asdict(last.counters if last else EpochCounters()),  # what the pass counted, by name
             replaced=len(budget.replacements), failures=budget.failures, replacements=budget.replacements,
             rejected=self.rejected, device=self.device, dali_enabled=self.dali_enabled,
-            rerouted=tuple(sorted(map(path_of, routes.rerouted))),
-            quarantined=tuple(sorted(map(path_of, routes.quarantined))),
-            dali_disabled=routes.dali_disabled, routing=routes.policy)
+            rerouted=tuple(sorted(map(path_of, routes.rerouted))), quarantined=tuple(sorted(map(path_of, q))),
+            dali_disabled=routes.dali_disabled, routing=routes.policy, **transfer_counts()._asdict())
 
     # -- iteration ------------------------------------------------------------------------
 

@@ -58,6 +58,15 @@ class LoaderStats:
             counted in ``clips_fallback``; not the re-decodes of failed DALI
             batches, which are ``clips_redecoded``).
         routing: the routing policy (``DecodeSpec.routing``).
+        remote_bytes, remote_requests, remote_retries, remote_failed_reads:
+            bytes received from remote stores (videos named by URI), requests
+            made (retries included), retries of transient errors, reads that
+            failed for good: in this process since it started, not per epoch
+            (:func:`daliload.stream.transfer_counts`). Reads in the fallback's
+            and the cutter's worker processes are not counted here: on the CPU
+            that is every read of a fallback clip and of a DALI clip's cut;
+            DALI's whole-file reads (``dali_feed="file"``, and files no cut is
+            made of) are.
     """
 
     epoch: int
@@ -84,6 +93,10 @@ class LoaderStats:
     clips_dali_cut: int = 0
     clips_moved: int = 0
     routing: str = "adaptive"
+    remote_bytes: int = 0
+    remote_requests: int = 0
+    remote_retries: int = 0
+    remote_failed_reads: int = 0
 
     @property
     def dali_share(self) -> float:
@@ -106,6 +119,9 @@ class LoaderStats:
         if self.clips_masked or self.clips_past_end:
             lines.append(f"failed and masked: {self.clips_masked}; "
                          f"windows past the end of their video: {self.clips_past_end}")
+        if self.remote_requests:
+            lines.append(f"remote reads (this process): {self.remote_bytes} bytes in {self.remote_requests} requests, "
+                         f"{self.remote_retries} retried, {self.remote_failed_reads} failed")
         if self.dali_disabled:
             lines.append(f"DALI given up for this run: {self.dali_disabled}")
         if self.rerouted:

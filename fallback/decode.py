@@ -3,12 +3,12 @@
 Frame ``N`` is the ``N``-th frame (0-based) that a full sequential decode of the
 file's first video stream outputs, in presentation order: what the frame code
 of a generated clip says, and what DALI's ``fn.decoders.video`` calls frame
-``N`` on the files the pre-screen routes to it (:mod:`fallback.numbering` says
+``N`` on the files the pre-screen routes to it (:mod:`daliload.stream.numbering` says
 when the two differ). :func:`decode_window` finds those frames without
 decoding the file from the start:
 
 1. Demux the video stream's packets (cheap: no decoding) and number the
-   frames by the one rule of :mod:`fallback.numbering`, which the pre-screen's
+   frames by the one rule of :mod:`daliload.stream.numbering`, which the pre-screen's
    frame counts follow too: packets that show no frame (edit-list discards,
    hidden VP8 frames, MPEG-4 fillers) and pictures before the first frame the
    decoder outputs (a stream cut mid-GOP) get no index; the others are ranked
@@ -52,8 +52,8 @@ A :class:`StreamHint` (keyframes and frame rate, from the pre-screen) enters a l
 A file with a display rotation comes out upright (FFmpeg's rule, quarter turns).
 
 The numbering and random-access rules (and :class:`StreamHint`, and
-:func:`~fallback.numbering.probe_hint`) live in :mod:`fallback.numbering`, the
-error a failed decode raises in :mod:`fallback.errors`; here are the three
+:func:`~daliload.stream.numbering.probe_hint`) live in :mod:`daliload.stream.numbering`, the
+error a failed decode raises in :mod:`daliload.stream.errors`; here are the three
 strategies (hint, packet table, counting) and their shared decode loop and
 assembly step.
 """
@@ -76,9 +76,9 @@ import numpy as np
 from av.video.reformatter import Colorspace, VideoReformatter
 
 from daliload.plan import clamp_frame_indices
-from daliload.stream import require_regular_file
-from fallback.errors import DecodeError, describe
-from fallback.numbering import FrameTable, StreamHint, first_output_pts, timestamps_rank_frames
+from daliload.stream import open_video
+from daliload.stream.errors import DecodeError, describe
+from daliload.stream.numbering import FrameTable, StreamHint, first_output_pts, timestamps_rank_frames
 
 logger = logging.getLogger(__name__)
 
@@ -232,8 +232,10 @@ class _Window:
 
     def open(self):
         try:
-            require_regular_file(self.path)  # a FIFO put in its place would block the open past any time limit
-            container = av.open(self.path, metadata_errors="ignore", timeout=self.timeout_s)
+            # A local path is checked first (a FIFO put in its place would block the open past any time limit);
+            # a URI becomes ranged reads, each bounded by what is left of this decode's time limit.
+            container = av.open(open_video(self.path, deadline=self.deadline), metadata_errors="ignore",
+                                timeout=self.timeout_s)
         except av.error.ExitError as err:
             raise DecodeError(self.path, self.timeout_reason(), "timeout") from err
         except (av.error.FFmpegError, OSError, ValueError) as err:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fallback.numbering import StreamHint
+from daliload.stream.numbering import StreamHint
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,7 @@ from daliload.plan import OutputSpec, Sample
 from daliload.clips import TASKS_AHEAD_PER_WORKER, Decoded, LoadMeter, SourceLoad
 from daliload.runtime import TaskOutcome, WorkerPool
 from fallback.decode import DecodeError, decode_window
-from fallback.numbering import StreamHint
+from daliload.stream.numbering import StreamHint
 from fallback.options import FallbackOptions
 from fallback.transform import apply_plan, clip_shape, output_dtype, pixel_spec
 from fallback.views import decode_views

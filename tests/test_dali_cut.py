@@ -1,4 +1,4 @@
-"""DALI decodes only what a window needs: the cut (``fallback.cut``) and the loader feeding it to DALI.
+"""DALI decodes only what a window needs: the cut (``daliload.stream.cut``) and the loader feeding it to DALI.
 
 The cut is checked on H.264 (B-frames, closed and open GOPs), HEVC (open GOP,
 B-frames), VP9 and with timestamps that do not start at 0, by decoding the
@@ -28,8 +28,8 @@ from daliload.framecode import read_code
 from daliload.prescreen.probe import probe_file
 from daliload.synth.content import render_clip
 from daliload.synth.encode import default_spec, write_video
-from fallback.cut import cut_task, cut_window
-from fallback.numbering import StreamHint, nal_length_size, with_parameter_sets
+from daliload.stream.cut import cut_task, cut_window
+from daliload.stream.numbering import StreamHint, nal_length_size, with_parameter_sets
 from test_frame_exactness import encode
 
 RAW = OutputSpec(mean=(0, 0, 0), std=(1, 1, 1))
@@ -143,7 +143,7 @@ def test_an_open_gop_cut_without_its_parameter_sets_decodes_nothing_as_nvdec_see
     first = hint.keyframe_indices[2]
     cut = cut_window(path, first, first + 10, hint)
     assert nvdec_codes(cut.data)[:cut.frames] == codes_of(path)[first:first + 11]
-    monkeypatch.setattr("fallback.cut.with_parameter_sets", lambda codec, data, extradata, size: data)
+    monkeypatch.setattr("daliload.stream.cut.with_parameter_sets", lambda codec, data, extradata, size: data)
     bare = cut_window(path, first, first + 10, hint)
     assert codes_of(bare.data)[:bare.frames] == codes_of(path)[first:first + 11]  # fine with the extradata
     assert nvdec_codes(bare.data) == []  # and nothing without it

@@ -29,7 +29,7 @@ from daliload.prescreen.deep import seek_check, with_seek_check
 from daliload.prescreen.probe import probe_file
 from daliload.synth import render_clip
 from fallback import DecodeError, StreamHint, decode_window
-from fallback.numbering import FrameTable
+from daliload.stream.numbering import FrameTable
 
 #: Mean absolute RGB difference allowed per codec after a seek (0: bit-exact). Every
 #: file here is bit-exact, WMV2 included; a real WMV2 file (not in realclips) showed
@@ -228,7 +228,7 @@ def test_recovery_points_that_recover_later_are_not_entries(clips):
 def test_an_entry_that_cannot_start_a_decode_backs_off_to_the_start(tmp_path, monkeypatch, codec, options):
     # An index that lies: inter frame 12 passes for a random-access point. Decoding from it
     # fails (VP9) or outputs nothing (H.264): the fallback must notice and start earlier.
-    import fallback.numbering as numbering
+    import daliload.stream.numbering as numbering
 
     path = encode(tmp_path / f"src.{'webm' if 'vp9' in codec else 'mp4'}", 40, codec, options=options)
     with av.open(str(path)) as container:
@@ -352,7 +352,7 @@ def _packet(data: bytes, key: bool = True) -> av.Packet:
 
 
 def test_random_access_points():
-    from fallback.numbering import is_random_access
+    from daliload.stream.numbering import is_random_access
 
     def avcc(*units: bytes) -> bytes:
         return b"".join(len(u).to_bytes(4, "big") + u for u in units)
@@ -371,7 +371,7 @@ def test_random_access_points():
 
 
 def test_frames_from_the_first_output():
-    from fallback.numbering import frames_from
+    from daliload.stream.numbering import frames_from
 
     assert frames_from([1, 2, 17, 18], 17) == [17, 18]
     assert frames_from([1, 2, 17, 18], None) == [1, 2, 17, 18]
@@ -397,7 +397,7 @@ def test_unsafe_seek_and_packet_count_reach_the_manifest_entry(tmp_path):
 
 def test_a_file_that_backed_off_once_starts_at_the_start_afterwards(tmp_path, monkeypatch):
     import fallback.decode as decode
-    import fallback.numbering as numbering
+    import daliload.stream.numbering as numbering
 
     path = encode(tmp_path / "src.webm", 40, "libvpx-vp9", options={"g": "50", "crf": "40", "b:v": "0",
                                                                      "deadline": "realtime", "cpu-used": "8"})

@@ -22,7 +22,7 @@ from daliload.prescreen.probe import (
 from daliload.prescreen.rules import DALI_CAPABILITIES, check_device, route_for
 from daliload.synth.broken import ClipContent, write_broken
 from fallback.decode import DecodeError, decode_window
-from fallback.numbering import shows_frame
+from daliload.stream.numbering import shows_frame
 
 NVDEC_CODECS = {"h264", "hevc", "vp8", "vp9", "av1", "mpeg4"}
 DALI_CPU_CODECS = {"vp8", "vp9", "mjpeg"}

@@ -11,7 +11,7 @@ Modules, by concept (each imports only those after it):
 * :mod:`._graph`: one pipeline's graph, built, fed a batch, its outputs read
   as torch tensors;
 * :mod:`._cutter`: :class:`WindowCutter`, the cuts (the packets a window
-  needs, ``fallback.cut``) made in worker processes ahead of DALI;
+  needs, ``daliload.stream.cut``) made in worker processes ahead of DALI;
 * :mod:`._wait`: the one thread that calls a pipeline and waits for it with a
   time limit, and the exit of a process whose DALI is stuck;
 * :mod:`._errors`: :func:`import_dali` (the ImportError that names the

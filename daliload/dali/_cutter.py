@@ -1,7 +1,7 @@
 """Where the cuts of DALI's batches are made: worker processes, ahead of DALI.
 
 The DALI source hands DALI, per sample, the packets its window needs instead
-of the whole file (``fallback.cut``). A cut is about 3-10 ms of PyAV work per
+of the whole file (``daliload.stream.cut``). A cut is about 3-10 ms of PyAV work per
 clip, most of it holding the GIL: made in the training process it would slow
 the training loop, so :class:`WindowCutter` makes them in supervised worker
 processes (:class:`~daliload.runtime.WorkerPool`) while earlier batches
@@ -41,7 +41,7 @@ class WindowCutter:
     """Cut tasks for groups of samples, made ahead in worker processes (see the module docstring).
 
     Args:
-        task_fn: the cut, a module-level function of one item (``fallback.cut.cut_task``).
+        task_fn: the cut, a module-level function of one item (``daliload.stream.cut.cut_task``).
         item_of: ``(path, frames) -> item`` for ``task_fn``.
         workers: processes; 0 cuts in the calling thread.
         timeout_s: a cut past this time is given up (its worker killed) and

@@ -218,7 +218,7 @@ class DaliClipDecoder:
 
         Args:
             samples: 1 to ``batch_size`` samples with the same ``clip_len``.
-            cuts: per sample, a ``fallback.cut.WindowCut`` to decode instead of
+            cuts: per sample, a ``daliload.stream.cut.WindowCut`` to decode instead of
                 the whole file (its ``data``, frames numbered from its
                 ``first_frame``), or ``None`` for the whole file. Only with
                 ``num_frames``; default: every whole file.

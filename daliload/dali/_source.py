@@ -13,7 +13,7 @@ problem): the rows get kind ``"dali_batch"`` and keep their route; the pass
 gives DALI up after a few such batches in a row.
 
 With a :class:`~daliload.dali.WindowCutter`, DALI gets per sample only
-the packets its window needs (``fallback.cut``): a batch's cuts are made in
+the packets its window needs (``daliload.stream.cut``): a batch's cuts are made in
 worker processes while the batches before it decode, and the batch is fed to
 DALI once they are in (at the latest when it is collected). A sample whose
 cut fails, or gains nothing, gets its whole file as before.

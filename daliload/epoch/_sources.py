@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Callable, Literal, Sequence
 
 from daliload.dataset import VideoIndex, VideoRow
 from daliload.plan import OutputSpec
-from fallback.cut import cut_task
-from fallback.numbering import StreamHint
+from daliload.stream.cut import cut_task
+from daliload.stream.numbering import StreamHint
 from fallback.options import FallbackOptions
 from fallback.source import FallbackSource, NormalizeOn
 from daliload.epoch._merge import RegisteredBuffers
@@ -164,7 +164,7 @@ def hint_lookup(index: VideoIndex) -> Callable[[str], StreamHint | None]:
 
 
 def cut_item(hint_of: Callable[[str], StreamHint | None]) -> Callable[[str, Sequence[int]], tuple | None]:
-    """``(path, frames) -> a cut task's item`` (``fallback.cut.cut_task``), or ``None`` when no cut can gain:
+    """``(path, frames) -> a cut task's item`` (``daliload.stream.cut.cut_task``), or ``None`` when no cut can gain:
     the window's entry is the file's first frame, or the file has no usable seek hint."""
     def item_of(path: str, frames: Sequence[int]) -> tuple | None:
         hint = hint_of(path)

@@ -41,6 +41,7 @@ import numpy as np
 
 from daliload.dali import dali_error_reason, import_dali
 from daliload.runtime import quiet_dali
+from daliload.stream import read_video_file
 from daliload.prescreen.probe import ProbeResult
 from daliload.prescreen.rules import Device, Route
 
@@ -119,7 +120,7 @@ def dali_check(facts: ProbeResult, device: Device, *, device_id: int = 0) -> str
             ``pip install`` fixes it).
     """
     pipe = _dali_pipeline(device, device_id)
-    encoded = np.fromfile(facts.path, dtype=np.uint8)
+    encoded = read_video_file(facts.path)  # a path or a URI
     (head, head_len), (tail, tail_len) = windows(facts.num_frames)
     pipe.feed_input("encoded", [encoded, encoded])
     pipe.feed_input("start", [np.int32(head), np.int32(tail)])
@@ -235,7 +236,7 @@ def seek_check(facts: ProbeResult) -> str:
         frames than decoding from the start (mean abs diff 114.8)"``.
     """
     from fallback.decode import DecodeError, StreamHint, decode_window
-    from fallback.numbering import timestamps_rank_frames
+    from daliload.stream.numbering import timestamps_rank_frames
 
     later = [k for k in facts.keyframes if 0 < k < facts.num_frames]
     if not facts.ok or not later or not timestamps_rank_frames(facts.container or ""):

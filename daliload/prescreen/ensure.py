@@ -54,6 +54,7 @@ from daliload.prescreen.scan import ScanSpec, cache_manifest_path, check_changes
 from daliload.prescreen.scan_lock import report_while, scan_lock
 from daliload.prescreen.sqlite_file import stamp
 from daliload.runtime import refuse_bootstrapping_main
+from daliload.stream import check_stores
 
 logger = logging.getLogger(__name__)
 
@@ -419,6 +420,7 @@ def split_videos(root: Path, split: str, *, device: Device, scan: ScanSpec) -> S
         classes = manifest.classes()
     rejected = tuple(Failure(path, reason) for path, reason in index.rejected())
     videos = index.decodable()
+    check_stores(videos.paths)  # videos by URI: each store reached once now (a wrong bucket, refused credentials)
     if not len(videos):
         raise ValueError(f"split {split!r} of {manifest_path} has no decodable video "
                          f"({len(rejected)} rejected by the pre-screen)")

@@ -44,7 +44,7 @@ class ManifestEntry:
         route: ``"dali"``, ``"fallback"`` or ``"bad"`` on the device asked for.
         reason: why the route is not ``dali`` (``""`` if it is).
         num_frames: frames a full sequential decode outputs (counted from
-            packets by the rule of :mod:`fallback.numbering`).
+            packets by the rule of :mod:`daliload.stream.numbering`).
         fps: average frame rate (frames per second); ``base_fps`` the container's base rate.
         width, height: coded frame size in pixels, before ``rotation`` (degrees).
         codec, profile, pix_fmt, bit_depth, chroma, container: stream format.

@@ -29,7 +29,7 @@ duration_s       from the packet timestamps when known
 
 Frame counting follows what a decoder actually outputs, so counts match a full
 decode and the fallback's frame numbers: the one rule is
-:mod:`fallback.numbering` (empty, edit-list-discarded, MPEG-4 filler and hidden
+:mod:`daliload.stream.numbering` (empty, edit-list-discarded, MPEG-4 filler and hidden
 VP8 packets show no frame; pictures before the first frame the decoder outputs,
 in a stream cut mid-GOP, get no index; keyframes are the clean random-access
 points, e.g. H.264 IDR or recovery-point pictures, not every sync sample).
@@ -55,7 +55,8 @@ from pathlib import Path
 import av
 from av.stream import Discard
 
-from fallback.numbering import (
+from daliload.stream import open_video
+from daliload.stream.numbering import (
     first_output_pts,
     frames_from,
     is_random_access,
@@ -231,8 +232,8 @@ def probe_file(path: str | Path) -> ProbeResult:
     """
     path_str = str(path)
     try:
-        container = av.open(path_str, metadata_errors="ignore", container_options=_OPEN_OPTIONS)
-    except av.FFmpegError as err:
+        container = av.open(open_video(path_str), metadata_errors="ignore", container_options=_OPEN_OPTIONS)
+    except (av.FFmpegError, OSError) as err:  # OSError: not a regular file, or a remote read that failed
         return ProbeResult(path_str, reason=f"cannot open: {describe_error(err)}")
     with container:
         stream = _video_stream(container)
@@ -388,11 +389,11 @@ def _first_output_pts(path: str) -> int | None:
     origin is measured again the way the fallback measures it.
     """
     try:
-        with av.open(path, metadata_errors="ignore", container_options=_OPEN_OPTIONS) as container:
+        with av.open(open_video(path), metadata_errors="ignore", container_options=_OPEN_OPTIONS) as container:
             stream = _video_stream(container)
             packets = (p for p in container.demux(stream) if p.size)
             return first_output_pts(stream.codec_context, packets)
-    except av.FFmpegError:
+    except (av.FFmpegError, OSError):  # OSError: a remote read that failed
         return None
 
 

@@ -36,7 +36,7 @@ PyAV decodes goes to the ``fallback``. The reason says which rule failed, and
 on a GPU which GPUs it applies to.
 
 Before the table, frame numbering: DALI numbers frames by packet and counts
-decoder output from the keyframe it seeks to (:mod:`fallback.numbering`), so
+decoder output from the keyframe it seeks to (:mod:`daliload.stream.numbering`), so
 a file where some packets show no frame (``num_packets != num_frames``: a
 stream cut mid-GOP, edit-list discards, hidden VP8 frames) or where seeking
 gives wrong frames (``unsafe_seek``, from the ``--deep`` check) goes to the
@@ -142,7 +142,7 @@ def _numbering_problem(facts: ProbeResult) -> str:
     """Why DALI's frame N would not be the full decode's frame N on this file, or ``""``.
 
     DALI indexes every packet and counts decoder output from the keyframe it
-    seeks to (see :mod:`fallback.numbering`), so it agrees with a full
+    seeks to (see :mod:`daliload.stream.numbering`), so it agrees with a full
     decode only when every packet shows a frame and seeking is safe.
     """
     if facts.num_packets and facts.num_packets != facts.num_frames:

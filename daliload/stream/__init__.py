@@ -1,13 +1,31 @@
-"""Where a video's bytes come from: the one place that opens a file for a decoder.
+"""Where a video's bytes come from, and what both decoders need to know about them.
+
+The layer under both clip sources (the DALI route and :mod:`fallback`) and
+the pre-screen: everything that knows about containers and bytes.
 
 * :mod:`._files`: :func:`read_video_file` (a whole file's bytes, for DALI's
   whole-file feed) and :func:`require_regular_file` (checked before PyAV opens
   a path); both refuse what is not a regular file (a FIFO, a device, a socket)
   before any read can block on it.
+* :mod:`._uri`: a video's address (a path, ``file://`` or an fsspec URL such
+  as ``s3://``, ``gs://``, ``http(s)://``, ``hf://``); :func:`redact`, the one
+  way a URI is shown; credentials in a URI are refused.
+* :mod:`._remote`: remote reads in exact ranges, with a time limit per request
+  and retries (:class:`ReadPolicy`), counted per process
+  (:func:`transfer_counts`); :func:`open_video` gives PyAV a path or a
+  ranged file object, :func:`check_stores` reaches each store once up front.
+* :mod:`.numbering`: which packets become frames and where a decode may
+  start (:class:`~daliload.stream.numbering.StreamHint`).
+* :mod:`.cut`: the packets a window needs, as a small file for DALI.
+* :mod:`.errors`: :class:`~daliload.stream.errors.DecodeError`, naming the file.
 
-Imports neither torch nor a decoder.
+Imports neither torch nor DALI; :mod:`.numbering` and :mod:`.cut` import
+PyAV, so they are imported by name, not here.
 """
 
-from daliload.stream._files import NotARegularFile, read_video_file, require_regular_file
+from daliload.stream._files import NotARegularFile, check_stores, open_video, read_video_file, require_regular_file
+from daliload.stream._remote import ReadPolicy, RemoteReadError, TransferCounts, transfer_counts
+from daliload.stream._uri import SecretInURIError, is_remote, redact
 
-__all__ = ["NotARegularFile", "read_video_file", "require_regular_file"]
+__all__ = ["NotARegularFile", "ReadPolicy", "RemoteReadError", "SecretInURIError", "TransferCounts", "check_stores",
+           "is_remote", "open_video", "read_video_file", "redact", "require_regular_file", "transfer_counts"]

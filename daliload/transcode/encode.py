@@ -48,7 +48,7 @@ from daliload.prescreen.probe import ProbeResult, describe_error, probe_file
 from daliload.prescreen.rules import route_for
 from daliload.transcode.options import NVENC_CODEC, TranscodeOptions
 from daliload.transcode.summary import FileResult
-from fallback.numbering import timestamps_rank_frames
+from daliload.stream.numbering import timestamps_rank_frames
 
 logger = logging.getLogger(__name__)
 

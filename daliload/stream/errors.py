@@ -10,6 +10,8 @@ import os
 
 import av.error
 
+from daliload.stream._uri import redact
+
 
 class DecodeError(RuntimeError):
     """A file (or the window asked of it) could not be decoded.
@@ -24,7 +26,7 @@ class DecodeError(RuntimeError):
         self.path = os.fspath(path)
         self.reason = reason
         self.kind = kind
-        super().__init__(f"{self.path}: {reason}")
+        super().__init__(f"{redact(self.path)}: {reason}")  # a URI is shown without its secrets
 
     def __reduce__(self):
         # Crosses process boundaries (worker processes) intact.
@@ -35,7 +37,8 @@ def describe(err: BaseException, path: str = "") -> str:
     """``"InvalidDataError: Invalid data found when processing input (avcodec_send_packet())"``."""
     name = type(err).__name__
     if isinstance(err, (av.error.FFmpegError, OSError)) and err.strerror:  # FFmpegError is an OSError too
-        where = err.filename if err.filename and err.filename != path else None
+        shown = redact(err.filename) if isinstance(err.filename, str) else None
+        where = shown if shown and shown != redact(path) else None
         return f"{name}: {err.strerror}" + (f" ({where})" if where else "")
     text = str(err).strip()
     return f"{name}: {text}" if text else name

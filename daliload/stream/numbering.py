@@ -66,7 +66,8 @@ from typing import Callable, Iterable
 import av
 import av.error
 
-from fallback.errors import DecodeError, describe
+from daliload.stream._files import open_video
+from daliload.stream.errors import DecodeError, describe
 
 #: VOP start code of MPEG-4 Part 2; a packet without one yields no frame.
 _MPEG4_VOP_START = b"\x00\x00\x01\xb6"
@@ -412,7 +413,7 @@ def probe_hint(path: str | os.PathLike) -> StreamHint:
     """
     path_str = os.fspath(path)
     try:
-        container = av.open(path_str, metadata_errors="ignore")
+        container = av.open(open_video(path_str), metadata_errors="ignore")
     except (av.error.FFmpegError, OSError, ValueError) as err:
         raise DecodeError(path_str, f"cannot open: {describe(err, path_str)}") from err
     with container:

@@ -13,7 +13,7 @@ file the cut's frame 0 is::
 
 1. The entry is the latest clean random-access packet (IDR or a recovery
    point that recovers at once for H.264, IRAP for HEVC: the rule of
-   :mod:`fallback.numbering`) at or before the window's first frame. The
+   :mod:`daliload.stream.numbering`) at or before the window's first frame. The
    manifest's keyframes say where to seek (by time, so the container's own
    index is used and the file is not demuxed from its start); the packets
    after the seek say where the entry really is, so a keyframe index that is
@@ -36,7 +36,7 @@ file the cut's frame 0 is::
    entry (an I slice with a recovery point, x264's ``open-gop``) would reach
    it with no parameter sets and decode nothing. So the first packet of
    every H.264 and HEVC cut carries the stream's parameter sets in band
-   (:func:`fallback.numbering.with_parameter_sets`); a stream whose
+   (:func:`daliload.stream.numbering.with_parameter_sets`); a stream whose
    parameter sets cannot be found gives ``None``.
 
 Frames the window skips between its frames (the stride) are still decoded:
@@ -60,8 +60,8 @@ from typing import Sequence
 
 import av
 
-from daliload.stream import require_regular_file
-from fallback.numbering import (StreamHint, first_output_pts, is_random_access, nal_length_size, shows_frame,
+from daliload.stream._files import open_video
+from daliload.stream.numbering import (StreamHint, first_output_pts, is_random_access, nal_length_size, shows_frame,
                                 timestamps_rank_frames, with_parameter_sets)
 
 #: Packets read past the window's last frame, before the cut is closed: B-frames stored after a later
@@ -90,7 +90,7 @@ def cut_window(path: str | os.PathLike, first: int, last: int, hint: StreamHint 
     Args:
         path: the video file.
         first, last: the window's first and last frame (0-based, presentation
-            order, :mod:`fallback.numbering`'s numbers), ``0 <= first <= last``.
+            order, :mod:`daliload.stream.numbering`'s numbers), ``0 <= first <= last``.
         hint: the pre-screen's keyframes and frame rate; ``None`` (no hint: a
             variable frame rate, no keyframe index) gives ``None``.
 
@@ -106,8 +106,8 @@ def cut_window(path: str | os.PathLike, first: int, last: int, hint: StreamHint 
     keys = hint.keyframe_indices
     if keys[bisect.bisect_right(keys, first) - 1] == 0:
         return None  # decoding starts at the file's start anyway
-    require_regular_file(path)  # a FIFO put in its place would block the open
-    with av.open(os.fspath(path), metadata_errors="ignore") as src:
+    # a local path is checked (a FIFO put in its place would block the open); a URI is read in ranges
+    with av.open(open_video(path), metadata_errors="ignore") as src:
         stream = src.streams.video[0]
         if not stream.time_base or not timestamps_rank_frames(src.format.name):
             return None
