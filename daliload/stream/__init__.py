@@ -5,9 +5,15 @@
   a path); both refuse what is not a regular file (a FIFO, a device, a socket)
   before any read can block on it.
 
+* :mod:`._tar`: :func:`tar_members` (a tar shard's members and the byte range
+  of each, from its headers alone) and :func:`read_member`.
+
 Imports neither torch nor a decoder.
 """
 
 from daliload.stream._files import NotARegularFile, read_video_file, require_regular_file
+from daliload.stream._tar import (NotAnUncompressedTar, TarMember, is_compressed_name, read_member, shard_paths,
+                                  tar_members)
 
-__all__ = ["NotARegularFile", "read_video_file", "require_regular_file"]
+__all__ = ["NotARegularFile", "NotAnUncompressedTar", "TarMember", "is_compressed_name", "read_member",
+           "read_video_file", "require_regular_file", "shard_paths", "tar_members"]
