@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "demo": "daliload.commands.demo",
     "transcode": "daliload.transcode.cli",
     "doctor": "daliload.commands.doctor",
+    "pack": "daliload.commands.pack",
 }
 
 
