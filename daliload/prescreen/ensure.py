@@ -54,7 +54,7 @@ from daliload.prescreen.scan import ScanSpec, cache_manifest_path, check_changes
 from daliload.prescreen.scan_lock import report_while, scan_lock
 from daliload.prescreen.sqlite_file import stamp
 from daliload.runtime import refuse_bootstrapping_main
-from daliload.stream import check_stores
+from daliload.stream import check_stores, is_remote, stat_video
 
 logger = logging.getLogger(__name__)
 
@@ -352,7 +352,8 @@ def check_manifest(path: str | os.PathLike, *, scan: ScanSpec = DEFAULT_SPEC, sa
             raise ValueError(f"manifest {path} is shard {part['shard']} of a scan of {part['root']}: merge every "
                              "shard's manifest with `daliload scan --merge PART... --manifest OUT` and pass OUT")
         rows = manifest.sample(sample) if scan.check else []
-    changed = [file for file, size, mtime in rows if _size_and_mtime(file) != (size, mtime)]
+    # Objects in a store are not looked up here (a request each; the loader reaches each store once instead).
+    changed = [file for file, size, mtime in rows if not is_remote(file) and _size_and_mtime(file) != (size, mtime)]
     if changed:
         shown = printable_path(path)
         warnings.warn(f"manifest {shown} may be out of date: {len(changed)} of {len(rows)} files sampled changed "
@@ -366,10 +367,9 @@ def check_manifest(path: str | os.PathLike, *, scan: ScanSpec = DEFAULT_SPEC, sa
 
 def _size_and_mtime(path: str) -> tuple[int, int]:
     try:
-        st = os.stat(path)
+        return stat_video(path)  # a shard's member: its size, the shard's mtime
     except OSError:
         return -1, -1
-    return st.st_size, st.st_mtime_ns
 
 
 def forget_checks() -> None:

@@ -27,6 +27,7 @@ from daliload.prescreen.manifest import Manifest
 from daliload.prescreen.rows import FileRecord
 from daliload.prescreen.rules import RULES_VERSION, Device
 from daliload.dataset import ALL_FILES, Shard, decoded_path, printable_path
+from daliload.stream import stat_video
 
 #: A scan's messages keep one logger, whichever of its modules they come from.
 logger = logging.getLogger("daliload.prescreen.scan")
@@ -178,8 +179,7 @@ def stat_records(records: Sequence[Any], root: str | None, shard: Shard) -> List
     sizes, mtimes = np.empty(len(records), np.int64), np.empty(len(records), np.int64)
     for i, rec in enumerate(records):
         try:
-            st = os.stat(rec.path)
-            sizes[i], mtimes[i] = st.st_size, st.st_mtime_ns
+            sizes[i], mtimes[i] = stat_video(rec.path)  # a shard's member: its size, the shard's mtime
         except OSError:
             sizes[i] = mtimes[i] = -1  # the probe will say why it cannot be opened
     return Listed(list(records), sizes, mtimes)

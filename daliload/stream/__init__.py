@@ -21,18 +21,24 @@ the pre-screen: everything that knows about containers and bytes.
 
 * :mod:`._tar`: :func:`tar_members` (a tar shard's members and the byte range
   of each, from its headers alone) and :func:`read_member`.
+* :mod:`._members`: a shard's member named as a video
+  (``SHARD#OFFSET:SIZE:NAME``, :func:`member_address`), which
+  :func:`open_video`, :func:`read_video_file` and :func:`stat_video` read as a
+  range of its shard.
 
 Imports neither torch nor DALI; :mod:`.numbering` and :mod:`.cut` import
 PyAV, so they are imported by name, not here.
 """
 
-from daliload.stream._files import NotARegularFile, check_stores, open_video, read_video_file, require_regular_file
+from daliload.stream._files import (NotARegularFile, check_stores, open_video, read_video_file, require_regular_file,
+                                    stat_video)
+from daliload.stream._members import MemberAddress, member_address, member_of
 from daliload.stream._remote import ReadPolicy, RemoteReadError, TransferCounts, transfer_counts
 from daliload.stream._tar import (NotAnUncompressedTar, TarMember, is_compressed_name, read_member, shard_paths,
                                   tar_members)
 from daliload.stream._uri import SecretInURIError, is_remote, redact
 
-__all__ = ["NotARegularFile", "NotAnUncompressedTar", "ReadPolicy", "RemoteReadError", "SecretInURIError",
-           "TarMember", "TransferCounts", "check_stores", "is_compressed_name", "is_remote", "open_video",
-           "read_member", "read_video_file", "redact", "require_regular_file", "shard_paths", "tar_members",
-           "transfer_counts"]
+__all__ = ["MemberAddress", "NotARegularFile", "NotAnUncompressedTar", "ReadPolicy", "RemoteReadError",
+           "SecretInURIError", "TarMember", "TransferCounts", "check_stores", "is_compressed_name", "is_remote",
+           "member_address", "member_of", "open_video", "read_member", "read_video_file", "redact",
+           "require_regular_file", "shard_paths", "stat_video", "tar_members", "transfer_counts"]

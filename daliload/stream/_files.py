@@ -26,6 +26,7 @@ import stat
 
 import numpy as np
 
+from daliload.stream._members import LocalSlice, MemberAddress, member_of, shard_stat
 from daliload.stream._remote import DEFAULT_POLICY, RangeFile, ReadPolicy, RemoteReadError, fetch, size_of
 from daliload.stream._uri import SecretInURIError, is_remote, local_path, refuse_secrets
 
@@ -51,8 +52,22 @@ def require_regular_file(path: str | os.PathLike) -> None:
         NotARegularFile: a FIFO, a device, a socket or a directory.
         OSError: the path cannot be reached (missing, no permission).
     """
-    name = local_path(path)
+    member = member_of(path)
+    name = local_path(member.shard if member else path)
     _check(os.stat(name).st_mode, name)
+
+
+def stat_video(uri: str | os.PathLike) -> tuple[int, int]:
+    """``(size, mtime_ns)`` of a local video, or of a member of a local shard (its size, the shard's mtime).
+
+    Raises:
+        OSError: it cannot be reached.
+    """
+    member = member_of(uri)
+    if member is not None and not is_remote(member.shard):
+        return member.size, shard_stat(local_path(member.shard))[1]
+    st = os.stat(local_path(uri))
+    return st.st_size, st.st_mtime_ns
 
 
 def read_video_file(uri: str | os.PathLike, *, policy: ReadPolicy = DEFAULT_POLICY,
@@ -70,6 +85,9 @@ def read_video_file(uri: str | os.PathLike, *, policy: ReadPolicy = DEFAULT_POLI
         OSError: it cannot be opened or read, or is empty (``"file is empty"``); a URI with a
             credential in it (refused, shown redacted).
     """
+    member = member_of(uri)
+    if member is not None:
+        return _read_member(member, os.fspath(uri), policy, deadline)
     if is_remote(uri):
         _refuse(uri)
         data = fetch(os.fspath(uri), policy=policy, deadline=deadline)
@@ -105,12 +123,48 @@ def open_video(uri: str | os.PathLike, *, policy: ReadPolicy = DEFAULT_POLICY,
         RemoteReadError: the remote object's size cannot be read (missing, credentials, the store failing).
         OSError: a local path that cannot be reached; a URI with a credential in it.
     """
+    member = member_of(uri)
+    if member is not None:
+        if is_remote(member.shard):
+            _refuse(member.shard)
+            return RangeFile(member.shard, policy=policy, deadline=deadline, base=member.offset, size=member.size)
+        return LocalSlice(_open_regular(local_path(member.shard)), member, os.fspath(uri))
     if is_remote(uri):
         _refuse(uri)
         return RangeFile(os.fspath(uri), policy=policy, deadline=deadline)
     name = local_path(uri)
     require_regular_file(name)
     return name
+
+
+def _open_regular(name: str) -> int:
+    """A read-only descriptor of the regular file ``name`` (non-blocking open, type checked on the descriptor)."""
+    fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        _check(os.fstat(fd).st_mode, name)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_member(member: MemberAddress, where: str, policy: ReadPolicy, deadline: float | None) -> np.ndarray:
+    """A shard member's bytes: one ranged request (remote shard) or one ``pread`` (local)."""
+    if is_remote(member.shard):
+        _refuse(member.shard)
+        data = fetch(member.shard, member.offset, member.offset + member.size, policy=policy, deadline=deadline)
+    else:
+        fd = _open_regular(local_path(member.shard))
+        try:
+            data = os.pread(fd, member.size, member.offset)
+        finally:
+            os.close(fd)
+    if len(data) != member.size:
+        raise OSError(errno.EIO, f"shard is shorter than its index says: {len(data)} of the member's "
+                                 f"{member.size} bytes (rewritten since the scan?)", where)
+    if not data:
+        raise OSError(0, "file is empty", where)
+    return np.frombuffer(data, dtype=np.uint8)
 
 
 def _refuse(uri) -> None:
@@ -147,6 +201,8 @@ def check_stores(uris, *, policy: ReadPolicy = DEFAULT_POLICY) -> int:
     for uri in uris:
         if not is_remote(uri):
             continue
+        member = member_of(uri)
+        uri = member.shard if member is not None else uri  # a shard's member: the shard is the object
         if may_hold_secrets:
             refuse_secrets(uri)
         rest = uri.split("://", 1)[1]

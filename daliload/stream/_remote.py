@@ -320,16 +320,20 @@ class RangeFile(io.RawIOBase):
         policy: time limit and retries of each request.
         deadline: ``time.monotonic()`` past which reads fail (the decode's own time limit).
         block: bytes asked for at least per request.
+        base, size: the file is bytes ``base .. base + size`` of the object (a shard's member);
+            ``size=None``: the whole object, its size read with one request.
 
     Raises:
         RemoteReadError: at construction, when the object's size cannot be read (one request).
     """
 
     def __init__(self, uri: str, *, policy: ReadPolicy = DEFAULT_POLICY, deadline: float | None = None,
-                 block: int = RANGE_BLOCK_BYTES) -> None:
+                 block: int = RANGE_BLOCK_BYTES, base: int = 0, size: int | None = None) -> None:
         super().__init__()
         self.uri, self.policy, self.deadline, self.block = uri, policy, deadline, block
-        self.size = size_of(uri, policy=policy, deadline=deadline)
+        # A member of a shard is the range [base, base + size) of its object: no size request.
+        self.base = base
+        self.size = size_of(uri, policy=policy, deadline=deadline) if size is None else size
         self._pos = 0
         self._cached_at, self._cached = 0, b""
         self._failed = False
@@ -360,7 +364,8 @@ class RangeFile(io.RawIOBase):
         if not 0 <= offset or offset + n > len(self._cached):
             end = min(self.size, self._pos + max(n, self.block))
             try:
-                data = fetch(self.uri, self._pos, end, policy=self.policy, deadline=self.deadline)
+                data = fetch(self.uri, self.base + self._pos, self.base + end, policy=self.policy,
+                             deadline=self.deadline)
             except RemoteReadError:
                 self._failed = True
                 raise

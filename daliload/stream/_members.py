@@ -1,0 +1,128 @@
+"""A video inside a tar shard, named by where its bytes lie: ``SHARD#OFFSET:SIZE:NAME``.
+
+A shard's member is one contiguous range of the shard, so it is named by
+the shard's path or URI and that range, plus the member's name (for people,
+and for the label): ::
+
+    /data/k700/train-000003.tar#1536:1048576:abseiling/abc_000001_000011.mp4
+    s3://bucket/k700/train-000003.tar#1536:1048576:abseiling/abc_000001_000011.mp4
+
+Such a name is what the manifest stores as the video's path: every reader
+opens it like a file (:func:`member_of` says whether a name is one), reading
+only ``SIZE`` bytes from ``OFFSET`` (one ranged request for a remote shard,
+``pread`` for a local one), so no shard is ever unpacked or read whole, and
+nothing is written under a member's name whatever it holds (``..``, ``/``).
+Its size is the member's, its modification time the shard's
+(:func:`stat_video`): a shard rewritten since the scan changes every member's.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import threading
+from typing import NamedTuple
+
+from daliload.stream._tar import TarMember
+
+#: ``<shard ending .tar>#<offset>:<size>:<member name>``
+_MEMBER = re.compile(r"^(?P<shard>.+?\.tar)#(?P<offset>\d+):(?P<size>\d+):(?P<name>.+)$", re.S)
+
+
+class MemberAddress(NamedTuple):
+    """Where a shard member's bytes lie: ``shard`` (a path or URI), ``offset`` and ``size`` in bytes, its ``name``."""
+
+    shard: str
+    offset: int
+    size: int
+    name: str
+
+
+def member_address(shard: str, member: TarMember) -> str:
+    """The name of ``member`` of ``shard`` as the manifest keeps it (see the module doc)."""
+    return f"{shard}#{member.offset}:{member.size}:{member.name}"
+
+
+def member_of(uri: str | os.PathLike) -> MemberAddress | None:
+    """The shard and range ``uri`` names, or ``None`` when it names a whole file or object."""
+    name = os.fspath(uri)
+    if not isinstance(name, str) or ".tar#" not in name:
+        return None
+    found = _MEMBER.match(name)
+    if found is None:
+        return None
+    return MemberAddress(found["shard"], int(found["offset"]), int(found["size"]), found["name"])
+
+
+class LocalSlice(io.RawIOBase):
+    """A member of a local shard as a seekable binary file: reads are ``pread`` s within its range.
+
+    Args:
+        fd: the shard, open for reading (this object closes it).
+        member: its range.
+        where: the member's name for messages.
+    """
+
+    def __init__(self, fd: int, member: MemberAddress, where: str) -> None:
+        super().__init__()
+        self._fd, self._member, self.name = fd, member, where
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._member.size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def read(self, n: int = -1) -> bytes:
+        left = self._member.size - self._pos
+        n = left if n is None or n < 0 else min(n, left)
+        if n <= 0:
+            return b""
+        data = os.pread(self._fd, n, self._member.offset + self._pos)
+        if not data:
+            raise OSError(f"{self.name}: shard is shorter than its index says (rewritten since the scan?)")
+        self._pos += len(data)
+        return data
+
+    def readinto(self, buffer) -> int:
+        data = self.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            os.close(self._fd)
+        super().close()
+
+
+#: (shard path, its st_mtime_ns) of local shards already stat'ed by this process: 650k members, a few hundred shards.
+_shard_mtimes: dict[str, tuple[int, int]] = {}
+_lock = threading.Lock()
+
+
+def shard_stat(shard: str) -> tuple[int, int]:
+    """``(st_size, st_mtime_ns)`` of a local shard, looked up once per process and shard."""
+    with _lock:
+        found = _shard_mtimes.get(shard)
+    if found is None:
+        st = os.stat(shard)
+        found = (st.st_size, st.st_mtime_ns)
+        with _lock:
+            _shard_mtimes[shard] = found
+    return found
+
+
+def forget_shard_stats() -> None:
+    """Drop the cached shard facts (a scan starts from what the disk says now)."""
+    with _lock:
+        _shard_mtimes.clear()
