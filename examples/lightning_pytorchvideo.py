@@ -61,7 +61,7 @@ import torch.nn.functional as F
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from daliload import AugmentSpec, DecodeSpec, KineticsDALILoader, OutputSpec, load_index
-from daliload.examples.models import build_model
+from daliload.examples.models import Small3DCNN
 
 # TODO(lead): OutputSpec(mean=(0.45,) * 3, std=(0.225,) * 3) in 0..1 units once `semantics` merges.
 PYTORCHVIDEO_NORMALIZE = OutputSpec(mean=(0.45 * 255,) * 3, std=(0.225 * 255,) * 3)
@@ -106,10 +106,11 @@ class KineticsDataModule(L.LightningDataModule):
 class VideoClassificationLightningModule(L.LightningModule):
     """The tutorial's module: ``batch["video"]`` in, cross entropy on ``batch["label"]``."""
 
-    def __init__(self, num_classes: int, lr: float = 0.1) -> None:
+    def __init__(self, num_classes: int, lr: float = 0.1, dropout: float = 0.5) -> None:
         super().__init__()
         self.save_hyperparameters()
-        self.model = build_model("small3d", num_classes)  # the tutorial: create_resnet(model_depth=50, ...)
+        # The tutorial: create_resnet(model_depth=50, ...), whose head has dropout 0.5 too.
+        self.model = Small3DCNN(num_classes, dropout=dropout)
 
     def forward(self, x):
         return self.model(x)
@@ -154,6 +155,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--routing", choices=("auto", "adaptive", "static"), default="auto",
                    help="static: each clip's decoder pinned, for batches identical bit for bit across runs")
     p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--dropout", type=float, default=0.5,
+                   help="before the head (Lightning does not restore the random state on resume: 0 makes a resumed "
+                        "run's losses those of the uninterrupted run)")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 
@@ -171,7 +175,7 @@ def main(argv: list[str] | None = None, *, callbacks: list[L.Callback] = ()) -> 
     num_classes = len(load_index(args.root, "train").classes) if Path(args.root).is_dir() else None
     if num_classes is None:
         raise SystemExit(f"--root {args.root}: this example reads the classes from a dataset folder")
-    model = VideoClassificationLightningModule(num_classes, lr=args.lr)
+    model = VideoClassificationLightningModule(num_classes, lr=args.lr, dropout=args.dropout)
     out = Path(args.out)
     checkpoints = ModelCheckpoint(dirpath=out / "checkpoints", save_last=True, save_top_k=-1, every_n_epochs=1)
     trainer = L.Trainer(accelerator=args.accelerator, devices=args.devices,
