@@ -49,8 +49,8 @@ from transformers import Trainer, TrainingArguments, VideoMAEConfig, VideoMAEFor
 
 from daliload import DecodeSpec, KineticsDALILoader, OutputSpec
 
-#: VideoMAE's checkpoints (``MCG-NJU/videomae-*``) normalise with ImageNet's mean and std (0..1 units).
-IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+#: ``VideoMAEImageProcessor``'s defaults (0..1 units), for the randomly initialised model.
+TINY_MEAN, TINY_STD = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)
 
 
 class VideoTrainer(Trainer):
@@ -91,11 +91,21 @@ def build_model(name: str, num_classes: int, clip_len: int, crop_size: int) -> V
     return VideoMAEForVideoClassification.from_pretrained(name, num_labels=num_classes, ignore_mismatched_sizes=True)
 
 
+def normalization(model: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The mean and std (0..1 units) the model was trained with: its image processor's, as the guide reads them."""
+    if model == "tiny":
+        return TINY_MEAN, TINY_STD
+    from transformers import AutoImageProcessor
+
+    processor = AutoImageProcessor.from_pretrained(model)
+    return tuple(processor.image_mean), tuple(processor.image_std)
+
+
 def build_loaders(args: argparse.Namespace) -> tuple[KineticsDALILoader, KineticsDALILoader | None]:
     """The only data code: two loaders whose batches are what VideoMAE's ``forward`` takes."""
-    # TODO(lead): OutputSpec(mean=IMAGENET_MEAN, std=IMAGENET_STD) in 0..1 units once `semantics` merges.
-    output = OutputSpec(layout="TCHW", mean=tuple(255 * m for m in IMAGENET_MEAN),
-                        std=tuple(255 * s for s in IMAGENET_STD))
+    mean, std = normalization(args.model)
+    # TODO(lead): OutputSpec(mean=mean, std=std) as they are (0..1 units) once `semantics` merges.
+    output = OutputSpec(layout="TCHW", mean=tuple(255 * m for m in mean), std=tuple(255 * s for s in std))
     options = dict(batch_size=args.batch_size, clip_len=args.clip_len, frame_stride=args.frame_stride,
                    crop_size=args.crop_size, seed=args.seed, output=output, padding_label=-100,
                    batch_keys=("pixel_values", "labels"), device="cpu" if args.cpu else "auto",

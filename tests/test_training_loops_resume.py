@@ -24,7 +24,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from test_training_loops import EXAMPLES, OPTIONS, WORLD_SIZE, _as_rank, _example, _records, _run
+from test_training_loops import EXAMPLES, WORLD_SIZE, _as_rank, _example, _records, _run
 from test_training_loops import dataset  # noqa: F401  (the module's fixture, shared by name)
 
 from daliload import DecodeSpec, KineticsDALILoader, OutputSpec
