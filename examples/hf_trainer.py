@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None, *, callbacks: list = ()) -> VideoTrainer
         num_train_epochs=args.epochs, learning_rate=args.lr, seed=args.seed, use_cpu=args.cpu,
         save_strategy="steps" if args.save_steps else "epoch", save_steps=args.save_steps or 500,
         eval_strategy="epoch" if args.eval else "no", logging_steps=1, report_to="none",
-        remove_unused_columns=False, disable_tqdm=True)
+        remove_unused_columns=False, ddp_find_unused_parameters=False, disable_tqdm=True)
     # After TrainingArguments (the process group is up): the loaders take their rank from it.
     train_loader, val_loader = build_loaders(args)
     model = build_model(args.model, len(train_loader.classes), args.clip_len, args.crop_size)

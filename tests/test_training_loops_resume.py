@@ -19,6 +19,7 @@ No time is asserted; the subprocess time limits only bound a hang.
 
 from __future__ import annotations
 
+import math
 import sys
 import textwrap
 from pathlib import Path
@@ -31,17 +32,18 @@ from daliload import DecodeSpec, KineticsDALILoader, OutputSpec
 
 pytestmark = pytest.mark.slow
 
-#: HF: 16-frame clips (VideoMAE's num_frames) at stride 1 fit the 1 s, 30 frame videos; 3 batches per epoch.
-HF_OPTIONS = ["--batch-size", "2", "--clip-len", "16", "--frame-stride", "1", "--crop-size", "32",
+#: HF: 16-frame clips (VideoMAE's num_frames) at stride 1 fit the 1 s, 30 frame videos. Batches of 3: 2 per
+#: epoch on each rank's 6 training videos, and one val batch of each rank's 2 val videos plus a padding row.
+HF_OPTIONS = ["--batch-size", "3", "--clip-len", "16", "--frame-stride", "1", "--crop-size", "32",
               "--fallback-workers", "1", "--seed", "5", "--routing", "static"]
 HF_EPOCHS = 3
 #: Lightning, PyTorchVideo-style: 8 frames over 0.5 s (the tutorial's 2 s do not fit 1 s videos), short side 40-48.
 #: No dropout: Lightning does not restore the random state on resume, so dropout masks (not the batches) would
 #: make the resumed run's losses differ.
-PTV_OPTIONS = ["--batch-size", "2", "--clip-len", "8", "--clip-duration", "0.5", "--crop-size", "32",
+PTV_OPTIONS = ["--batch-size", "3", "--clip-len", "8", "--clip-duration", "0.5", "--crop-size", "32",
                "--short-side", "40", "48", "--fallback-workers", "1", "--seed", "5", "--routing", "static",
                "--dropout", "0"]
-PTV_EPOCHS = 2
+PTV_EPOCHS = 3
 
 # Run under torchrun as `SCRIPT RECORD_DIR ARGS...`: the example's Trainer, with each training step recorded.
 HF_SCRIPT = textwrap.dedent("""\
@@ -194,9 +196,10 @@ def _hf(folder: Path, dataset: Path, *extra: str) -> list[dict]:  # noqa: F811
 
 
 def test_hf_trainer_trains_each_epoch_on_its_plan_and_resumes_mid_epoch_exactly(dataset, tmp_path):  # noqa: F811
-    """``Trainer`` under torchrun (2 gloo processes): step ``s`` trains on batch ``s % 3`` of epoch ``s // 3``'s
-    plan; resumed from ``checkpoint-4`` (epoch 1, after its first batch) with no callback, it trains steps 4..8 on
-    the same batches as the uninterrupted run, with the same losses, and evaluates each epoch."""
+    """``Trainer`` under torchrun (2 gloo processes): step ``s`` trains on batch ``s % 2`` of epoch ``s // 2``'s
+    plan; resumed from ``checkpoint-3`` (epoch 1, after its first batch) with no callback, it trains steps 3..5 on
+    the same batches as the uninterrupted run, with the same losses. Each epoch's evaluation runs unchanged on
+    batches with a padding row (label -100, which VideoMAE's loss ignores)."""
     example = _example("hf_trainer", "transformers")
     args = example.parse_args(["--root", str(dataset), *HF_OPTIONS, "--cpu", "--no-eval", "--fallback-workers", "0"])
     reference = _reference(lambda: example.build_loaders(args)[0], ("pixel_values", "labels"), HF_EPOCHS)
@@ -209,7 +212,9 @@ def test_hf_trainer_trains_each_epoch_on_its_plan_and_resumes_mid_epoch_exactly(
         for epoch in range(HF_EPOCHS):
             _check_steps(steps[epoch * per_epoch:(epoch + 1) * per_epoch], reference[rank][epoch],
                          f"rank {rank} epoch {epoch} vs set_epoch", losses=False)
-        assert len(record["evals"]) == HF_EPOCHS, "an evaluation at each epoch's end"
+        evals = record["evals"]
+        assert len(evals) == HF_EPOCHS, "an evaluation at each epoch's end"
+        assert all(math.isfinite(e["eval_loss"]) and 0 <= e["eval_accuracy"] <= 1 for e in evals), evals
 
     checkpoint = tmp_path / "full" / "out" / f"checkpoint-{per_epoch + 1}"
     assert checkpoint.is_dir()
@@ -237,8 +242,9 @@ def _ptv(folder: Path, dataset: Path, *extra: str) -> list[dict]:  # noqa: F811
 
 def test_pytorchvideo_lightning_module_trains_each_epoch_and_resumes_mid_epoch_exactly(dataset, tmp_path):  # noqa: F811
     """The tutorial's module and data module under ``Trainer(strategy="ddp")``, 2 gloo processes: each epoch is
-    the plan ``set_epoch`` gives; resumed from the checkpoint after step 4 (epoch 1, batch 1) it trains the rest of
-    epoch 1 on the uninterrupted run's batches, with the same losses."""
+    the plan ``set_epoch`` gives; resumed from the checkpoint after step 3 (epoch 1, after its first batch) it trains
+    the rest of epoch 1 and epoch 2 on the uninterrupted run's batches, with the same losses. Validation batches
+    carry a padding row (label -100): the tutorial's validation step runs on them unchanged."""
     example = _example("lightning_pytorchvideo", "lightning")
     args = example.parse_args(["--root", str(dataset), *PTV_OPTIONS])
 
@@ -263,5 +269,6 @@ def test_pytorchvideo_lightning_module_trains_each_epoch_and_resumes_mid_epoch_e
                    str(tmp_path / "full" / "steps" / f"step{per_epoch + 1}.ckpt"))
     for rank in range(WORLD_SIZE):
         steps = resumed[rank]["steps"]
-        assert [(s["epoch"], s["batch"]) for s in steps] == [(1, b) for b in range(1, per_epoch)]
+        assert [(s["epoch"], s["batch"]) for s in steps] == [(e, b) for e in range(1, PTV_EPOCHS)
+                                                             for b in range(per_epoch) if (e, b) != (1, 0)]
         _check_steps(steps, full[rank]["steps"][per_epoch + 1:], f"rank {rank} resumed vs uninterrupted")
