@@ -25,6 +25,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from torch.utils.data import DataLoader
 from test_training_loops import EXAMPLES, WORLD_SIZE, _as_rank, _example, _records, _run
 from test_training_loops import dataset  # noqa: F401  (the module's fixture, shared by name)
 
@@ -174,6 +175,16 @@ def test_skip_first_batches_starts_at_the_batch_after_without_decoding_the_skipp
         "the skipped batches were decoded"
     assert [list(b) for b in loader.batch_sampler] == [[s.video_index for s in b] for b in loader.plan(2)]
     assert loader.state_dict()["epoch"] == 2 and sum(1 for _ in loader) == len(loader)
+
+    # Built by hand, the DataLoader gives the loader's own batches, whatever pass of the loader ran between.
+    loader.set_epoch(3)
+    by_hand = DataLoader(loader.dataset, batch_sampler=loader.batch_sampler, collate_fn=loader.collate_fn)
+    batches = iter(by_hand)
+    first = next(batches)["labels"].tolist()
+    loader.set_epoch(3)
+    assert sum(1 for _ in loader) == len(loader)  # ends the pass the DataLoader started
+    rest = [b["labels"].tolist() for b in batches]
+    assert [first, *rest] == [[s.label for s in b] for b in loader.plan(3)]
 
     with pytest.raises(TypeError, match=r"batch_sampler=loader.batch_sampler, collate_fn=loader.collate_fn"):
         loader.dataset.__getitems__([0, 1])

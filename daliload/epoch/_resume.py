@@ -248,7 +248,10 @@ class SplitVideos(Dataset):
                 f"loader.batch_sampler, not a list of indices ({batch!r:.80}): build the DataLoader with "
                 "batch_sampler=loader.batch_sampler, collate_fn=loader.collate_fn, or iterate the loader itself")
         loader = self._loader
-        if self._next != (batch.epoch, batch.number):
+        live = loader._active() if loader._active is not None else None
+        if self._next != (batch.epoch, batch.number) or live is None or live is not self._pass:
+            # The first batch asked for, another than the next one, or the pass was ended (by another pass of
+            # the loader): a pass over that epoch from that batch.
             loader._progress.load(batch.epoch, batch.number)
             self._pass = iter(loader)
         decoded = next(self._pass)
