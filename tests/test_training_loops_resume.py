@@ -157,6 +157,9 @@ def test_skip_first_batches_starts_at_the_batch_after_without_decoding_the_skipp
                                 output=OutputSpec(layout="TCHW"), decode=DecodeSpec(fallback_workers=1,
                                                                                      routing="static"))
     assert len(loader.dataset) == len(loader.videos) == 12 and loader.dataset[3] == loader.videos[3]
+    # What a DataLoader built with num_workers=0 says, where accelerate and Lightning read it.
+    assert (loader.batch_size, loader.drop_last, loader.num_workers, loader.prefetch_factor) == (2, False, 0, None)
+    assert len(loader.batch_sampler) == len(loader) and callable(loader.sampler.set_epoch)
     loader.set_epoch(1)
     want = [(b["labels"].tolist(), float(b["pixel_values"].double().sum())) for b in loader]
     plan = loader.plan(1)
