@@ -185,10 +185,6 @@ class KineticsDALILoader(LoaderState):
         RuntimeError: under DDP, another rank's construction failed.
     """
 
-    #: None, as on a ``DataLoader`` built without one: PyTorch Lightning reads ``batch_sampler`` wherever it finds
-    #: a ``sampler`` (to tell whether an evaluation loader shuffles), and the batches are the plan's.
-    batch_sampler = None
-
     def __init__(
         self,
         root: str | os.PathLike | None = None,

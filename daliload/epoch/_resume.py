@@ -5,6 +5,15 @@ here so that the loader's module stays readable; it reads the loader's
 progress (:class:`~daliload.epoch.EpochProgress`), its plan settings and the
 fingerprint of its split's videos, and refuses a state from another
 configuration or another list of videos, saying what differs.
+
+It also gives the loader the attributes of a ``torch.utils.data.DataLoader``
+that training loops read (``dataset``, ``batch_sampler``, ``collate_fn``,
+``num_workers``, ...), so that Accelerate's ``skip_first_batches`` (what the
+Hugging Face ``Trainer`` calls to resume mid-epoch) rebuilds it as a
+``DataLoader`` whose first batch is the one after the checkpoint, without
+decoding the batches it skips: :class:`PlanBatches` yields the plan's batches
+(video indices, tagged with their epoch and number) and :class:`SplitVideos`
+decodes a batch it is asked for with a pass of the loader that starts there.
 """
 
 from __future__ import annotations
@@ -12,12 +21,48 @@ from __future__ import annotations
 import logging
 import numbers
 from functools import cached_property
+from typing import Iterator
+
+from torch.utils.data import Dataset
 
 logger = logging.getLogger("daliload.loader")  # where these warnings always came from
 
 
 class LoaderState:
-    """``set_epoch``, ``resumes_at``, ``state_dict`` and ``load_state_dict`` of :class:`daliload.KineticsDALILoader`."""
+    """``set_epoch``, ``resumes_at``, ``state_dict`` and ``load_state_dict`` of :class:`daliload.KineticsDALILoader`,
+    and the ``DataLoader`` attributes training loops read (``dataset``, ``batch_sampler``, ...)."""
+
+    # What a torch DataLoader built with num_workers=0 has: Accelerate's skip_first_batches copies these onto the
+    # DataLoader it builds around dataset and batch_sampler (its defaults, prefetch_factor=2, would be refused).
+    #: no ``torch.utils.data`` worker processes (the loader's own decoders are :attr:`sources`)
+    num_workers = 0
+    prefetch_factor = None
+    pin_memory = False
+    timeout = 0
+
+    @property
+    def drop_last(self) -> bool:
+        """``last_batch == "drop"``, as a ``DataLoader``'s ``drop_last`` says."""
+        return self.last_batch == "drop"
+
+    @property
+    def dataset(self) -> SplitVideos:
+        """The split's videos as a map-style ``torch.utils.data.Dataset``: ``len(dataset)`` videos (what the
+        Hugging Face ``Trainer`` logs as "Num examples"), ``dataset[i]`` is ``videos[i]``; given a batch of
+        :attr:`batch_sampler`, it decodes that batch (see :class:`SplitVideos`)."""
+        return SplitVideos(self)
+
+    @property
+    def batch_sampler(self) -> PlanBatches:
+        """This rank's batches of the next pass's epoch as lists of video indices, one per batch row
+        (:class:`PlanBatches`): with :attr:`dataset` and :attr:`collate_fn`, what a ``DataLoader`` needs to give the
+        loader's batches, and what Accelerate's ``skip_first_batches`` skips without decoding."""
+        return PlanBatches(self)
+
+    @staticmethod
+    def collate_fn(batch: object) -> object:
+        """The batch :attr:`dataset` decoded, unchanged: the loader's batches are whole when decoded."""
+        return batch
 
     def set_epoch(self, epoch: int) -> None:
         """The next pass draws the plan of ``epoch``, from its first batch (then pass by pass ``epoch + 1`` ...).
@@ -124,6 +169,97 @@ class LoaderState:
             + "; ".join(what[key] for key in differ) + f" ({where}). The plan would differ. Resume from the "
             "manifest and files the run started with, or start the epoch afresh (or drop 'videos' and "
             "'num_videos' from the state to resume on the new list knowingly)")
+
+
+class PlanBatch(list):
+    """One batch of a plan as :class:`PlanBatches` yields it: the video index of each row, and which batch it is."""
+
+    def __init__(self, videos: list[int], *, epoch: int, number: int) -> None:
+        super().__init__(videos)
+        self.epoch, self.number = epoch, number
+
+    def __repr__(self) -> str:
+        return f"PlanBatch(epoch={self.epoch}, number={self.number}, videos={list(self)})"
+
+
+class PlanBatches:
+    """``loader.batch_sampler``: this rank's batches of the epoch the next pass draws, as video indices.
+
+    Iterating it draws (or reuses) that epoch's plan and yields one
+    :class:`PlanBatch` per batch: a list of the video index of each row
+    (repeated for a video's clips with ``clips_per_video``; once per video
+    with ``views``), tagged with its epoch and batch number, so that
+    :class:`SplitVideos` can decode it. ``len()`` is the loader's.
+    ``set_epoch`` is the loader's (the Hugging Face ``Trainer`` calls it here,
+    on the sampler inside the ``DataLoader`` ``skip_first_batches`` built).
+    """
+
+    def __init__(self, loader) -> None:
+        self._loader = loader  # a new object per access, kept by no loader: no reference cycle
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def __iter__(self) -> Iterator[PlanBatch]:
+        loader = self._loader
+        epoch = loader._progress.next_epoch()
+        per_row = loader.clips_per_batch // loader.batch_size  # a row's views (1 without views)
+        for number, batch in enumerate(loader.plan(epoch)):
+            yield PlanBatch([sample.video_index for sample in batch[::per_row]], epoch=epoch, number=number)
+
+    def set_epoch(self, epoch: int) -> None:
+        """:meth:`LoaderState.set_epoch`."""
+        self._loader.set_epoch(epoch)
+
+    def __repr__(self) -> str:
+        return f"PlanBatches(batches={len(self)}, epoch={self._loader._progress.next_epoch()})"
+
+
+class SplitVideos(Dataset):
+    """``loader.dataset``: the split's videos (``dataset[i]`` is ``loader.videos[i]``), and the batches of
+    :class:`PlanBatches` decoded.
+
+    ``DataLoader(loader.dataset, batch_sampler=loader.batch_sampler,
+    collate_fn=loader.collate_fn)`` yields the loader's batches: torch asks
+    ``__getitems__`` for each :class:`PlanBatch` in turn, and the first one
+    asked for (batch ``n`` of epoch ``e``) starts a pass of the loader over
+    ``e`` at batch ``n``, as :meth:`LoaderState.load_state_dict` would; the
+    next batches come from that pass, prefetched as usual. So a
+    ``DataLoader`` that skips the first ``n`` batches of the sampler (what
+    Accelerate's ``skip_first_batches`` builds, and the Hugging Face
+    ``Trainer`` iterates when it resumes mid-epoch) decodes none of them.
+    """
+
+    def __init__(self, loader) -> None:
+        self._loader = loader
+        self._pass: Iterator | None = None
+        self._next: tuple[int, int] | None = None  # (epoch, number) of the batch the pass gives next
+
+    def __len__(self) -> int:
+        return len(self._loader.index)
+
+    def __getitem__(self, index: int):
+        return self._loader.index[index]
+
+    def __getitems__(self, batch: PlanBatch):
+        if not isinstance(batch, PlanBatch):
+            raise TypeError(
+                f"loader.dataset decodes whole batches of the loader's plan, the PlanBatch items of "
+                f"loader.batch_sampler, not a list of indices ({batch!r:.80}): build the DataLoader with "
+                "batch_sampler=loader.batch_sampler, collate_fn=loader.collate_fn, or iterate the loader itself")
+        loader = self._loader
+        live = loader._active() if loader._active is not None else None
+        if self._next != (batch.epoch, batch.number) or live is None or live is not self._pass:
+            # The first batch asked for, another than the next one, or the pass was ended (by another pass of
+            # the loader): a pass over that epoch from that batch.
+            loader._progress.load(batch.epoch, batch.number)
+            self._pass = iter(loader)
+        decoded = next(self._pass)
+        self._next = (batch.epoch, batch.number + 1)
+        if batch.number + 1 >= len(loader):  # the epoch's last batch: end the pass, as a for loop over it would
+            next(self._pass, None)
+            self._pass, self._next = None, None
+        return decoded
 
 
 def _plain(value: object) -> object:
