@@ -253,4 +253,4 @@ SSV2 = DatasetLayout(
     "ssv2", _ssv2_file, read_ssv2, lambda root: list_files(root / SSV2_LABELS, "*.json", f"{SSV2_LABELS}/"),
     describe=f"{SSV2_VIDEOS}/<id>.webm beside {SSV2_LABELS}/ (labels.json, train.json, validation.json)")
 
-__all__ = ["HMDB51", "SSV2", "UCF101", "hmdb_classes", "ssv2_classes", "ucf_classes"]
+__all__ = ["HMDB51", "SSV2", "UCF101", "ssv2_classes", "ucf_classes"]
