@@ -65,12 +65,10 @@ class KineticsDALILoader(LoaderState):
     Args:
         root: the dataset root (scanned on first use; see :class:`ScanSpec`)
             or the path of a manifest written by ``daliload scan``; ``bytes``
-            (``os.fsencode``, ``os.listdir(b"...")``) as ``os.fsdecode`` reads them; or a list
-            of ``(path, label)`` pairs (``docs/datasets.md``). Required;
+            (``os.fsencode``, ``os.listdir(b"...")``) as ``os.fsdecode`` reads them; or (path, label) pairs. Required;
             ``source=`` (its old name) still works, with a ``DeprecationWarning``.
         split: ``"train"`` (shuffled, random window, crop and flip) or any
-            other split in the manifest (deterministic centre clip and crop);
-            ``"trainlist02"`` of UCF101/HMDB51 is ``"train"`` of fold 2.
+            other split in the manifest (deterministic centre clip and crop).
         batch_size: clips per batch (videos per batch with ``views``). Default 32.
             Larger than this rank's share of the split with ``last_batch="pad"``,
             the epoch is one batch, mostly repeats: a ``UserWarning`` says so.
@@ -104,8 +102,7 @@ class KineticsDALILoader(LoaderState):
             (GPU ``N``), or ``"cpu"`` / ``torch.device("cpu")``.
         decode: threads, workers, prefetch and failure limits (:class:`DecodeSpec`).
         scan: pre-screen options when ``root`` is a dataset root (:class:`ScanSpec`).
-        layout, fold: how ``root`` is read (``"ucf101"``, ``"path_label"``, ...; default detected)
-            and UCF101's or HMDB51's fold (1..3; default 1); see ``docs/datasets.md``.
+        layout, fold: how ``root`` is read (default detected) and UCF101's or HMDB51's fold: ``docs/datasets.md``.
         views: ``(num_temporal, num_spatial)`` views per video, for multi-view
             evaluation (evaluation splits only): each batch row is one video
             with all its views, ``videos`` has shape ``(B, V, C, T, H, W)``
@@ -215,8 +212,7 @@ class KineticsDALILoader(LoaderState):
         clips_per_video: int = 1,
         with_info: bool = False,
         batch_keys: tuple[str, str] | None = None,
-        layout: str | None = None,
-        fold: int | None = None,
+        layout: str | None = None, fold: int | None = None,
         **unknown: object,
     ) -> None:
         root, split, scan = loader_source(decoded_path(root), split, unknown, scan, layout=layout, fold=fold)

@@ -318,3 +318,53 @@ def test_real_clips_in_the_ucf101_layout(realclips, tmp_path):
         got = batches(loader)
         assert len(got) == 2 and sorted(int(labels[0]) for _, labels in got) == [0, 1], split
         assert all(videos.shape == (1, 3, 4, 48, 64) and videos.std() > 1 for videos, _ in got), split
+
+
+# ------------------------------------------------------------------------------------------- the docs' snippets
+
+def test_every_snippet_of_the_datasets_page_runs(ucf, hmdb, ssv2, flat, clips, cache, tmp_path):
+    """docs/datasets.md's loader snippets run on the generated datasets (their paths swapped in, on the CPU)."""
+    kinetics = tmp_path / "kinetics"
+    for i in range(4):
+        (kinetics / "train" / HMDB_CLASSES[i % 2]).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(clips[i], kinetics / "train" / HMDB_CLASSES[i % 2] / f"k{i}.avi")
+    (flat / "train.csv").write_text("".join(f"clips/{HMDB_CLASSES[i % 3]}/v{i}.avi,{HMDB_CLASSES[i % 3]}\n"
+                                            for i in range(4)))
+    (flat / "clips" / "brush_hair" / "v3.avi").write_bytes((flat / "clips" / "brush_hair" / "v0.avi").read_bytes())
+    roots = {"/data/kinetics400": kinetics, "/data/ucf101": ucf, "/data/hmdb51": hmdb, "/data/ssv2": ssv2,
+             "/data/mine": flat, "/data/clips": flat / "clips"}
+    page = (Path(__file__).resolve().parents[1] / "docs" / "datasets.md").read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", page, re.S) if "KineticsDALILoader(" in b]
+    assert len(blocks) == 6
+    for block in blocks:
+        for placeholder, root in roots.items():
+            block = block.replace(f'"{placeholder}', f'"{root}')
+        block = block.replace("frame_stride=1)", 'frame_stride=1, device="cpu")')
+        namespace: dict = {}
+        exec(compile(block, "docs/datasets.md", "exec"), namespace)
+        loaders = [v for v in namespace.values() if isinstance(v, KineticsDALILoader)]
+        assert loaders, block
+        for loader in loaders:
+            videos, labels = next(iter(loader))
+            assert videos.shape[:3] == (2, 3, 8) and 0 <= int(labels.min()) <= int(labels.max()) < 3
+            loader.close()
+
+
+def test_a_layout_of_ones_own_as_the_page_registers_it(tmp_path, clips):
+    from daliload.dataset import LAYOUTS, load_index
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "datasets.md").read_text()
+    block = page.split("## A layout of your own", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "media" / "val").mkdir(parents=True)
+    for i, name in enumerate(("cat_1", "dog_2", "cat_3")):
+        shutil.copyfile(clips[i], tmp_path / "media" / "val" / f"{name}.mp4")
+    try:
+        exec(compile(block, "docs/datasets.md", "exec"), {})
+        assert list(LAYOUTS)[-1] == "pets"
+        index = load_index(tmp_path, "val")  # detected, after the built-in layouts
+        assert index.layout == "pets" and [r.label for r in index.records] == [0, 0, 1]
+        loader = make_loader(tmp_path, "val", layout="pets", batch_size=1)
+        assert loader.classes == ("cat", "dog") and videos_of(loader)["dog_2.mp4"] == (1, "dog")
+        loader.close()
+    finally:
+        LAYOUTS.pop("pets", None)

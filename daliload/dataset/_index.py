@@ -60,7 +60,7 @@ from pathlib import Path
 from typing import Sequence
 
 from daliload.dataset._official import HMDB51, SSV2, UCF101
-from daliload.dataset._pathlabel import PATH_LABEL
+from daliload.dataset._pathlabel import PATH_LABEL, load_classes, save_classes
 from daliload.dataset._paths import decoded_path, printable_path
 from daliload.dataset._registry import (LAYOUTS, DatasetLayout, detect_layout, get_layout, list_files,
                                         register_layout, resolve_split, rewrite_video_names)
@@ -103,38 +103,6 @@ for _layout in (
     PATH_LABEL, UCF101, HMDB51, SSV2,
 ):
     register_layout(_layout)
-
-
-def save_classes(classes: Sequence[str], path: str | os.PathLike) -> None:
-    """Write the class map, one name per line in label order (UTF-8).
-
-    Raises:
-        ValueError: a name is empty, has a line break or is listed twice.
-    """
-    for name in classes:
-        if not name or "\n" in name or "\r" in name or name != name.strip():
-            raise ValueError(f"class name {name!r} cannot be stored one per line "
-                             f"(empty, line break or surrounding spaces)")
-    if len(set(classes)) != len(classes):
-        repeated = sorted(n for n in set(classes) if list(classes).count(n) > 1)
-        raise ValueError(f"class names repeat: {repeated}")
-    Path(path).write_text("".join(f"{name}\n" for name in classes), encoding="utf-8")
-
-
-def load_classes(path: str | os.PathLike) -> tuple[str, ...]:
-    """Read a class map written by :func:`save_classes`.
-
-    Raises:
-        FileNotFoundError: ``path`` does not exist.
-        ValueError: the file is empty or lists a class twice.
-    """
-    names = tuple(line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines()
-                  if line.strip())
-    if not names:
-        raise ValueError(f"class map {path} lists no classes")
-    if len(set(names)) != len(names):
-        raise ValueError(f"class map {path} lists a class twice")
-    return names
 
 
 def load_index(

@@ -135,8 +135,6 @@ def read_path_label(root: Path, split: str, fold: int | None, classes: tuple[str
     path = split_file(root, split)
     rows = read_rows(path)
     if classes is None and (root / "classes.txt").is_file():
-        from daliload.dataset._index import load_classes
-
         classes_file: tuple[str, ...] | None = load_classes(root / "classes.txt")
     else:
         classes_file = classes
@@ -181,6 +179,38 @@ def read_path_label(root: Path, split: str, fold: int | None, classes: tuple[str
         raise _empty_split(root, split, "path_label", path, len(missing))
     records.sort(key=lambda r: r.path)
     return DatasetIndex(str(root), split, "path_label", tuple(found), tuple(records), tuple(sorted(missing)))
+
+
+def save_classes(classes: Sequence[str], path: str | os.PathLike) -> None:
+    """Write the class map, one name per line in label order (UTF-8).
+
+    Raises:
+        ValueError: a name is empty, has a line break or is listed twice.
+    """
+    for name in classes:
+        if not name or "\n" in name or "\r" in name or name != name.strip():
+            raise ValueError(f"class name {name!r} cannot be stored one per line "
+                             f"(empty, line break or surrounding spaces)")
+    if len(set(classes)) != len(classes):
+        repeated = sorted(n for n in set(classes) if list(classes).count(n) > 1)
+        raise ValueError(f"class names repeat: {repeated}")
+    Path(path).write_text("".join(f"{name}\n" for name in classes), encoding="utf-8")
+
+
+def load_classes(path: str | os.PathLike) -> tuple[str, ...]:
+    """Read a class map written by :func:`save_classes`.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: the file is empty or lists a class twice.
+    """
+    names = tuple(line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines()
+                  if line.strip())
+    if not names:
+        raise ValueError(f"class map {path} lists no classes")
+    if len(set(names)) != len(names):
+        raise ValueError(f"class map {path} lists a class twice")
+    return names
 
 
 def _side_files(root: Path) -> list[str]:
