@@ -368,3 +368,50 @@ def test_a_layout_of_ones_own_as_the_page_registers_it(tmp_path, clips):
         loader.close()
     finally:
         LAYOUTS.pop("pets", None)
+
+
+# ------------------------------------------------------------------------------------------- scan and transcode
+
+def test_daliload_scan_takes_layout_and_fold(ucf, tmp_path, capsys):
+    from daliload.cli import main
+    from daliload.prescreen import Manifest
+
+    root = Path(shutil.copytree(ucf, tmp_path / "ucf"))
+    assert main(["scan", str(root), "--layout", "ucf101", "--fold", "2", "--split", "train,test", "--device", "cpu",
+                 "--workers", "0", "--quiet"]) == 0
+    manifest = root / ".daliload" / "manifest-fold2.sqlite"
+    with Manifest(manifest) as m:
+        test = {Path(e.path).name for e in m.entries("test", device="cpu")}
+    assert test == {ucf_name(cls, 2) for cls in UCF_CLASSES}
+    # the split names say the fold too; names of two folds in one scan are refused
+    assert main(["scan", str(root), "--split", "trainlist03,testlist03", "--device", "cpu", "--workers", "0",
+                 "--quiet"]) == 0
+    with Manifest(root / ".daliload" / "manifest-fold3.sqlite") as m:
+        assert {Path(e.path).name for e in m.entries("test", device="cpu")} == {ucf_name(c, 3) for c in UCF_CLASSES}
+    assert main(["scan", str(root), "--split", "trainlist01,testlist02", "--device", "cpu", "--quiet"]) == 2
+    assert "are of folds [1, 2]: a scan covers one fold" in capsys.readouterr().err
+    # the loader finds the fold's manifest the scan wrote
+    loader = make_loader(root, "test", fold=2, batch_size=1)
+    assert loader.manifest_path == manifest
+    loader.close()
+
+
+@pytest.mark.slow
+def test_transcode_copies_the_split_files_and_keeps_every_fold(hmdb, tmp_path):
+    from daliload.transcode import TranscodeOptions, transcode_dataset
+
+    summary = transcode_dataset(hmdb, tmp_path / "out", TranscodeOptions(short_side=48, gop=4), workers=2,
+                                progress=False)
+    assert not summary.failed
+    out = tmp_path / "out"
+    # every video, though each fold leaves one of three per class out
+    assert sorted(p.name for p in out.rglob("*.mp4")) == sorted(f"{c}_video_{i}.mp4" for c in HMDB_CLASSES
+                                                                 for i in range(3))
+    split = (out / "testTrainMulti_7030_splits" / "catch_test_split2.txt").read_text()
+    assert split == (hmdb / "testTrainMulti_7030_splits" / "catch_test_split2.txt").read_text().replace(".avi", ".mp4")
+    for fold in (1, 2, 3):
+        before, after = (make_loader(root, "test", fold=fold, batch_size=1) for root in (hmdb, out))
+        assert after.classes == before.classes
+        assert {Path(p).stem for p in after.index.paths} == {Path(p).stem for p in before.index.paths}
+        before.close()
+        after.close()
