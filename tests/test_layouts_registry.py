@@ -415,3 +415,23 @@ def test_transcode_copies_the_split_files_and_keeps_every_fold(hmdb, tmp_path):
         assert {Path(p).stem for p in after.index.paths} == {Path(p).stem for p in before.index.paths}
         before.close()
         after.close()
+
+
+@pytest.mark.slow
+def test_a_list_root_under_ddp_is_one_root_for_every_rank(flat, cache, tmp_path):
+    """2 gloo ranks given the same pairs (in another order, one with relative paths) read one manifest."""
+    import subprocess
+    import sys
+
+    worker = Path(__file__).parent / "ddp" / "list_root_worker.py"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", XDG_CACHE_HOME=str(cache))
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(worker), str(flat / "clips"), str(tmp_path)], env=env, capture_output=True, text=True,
+                          timeout=300)  # a hang bound, not a speed target
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    records = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert records[0]["manifest"] == records[1]["manifest"]
+    assert Path(records[0]["manifest"]).is_relative_to(cache / "daliload" / "lists")
+    assert records[0]["classes"] == records[1]["classes"] == list(HMDB_CLASSES)
+    assert records[0]["videos"] == records[1]["videos"] == 6
+    assert len(records[0]["labels"]) == len(records[1]["labels"]) == 3  # each rank its half of the 6 videos
