@@ -133,6 +133,14 @@ def test_unknown_layout_names_the_layouts_there_are(ucf):
     with pytest.raises(ValueError, match=r"unknown layout 'kinetics'; choose from csv, folders, list, path_label, "
                                          r"ucf101, hmdb51, ssv2"):
         make_loader(ucf, layout="kinetics")
+    from daliload.prescreen import ScanSpec
+
+    with pytest.raises(ValueError, match=r"unknown layout 'kinetics'; choose from csv"):
+        ScanSpec(layout="kinetics")
+    with pytest.raises(ValueError, match=r"layout='ucf101' but scan=ScanSpec\(layout='hmdb51'\): give it once"):
+        make_loader(ucf, layout="ucf101", scan=ScanSpec(layout="hmdb51"))
+    with pytest.raises(TypeError, match=r"scan must be a ScanSpec, got a dict .*: use scan=ScanSpec\(deep=True\)"):
+        make_loader(ucf, layout="ucf101", scan={"deep": True})
     with pytest.raises(ValueError, match=r"fold=2 is for layouts with official folds \(ucf101, hmdb51\); the "
                                          r"path_label layout has none"):
         make_loader(ucf, layout="path_label", fold=2)

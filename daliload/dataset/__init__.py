@@ -28,7 +28,8 @@ nothing here writes under it. Imports neither torch nor a decoder.
 from daliload.dataset._index import (CSV_REQUIRED, SPLITS, VIDEO_EXTENSIONS, DatasetIndex, Layout, Skipped,
                                      VideoRecord, layout_of, load_classes, load_index, save_classes)
 from daliload.dataset._pathlabel import write_pairs
-from daliload.dataset._registry import LAYOUTS, DatasetLayout, register_layout, rewrite_video_names, side_files
+from daliload.dataset._registry import (LAYOUTS, DatasetLayout, check_split, get_layout, register_layout,
+                                        rewrite_video_names, side_files)
 from daliload.dataset._paths import decoded_path, printable_path
 from daliload.dataset._layouts import unindexed
 from daliload.dataset._shard import ALL_FILES, Shard, parse_shard
@@ -37,7 +38,7 @@ from daliload.dataset._videoindex import ROUTE_CODES, ROUTE_NAMES, IndexBuilder,
 __all__ = [
     "ALL_FILES", "CSV_REQUIRED", "LAYOUTS", "ROUTE_CODES", "ROUTE_NAMES", "SPLITS", "VIDEO_EXTENSIONS",
     "DatasetIndex", "DatasetLayout", "IndexBuilder", "Layout", "Shard", "Skipped", "StringColumn", "VideoIndex",
-    "VideoRecord", "VideoRow", "decoded_path", "layout_of", "load_classes", "load_index", "parse_shard",
-    "printable_path", "register_layout", "rewrite_video_names", "save_classes", "side_files", "unindexed",
-    "write_pairs",
+    "VideoRecord", "VideoRow", "check_split", "decoded_path", "get_layout", "layout_of", "load_classes",
+    "load_index", "parse_shard", "printable_path", "register_layout", "rewrite_video_names", "save_classes",
+    "side_files", "unindexed", "write_pairs",
 ]

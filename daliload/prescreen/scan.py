@@ -64,8 +64,7 @@ from daliload.prescreen.scan_listing import (
     stat_records,
 )
 from daliload.runtime import refuse_bootstrapping_main, usable_cores
-from daliload.dataset import ALL_FILES, Shard, printable_path
-from daliload.dataset._registry import get_layout
+from daliload.dataset import ALL_FILES, Shard, get_layout, printable_path
 
 __all__ = ["PROBE_TIMEOUT_S", "DEEP_TIMEOUT_S", "ScanSpec", "ScanSummary", "scan", "default_workers",
            "totals_from_json", "default_manifest_path", "cache_manifest_path", "check_root", "check_changes"]

@@ -15,8 +15,7 @@ import re
 import warnings
 from pathlib import Path
 
-from daliload.dataset import layout_of, write_pairs
-from daliload.dataset._registry import check_split, get_layout
+from daliload.dataset import check_split, get_layout, layout_of, write_pairs
 from daliload.prescreen.scan import ScanSpec
 
 #: A split name that names a fold (``"trainlist02"``, ``"test_split3"``): read through the layout even
@@ -45,6 +44,8 @@ def loader_source(root: object, split: str, unknown: dict[str, object], scan: ob
                       "first argument: KineticsDALILoader(root, ...) or root=", DeprecationWarning, stacklevel=3)
     if root is None:
         raise TypeError("KineticsDALILoader() missing its first argument, root: the dataset root or a manifest")
+    if scan is not None and not isinstance(scan, ScanSpec):  # the loader refuses it next, saying what to write
+        return (root if isinstance(root, (list, tuple)) else Path(root)), split, scan
     spec = scan if isinstance(scan, ScanSpec) else None
     if spec is not None:
         layout, fold = _one("layout", layout, spec.layout), _one("fold", fold, spec.fold)
