@@ -50,7 +50,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from daliload.dataset._layouts import DatasetIndex, VideoRecord, _empty_split, _stems
+from daliload.dataset._layouts import DatasetIndex, VideoRecord, _stems
 from daliload.dataset._registry import DatasetLayout, list_files
 
 UCF_VIDEOS, UCF_LISTS = "UCF-101", "ucfTrainTestlist"
@@ -71,9 +71,16 @@ def _lines(path: Path) -> list[tuple[int, str]]:
 def _finish(root: Path, split: str, layout: str, source: Path, classes: tuple[str, ...],
             records: list[VideoRecord], missing: list[str]) -> DatasetIndex:
     if not records:
-        raise _empty_split(root, split, layout, source, len(missing))
+        raise empty_split(split, layout, source, root, len(missing))
     records.sort(key=lambda r: r.path)
     return DatasetIndex(str(root), split, layout, classes, tuple(records), tuple(sorted(missing)))
+
+
+def empty_split(split: str, layout: str, source: Path, root: Path, missing: int) -> ValueError:
+    """A split whose file names no video that exists (the Kinetics layouts say it their own way)."""
+    extra = f": all {missing} file(s) it lists are missing" if missing else ""
+    return ValueError(f"split {split!r} is empty: {source} names no video under {root} via the {layout} "
+                      f"layout{extra}")
 
 
 def _checked_classes(found: tuple[str, ...], given: tuple[str, ...] | None, source: Path) -> tuple[str, ...]:

@@ -39,7 +39,8 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from daliload.dataset._layouts import SPLITS, DatasetIndex, VideoRecord, _empty_split
+from daliload.dataset._layouts import SPLITS, DatasetIndex, VideoRecord
+from daliload.dataset._official import empty_split
 from daliload.dataset._registry import DatasetLayout
 
 logger = logging.getLogger(__name__)
@@ -176,7 +177,7 @@ def read_path_label(root: Path, split: str, fold: int | None, classes: tuple[str
             continue
         records.append(VideoRecord(os.path.abspath(video), label, found[label], split))
     if not records:
-        raise _empty_split(root, split, "path_label", path, len(missing))
+        raise empty_split(split, "path_label", path, root, len(missing))
     records.sort(key=lambda r: r.path)
     return DatasetIndex(str(root), split, "path_label", tuple(found), tuple(records), tuple(sorted(missing)))
 
