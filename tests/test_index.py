@@ -302,3 +302,17 @@ def test_malformed_list_lines(copy):
     with pytest.raises(ValueError, match=r"no file names the class of label\(s\) \[0, 1, 2, 3\] \(labels counted "
                                          r"from 0; from 1 when .*\); to name the labels otherwise"):
         load_index(copy, "train", layout="list")
+
+
+def test_one_based_list_files_are_read_as_such(copy):
+    """UCF101-style lists count labels from 1: no list of the root names a 0, and every label from 1 up is named."""
+    for split in ("train", "val"):
+        path = copy / f"{split}list.txt"
+        path.write_text("".join(f"{rel} {int(label) + 1}\n" for rel, _, label in
+                                (line.rpartition(" ") for line in path.read_text().splitlines())))
+    for split in ("train", "val"):
+        assert load_index(copy, split, layout="list").records == load_index(copy, split, layout="folders").records
+    with pytest.raises(ValueError, match=r"trainlist.txt line \d+: label \d+ is outside the class map of 3 classes "
+                                         r"\(labels counted from 0\)"):
+        (copy / "trainlist.txt").write_text((copy / "trainlist.txt").read_text() + "train/still/x.mp4 9\n")
+        load_index(copy, "train", layout="list", classes=("a", "b", "c"))
