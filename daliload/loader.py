@@ -38,11 +38,11 @@ from daliload.epoch import (PADDING_LABEL, BatchInfo, ClipSources, DaliSetup, Ep
 from daliload.failures import FailureBudget
 from daliload.options import (DecodeSpec, augment_and_output, check_batch_fits, check_clip_fits, check_options,
                               checked_clips_per_video, checked_label_padding, checked_padding_label, checked_spec,
-                              checked_batch_keys, checked_views, dali_usable, dataset_root, refuse_disagreeing_ranks,
+                              checked_batch_keys, checked_views, dali_usable, refuse_disagreeing_ranks,
                               refuse_unknown_options, warn_upscaled)
 from daliload.plan import (AugmentSpec, ClipSpec, LastBatch, OutputSpec, Sample, make_train_plan, make_val_plan,
                            num_batches, samples_per_rank, split_batches)
-from daliload.prescreen import ScanSpec, split_videos
+from daliload.prescreen import ScanSpec, loader_source, split_videos
 from daliload.prescreen.gpus import detect_gpu
 from daliload.runtime import refuse_bootstrapping_main
 from daliload.stats import LoaderStats
@@ -66,7 +66,7 @@ class KineticsDALILoader(LoaderState):
     Args:
         root: the dataset root (scanned on first use; see :class:`ScanSpec`)
             or the path of a manifest written by ``daliload scan``; ``bytes``
-            (``os.fsencode``, ``os.listdir(b"...")``) as ``os.fsdecode`` reads them. Required;
+            (``os.fsencode``, ``os.listdir(b"...")``) as ``os.fsdecode`` reads them; or (path, label) pairs. Required;
             ``source=`` (its old name) still works, with a ``DeprecationWarning``.
         split: ``"train"`` (shuffled, random window, crop and flip) or any
             other split in the manifest (deterministic centre clip and crop).
@@ -103,6 +103,7 @@ class KineticsDALILoader(LoaderState):
             (GPU ``N``), or ``"cpu"`` / ``torch.device("cpu")``.
         decode: threads, workers, prefetch and failure limits (:class:`DecodeSpec`).
         scan: pre-screen options when ``root`` is a dataset root (:class:`ScanSpec`).
+        layout, fold: how ``root`` is read (default detected) and UCF101's or HMDB51's fold: ``docs/datasets.md``.
         views: ``(num_temporal, num_spatial)`` views per video, for multi-view
             evaluation (evaluation splits only): each batch row is one video
             with all its views, ``videos`` has shape ``(B, V, C, T, H, W)``
@@ -208,14 +209,13 @@ class KineticsDALILoader(LoaderState):
         clips_per_video: int = 1,
         with_info: bool = False,
         batch_keys: tuple[str, str] | None = None,
+        layout: str | None = None, fold: int | None = None,
         **unknown: object,
     ) -> None:
-        root = dataset_root(decoded_path(root), unknown)  # or source=, its old name
+        root, split, scan = loader_source(decoded_path(root), split, unknown, scan, layout=layout, fold=fold)
         refuse_unknown_options(unknown, _OPTIONS)
         # A spawn/forkserver child re-running an unguarded script must not load (and train) again.
         refuse_bootstrapping_main("A KineticsDALILoader")
-        if not root.exists():
-            raise FileNotFoundError(f"dataset root or manifest not found: {root}")
         check_options(batch_size=batch_size, last_batch=last_batch, device=device, seed=seed)
         self.clip = ClipSpec(clip_len=clip_len, frame_stride=frame_stride, target_fps=target_fps)
         self.augment, self.output = augment_and_output(crop_size, checked_spec("augment", augment, AugmentSpec, None),

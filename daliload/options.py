@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import os
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal, Sequence
 
 import numpy as np
@@ -213,19 +211,6 @@ _DATALOADER_EQUIVALENTS = {
     "generator": "seed=",
     "dataset": "root, the first argument (a dataset root or a manifest)",
 }
-
-
-def dataset_root(root: str | os.PathLike | None, unknown: dict[str, object]) -> Path:
-    """The loader's ``root``, or the deprecated ``source=`` (taken out of ``unknown``) with a ``DeprecationWarning``."""
-    if "source" in unknown:
-        if root is not None:
-            raise TypeError("KineticsDALILoader() got both root and source=, its old name: pass root only")
-        root = unknown.pop("source")
-        warnings.warn("KineticsDALILoader(source=...) is deprecated: the dataset root (or manifest) is root, the "
-                      "first argument: KineticsDALILoader(root, ...) or root=", DeprecationWarning, stacklevel=3)
-    if root is None:
-        raise TypeError("KineticsDALILoader() missing its first argument, root: the dataset root or a manifest")
-    return Path(root)
 
 
 def refuse_unknown_options(unknown: dict[str, object], known: Sequence[str]) -> None:

@@ -63,9 +63,10 @@ def test_auto_prefers_csv_then_folders_then_list(copy):
     (copy / "vallist.txt").rename(moved / "vallist.txt")
     assert load_index(copy, "val", list_file=moved / "vallist.txt").layout == "list"
     shutil.rmtree(copy / "val")
-    looked = f"{copy / 'annotations' / 'val.csv'}, {copy / 'val'}/ and {copy / 'vallist.txt'}"
+    looked = (f"csv ({copy / 'annotations' / 'val.csv'}), folders ({copy / 'val'}), list ({copy / 'vallist.txt'}), "
+              f"path_label ({copy / 'val.csv'}), ucf101 ({copy / 'ucfTrainTestlist' / 'vallist01.txt'}), ")
     with pytest.raises(FileNotFoundError,
-                       match=re.escape(f"no 'val' split under {copy}: looked for {looked}")):
+                       match=re.escape(f"no 'val' split under {copy} in any layout: looked for {looked}")):
         load_index(copy, "val")
 
 
@@ -213,14 +214,18 @@ def test_missing_root(tmp_path):
         load_index(tmp_path / "nope")
 
 
-def test_unknown_split_lists_allowed(generated):
-    with pytest.raises(ValueError, match=r"unknown split 'training'; allowed: train, val, test"):
+def test_any_split_name_is_looked_for(generated):
+    with pytest.raises(FileNotFoundError, match=r"no 'training' split under .* in any layout: looked for csv "
+                                                r"\(.*/annotations/training.csv\), folders \(.*/training\)"):
         load_index(generated.root, "training")
+    with pytest.raises(ValueError, match=r"split must be a name such as 'train'.*got 'a/b'"):
+        load_index(generated.root, "a/b")
 
 
 def test_unknown_layout(generated):
     with pytest.raises(ValueError,
-                       match=r"unknown layout 'json'; choose from auto, folders, csv, list"):
+                       match=r"unknown layout 'json'; choose from csv, folders, list, path_label, ucf101, hmdb51, "
+                             r"ssv2 \(or None / 'auto' to detect it\)"):
         load_index(generated.root, layout="json")
 
 
@@ -290,10 +295,24 @@ def test_malformed_list_lines(copy):
         load_index(copy, "train", layout="list")
     path.write_text("train/still/a.mp4 1\ntrain/blink/b.mp4 1\n")
     with pytest.raises(ValueError, match=r"line 2: label 1 is folder 'blink' here but 'still' "
-                                         r"at .* pass classes="):
+                                         r"at .* write them one per line in label order in .*classes.txt"):
         load_index(copy, "train", layout="list")
     path.write_text("train/still/a.mp4 4\n")
     (copy / "vallist.txt").unlink()
-    with pytest.raises(ValueError, match=r"no file names the class of label\(s\) \[0, 1, 2, 3\]; "
-                                         r"pass classes="):
+    with pytest.raises(ValueError, match=r"no file names the class of label\(s\) \[0, 1, 2, 3\] \(labels counted "
+                                         r"from 0; from 1 when .*\); to name the labels otherwise"):
         load_index(copy, "train", layout="list")
+
+
+def test_one_based_list_files_are_read_as_such(copy):
+    """UCF101-style lists count labels from 1: no list of the root names a 0, and every label from 1 up is named."""
+    for split in ("train", "val"):
+        path = copy / f"{split}list.txt"
+        path.write_text("".join(f"{rel} {int(label) + 1}\n" for rel, _, label in
+                                (line.rpartition(" ") for line in path.read_text().splitlines())))
+    for split in ("train", "val"):
+        assert load_index(copy, split, layout="list").records == load_index(copy, split, layout="folders").records
+    with pytest.raises(ValueError, match=r"trainlist.txt line \d+: label \d+ is outside the class map of 3 classes "
+                                         r"\(labels counted from 0\)"):
+        (copy / "trainlist.txt").write_text((copy / "trainlist.txt").read_text() + "train/still/x.mp4 9\n")
+        load_index(copy, "train", layout="list", classes=("a", "b", "c"))

@@ -2,9 +2,13 @@
 
 Modules, by concept:
 
-* :mod:`._index`: :func:`load_index`, the split's files and labels in any of
-  the three layouts (folders, CSV, list; drawn there), and class maps
-  (:func:`save_classes`, :func:`load_classes`);
+* :mod:`._index`: :func:`load_index`, the split's files and labels in any
+  layout of the registry, and class maps (:func:`save_classes`, :func:`load_classes`);
+* :mod:`._registry`: the registry of layouts (:data:`LAYOUTS`, one
+  :class:`DatasetLayout` each: how a split is found, read and transcoded);
+  the Kinetics three are drawn in :mod:`._index`, UCF101, HMDB51 and
+  Something-Something v2 in :mod:`._official`, a file of ``path label`` lines
+  (and a Python list of pairs as a root) in :mod:`._pathlabel`;
 * :mod:`._paths`: paths whose names are any bytes: a root given as ``bytes``
   (:func:`decoded_path`), and such a path in text a person reads
   (:func:`printable_path`);
@@ -22,14 +26,19 @@ nothing here writes under it. Imports neither torch nor a decoder.
 """
 
 from daliload.dataset._index import (CSV_REQUIRED, SPLITS, VIDEO_EXTENSIONS, DatasetIndex, Layout, Skipped,
-                                     VideoRecord, load_classes, load_index, save_classes)
+                                     VideoRecord, layout_of, load_classes, load_index, save_classes)
+from daliload.dataset._pathlabel import write_pairs
+from daliload.dataset._registry import (LAYOUTS, DatasetLayout, check_split, get_layout, register_layout,
+                                        rewrite_video_names, side_files)
 from daliload.dataset._paths import decoded_path, printable_path
 from daliload.dataset._layouts import unindexed
 from daliload.dataset._shard import ALL_FILES, Shard, parse_shard
 from daliload.dataset._videoindex import ROUTE_CODES, ROUTE_NAMES, IndexBuilder, StringColumn, VideoIndex, VideoRow
 
 __all__ = [
-    "ALL_FILES", "CSV_REQUIRED", "ROUTE_CODES", "ROUTE_NAMES", "SPLITS", "VIDEO_EXTENSIONS", "DatasetIndex",
-    "IndexBuilder", "Layout", "Shard", "Skipped", "StringColumn", "VideoIndex", "VideoRecord", "VideoRow",
-    "decoded_path", "load_classes", "load_index", "parse_shard", "printable_path", "save_classes", "unindexed",
+    "ALL_FILES", "CSV_REQUIRED", "LAYOUTS", "ROUTE_CODES", "ROUTE_NAMES", "SPLITS", "VIDEO_EXTENSIONS",
+    "DatasetIndex", "DatasetLayout", "IndexBuilder", "Layout", "Shard", "Skipped", "StringColumn", "VideoIndex",
+    "VideoRecord", "VideoRow", "check_split", "decoded_path", "get_layout", "layout_of", "load_classes",
+    "load_index", "parse_shard", "printable_path", "register_layout", "rewrite_video_names", "save_classes",
+    "side_files", "unindexed", "write_pairs",
 ]

@@ -1,7 +1,11 @@
 """The dataset index: which video files a split holds, and their labels.
 
-Three layouts are understood; a Kinetics download usually has the first two,
-and ``daliload synth`` writes all three::
+Layouts are records of a registry (:mod:`daliload.dataset._registry`,
+:data:`LAYOUTS`): the three Kinetics layouts below (a Kinetics download
+usually has the first two, and ``daliload synth`` writes all three), a
+``path label`` file per split (:mod:`._pathlabel`), and the official downloads
+of UCF101, HMDB51 and Something-Something v2 (:mod:`._official`); each is
+drawn in its module and in ``docs/datasets.md``::
 
     ROOT/
       train/                                   "folders": ROOT/<split>/<class name>/<file>
@@ -32,8 +36,8 @@ dropped silently. If a CSV has a ``split`` column, only rows of the requested
 split are used, so one combined CSV works too.
 
 Class indices are positions in the sorted class names of *all* splits of the
-layout (``train``, ``val`` and ``test``, whichever exist), so train and val
-always agree. To pin the map across machines or dataset versions, store it
+layout (``train``, ``val`` and ``test``, whichever exist, and the one asked
+for), so train and val always agree. To pin the map across machines or dataset versions, store it
 once and pass it back::
 
     index = load_index(root, "train")
@@ -43,7 +47,7 @@ once and pass it back::
 Nothing is ever written under ``ROOT``, which may be read-only.
 
 The records and the reader of each layout are in :mod:`daliload.dataset._layouts`;
-this module picks the layout of a split and reads and writes class maps.
+this module registers them, picks the layout of a split and reads and writes class maps.
 """
 
 from __future__ import annotations
@@ -53,12 +57,15 @@ import os
 import warnings
 from dataclasses import replace
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Sequence
 
+from daliload.dataset._official import HMDB51, SSV2, UCF101
+from daliload.dataset._pathlabel import PATH_LABEL, load_classes, save_classes
 from daliload.dataset._paths import decoded_path, printable_path
+from daliload.dataset._registry import (LAYOUTS, DatasetLayout, detect_layout, get_layout, list_files,
+                                        register_layout, resolve_split, rewrite_video_names)
 from daliload.dataset._layouts import (
     CSV_REQUIRED,
-    SPLIT_ALIASES,
     SPLITS,
     VIDEO_EXTENSIONS,
     DatasetIndex,
@@ -73,59 +80,56 @@ from daliload.dataset._layouts import (
 
 logger = logging.getLogger(__name__)
 
-Layout = Literal["auto", "folders", "csv", "list"]
-_LAYOUTS = ("auto", "folders", "csv", "list")
+#: A layout's name (see :data:`LAYOUTS`), or ``"auto"`` / ``None``: detect it.
+Layout = str
 
 
-def save_classes(classes: Sequence[str], path: str | os.PathLike) -> None:
-    """Write the class map, one name per line in label order (UTF-8).
-
-    Raises:
-        ValueError: a name is empty, has a line break or is listed twice.
-    """
-    for name in classes:
-        if not name or "\n" in name or "\r" in name or name != name.strip():
-            raise ValueError(f"class name {name!r} cannot be stored one per line "
-                             f"(empty, line break or surrounding spaces)")
-    if len(set(classes)) != len(classes):
-        repeated = sorted(n for n in set(classes) if list(classes).count(n) > 1)
-        raise ValueError(f"class names repeat: {repeated}")
-    Path(path).write_text("".join(f"{name}\n" for name in classes), encoding="utf-8")
+def _root_list_files(root: Path) -> list[str]:
+    return [p.name for p in sorted(root.glob("*list.txt")) if p.is_file()] if root.is_dir() else []
 
 
-def load_classes(path: str | os.PathLike) -> tuple[str, ...]:
-    """Read a class map written by :func:`save_classes`.
-
-    Raises:
-        FileNotFoundError: ``path`` does not exist.
-        ValueError: the file is empty or lists a class twice.
-    """
-    names = tuple(line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines()
-                  if line.strip())
-    if not names:
-        raise ValueError(f"class map {path} lists no classes")
-    if len(set(names)) != len(names):
-        raise ValueError(f"class map {path} lists a class twice")
-    return names
+# The registry, in detection order: today's three first (a Kinetics root keeps the layout it always had).
+for _layout in (
+    DatasetLayout("csv", lambda root, split, fold: default_csv(root, split),
+                  lambda root, split, fold, classes: load_csv(root, split, default_csv(root, split), classes),
+                  lambda root: list_files(root / "annotations", "*.csv", "annotations/"),
+                  describe="ROOT/annotations/<split>.csv (label,youtube_id,time_start,time_end[,split])"),
+    DatasetLayout("folders", lambda root, split, fold: root / split,
+                  lambda root, split, fold, classes: load_folders(root, split, classes), lambda root: [],
+                  describe="ROOT/<split>/<class name>/<video>"),
+    DatasetLayout("list", lambda root, split, fold: root / f"{split}list.txt",
+                  lambda root, split, fold, classes: load_list(root, split, root / f"{split}list.txt", classes),
+                  _root_list_files, rewrite=True, describe="ROOT/<split>list.txt of '<path> <label index>' lines"),
+    PATH_LABEL, UCF101, HMDB51, SSV2,
+):
+    register_layout(_layout)
 
 
 def load_index(
     root: str | bytes | os.PathLike,
     split: str = "train",
     *,
-    layout: Layout = "auto",
+    layout: Layout | None = None,
+    fold: int | None = None,
     annotations: str | os.PathLike | None = None,
     list_file: str | os.PathLike | None = None,
     classes: Sequence[str] | None = None,
 ) -> DatasetIndex:
-    """Index one split of a Kinetics-style dataset (layouts in the module docstring).
+    """Index one split of a dataset, in any layout of the registry (drawn in the module docstring and in
+    ``docs/datasets.md``).
 
     Args:
         root: dataset root (``bytes`` are read as :func:`os.fsdecode` reads them).
-        split: ``"train"``, ``"val"`` or ``"test"`` (``"validate"`` means ``"val"``).
-        layout: ``"auto"`` (default) uses, in this order, ``annotations`` or
-            ``list_file`` if given, else ``ROOT/annotations/<split>.csv``, else
-            ``ROOT/<split>/``, else ``ROOT/<split>list.txt``.
+        split: any name (``"train"``, ``"val"``, ``"test"``, ``"holdout"``); ``"validate"`` and
+            ``"validation"`` mean ``"val"``. For UCF101 and HMDB51, ``"trainlist02"`` is
+            ``split="train", fold=2``.
+        layout: a name of :data:`LAYOUTS` (``"folders"``, ``"csv"``, ``"list"``, ``"path_label"``,
+            ``"ucf101"``, ``"hmdb51"``, ``"ssv2"``), or ``None``/``"auto"`` (default): ``annotations``
+            or ``list_file`` if given, else the first layout whose split file or folder exists, in
+            that order (``ROOT/annotations/<split>.csv``, ``ROOT/<split>/``, ``ROOT/<split>list.txt``,
+            ``ROOT/<split>.csv`` or ``.txt``, ``ucfTrainTestlist/``, ``testTrainMulti_7030_splits/``,
+            ``labels/<split>.json``).
+        fold: for UCF101 and HMDB51, the official fold (1..3); default 1. Refused by other layouts.
         annotations: the split's CSV, if not ``ROOT/annotations/<split>.csv``.
             Its directory is where the other splits' CSVs are looked for.
         list_file: the split's list file, if not ``ROOT/<split>list.txt``.
@@ -136,33 +140,31 @@ def load_index(
         :class:`DatasetIndex` with records sorted by path.
 
     Raises:
-        FileNotFoundError: ``root``, or the file or folder the layout needs, is missing.
-        ValueError: unknown split or layout; the split has no videos; a CSV lacks
-            columns; a list line is malformed; a class is not in ``classes``.
+        FileNotFoundError: ``root``, or the file or folder the layout needs, is missing (the
+            message names it; with no layout given, every layout and the path it looked for).
+        ValueError: unknown layout; a fold out of range; the split has no videos; a CSV lacks
+            columns; a line is malformed or its label out of range; a class is not in ``classes``.
     """
     root_path = Path(os.path.abspath(decoded_path(root)))
     if not root_path.is_dir():
         raise FileNotFoundError(f"dataset root {root_path} does not exist or is not a directory")
-    split = _check_split(split)
-    if layout not in _LAYOUTS:
-        raise ValueError(f"unknown layout {layout!r}; choose from {', '.join(_LAYOUTS)}")
+    chosen = None if layout in (None, "auto") else get_layout(layout)
     if classes is not None:
         classes = tuple(classes)
         if not classes:
             raise ValueError("classes= is empty; pass the stored class map or None")
+    if chosen is None and (annotations is not None or list_file is not None):
+        chosen = LAYOUTS["csv" if annotations is not None else "list"]
+    if chosen is None:
+        chosen = detect_layout(root_path, split, fold)
+    split, fold = resolve_split(chosen, split, fold)
 
-    csv_path = Path(annotations) if annotations is not None else default_csv(root_path, split)
-    list_path = Path(list_file) if list_file is not None else root_path / f"{split}list.txt"
-    if layout == "auto":
-        layout = _pick_layout(root_path, split, csv_path, list_path,
-                              annotations is not None, list_file is not None)
-
-    if layout == "folders":
-        index = load_folders(root_path, split, classes)
-    elif layout == "csv":
-        index = load_csv(root_path, split, csv_path, classes)
+    if chosen.name == "csv" and annotations is not None:
+        index = load_csv(root_path, split, Path(annotations), classes)
+    elif chosen.name == "list" and list_file is not None:
+        index = load_list(root_path, split, Path(list_file), classes)
     else:
-        index = load_list(root_path, split, list_path, classes)
+        index = chosen.read(root_path, split, fold, classes)
     if index.layout != "folders":  # the folders layout collects what it skips while listing
         index = replace(index, skipped=unindexed(root_path / split, index))
     if index.skipped:
@@ -176,28 +178,20 @@ def load_index(
     return index
 
 
-def _check_split(split: str) -> str:
-    split = SPLIT_ALIASES.get(split, split)
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; allowed: {', '.join(SPLITS)}")
-    return split
+def layout_of(root: str | bytes | os.PathLike, split: str, layout: Layout | None = None,
+              fold: int | None = None) -> tuple[str, str, int | None]:
+    """``(layout name, split, fold)`` as :func:`load_index` would read them: the layout detected when
+    ``layout`` is None, ``"trainlist02"`` of UCF101 as ``("ucf101", "train", 2)``.
+
+    Raises:
+        FileNotFoundError, ValueError: as :func:`load_index`.
+    """
+    root_path = Path(os.path.abspath(decoded_path(root)))
+    chosen = get_layout(layout) if layout not in (None, "auto") else detect_layout(root_path, split, fold)
+    split, fold = resolve_split(chosen, split, fold)
+    return chosen.name, split, fold
 
 
-def _pick_layout(root: Path, split: str, csv_path: Path, list_path: Path,
-                 csv_given: bool, list_given: bool) -> str:
-    if csv_given:
-        return "csv"
-    if list_given:
-        return "list"
-    if csv_path.is_file():
-        return "csv"
-    if (root / split).is_dir():
-        return "folders"
-    if list_path.is_file():
-        return "list"
-    raise FileNotFoundError(
-        f"no {split!r} split under {root}: looked for {csv_path}, {root / split}/ and {list_path}")
-
-
-__all__ = ["VideoRecord", "DatasetIndex", "Skipped", "load_index", "save_classes", "load_classes", "SPLITS",
-           "CSV_REQUIRED", "VIDEO_EXTENSIONS", "Layout"]
+__all__ = ["VideoRecord", "DatasetIndex", "Skipped", "load_index", "layout_of", "save_classes", "load_classes",
+           "SPLITS", "CSV_REQUIRED", "VIDEO_EXTENSIONS", "Layout", "LAYOUTS", "DatasetLayout", "register_layout",
+           "rewrite_video_names"]

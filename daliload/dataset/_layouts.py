@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, NamedTuple
 
-#: Split names a dataset may have (Kinetics' three).
+#: The usual split names (Kinetics' three): whose files make one class map, and what a transcode reads by
+#: default. A split may have any other name.
 SPLITS: tuple[str, ...] = ("train", "val", "test")
 #: Columns a CSV must have; ``split`` is optional.
 CSV_REQUIRED = ("label", "youtube_id", "time_start", "time_end")
@@ -46,7 +47,7 @@ class VideoRecord(NamedTuple):
         path: absolute path of the file.
         label: class index (position of ``class_name`` in :attr:`DatasetIndex.classes`).
         class_name: class name, e.g. ``"air drumming"``.
-        split: ``"train"``, ``"val"`` or ``"test"``.
+        split: the split's name (``"train"``, ``"val"``, ``"test"``, or any other).
         youtube_id: YouTube id when the CSV or the file name gives it, else None.
         time_start, time_end: span in the source video, in seconds, where known.
     """
@@ -74,7 +75,8 @@ class DatasetIndex:
     Attributes:
         root: dataset root (absolute).
         split: the split these records are from.
-        layout: the layout that was parsed (``"folders"``, ``"csv"`` or ``"list"``).
+        layout: the layout that was parsed (a name of :data:`daliload.dataset.LAYOUTS`:
+            ``"folders"``, ``"csv"``, ``"list"``, ``"path_label"``, ``"ucf101"``, ...).
         classes: class names; position = label index.
         records: the videos, sorted by path.
         missing: absolute paths named by CSV rows (or list lines) whose file
@@ -126,8 +128,9 @@ def _label_of(name: str, classes: tuple[str, ...], lookup: dict[str, int], where
                          f"classes; the stored map is stale or from another dataset") from None
 
 
-def _split_dirs(root: Path) -> list[Path]:
-    return [root / s for s in SPLITS if (root / s).is_dir()]
+def _split_dirs(root: Path, split: str) -> list[Path]:
+    """The folders of the usual splits and of ``split`` (a free name: ``"holdout"``)."""
+    return [root / s for s in dict.fromkeys((*SPLITS, split)) if (root / s).is_dir()]
 
 
 def _parse_name(path: Path) -> tuple[str | None, float | None, float | None]:
@@ -172,7 +175,7 @@ def load_folders(root: Path, split: str, classes: tuple[str, ...] | None) -> Dat
     split_dir = root / split
     if not split_dir.is_dir():
         raise FileNotFoundError(f"split folder {split_dir} does not exist")
-    names = (e.name for s in _split_dirs(root) for e in _entries(s) if _kind(e)[0])
+    names = (e.name for s in _split_dirs(root, split) for e in _entries(s) if _kind(e)[0])
     classes = _class_map(names, classes)
     lookup = {name: i for i, name in enumerate(classes)}
     records, skipped = [], []
@@ -254,7 +257,7 @@ def unindexed(split_dir: Path, index: DatasetIndex) -> tuple[Skipped, ...]:
     if not split_dir.is_dir():
         return ()
     indexed = {r.path for r in index.records}
-    unlisted = _UNLISTED[index.layout]
+    unlisted = _UNLISTED.get(index.layout, f"not in the {index.layout} split file")
     skipped = []
     for entry in split_dir.iterdir():
         if not entry.is_dir():  # directly in the split folder
@@ -362,11 +365,14 @@ def load_list(root: Path, split: str, list_path: Path,
     if not list_path.is_file():
         raise FileNotFoundError(f"list file {list_path} does not exist")
     entries = _read_list(list_path)
+    base = 0
     if classes is None:
         # Lists carry indices only; names come from the parent folders
         # (<split>/<class>/<file>) of this and the other splits' lists.
         seen: dict[int, tuple[str, str]] = {}
-        for other in SPLITS:
+        fix = (f"to name the labels otherwise, write them one per line in label order in {root / 'classes.txt'} "
+               f"and rename the list {root / f'{split}.txt'} (the path_label layout, docs/datasets.md)")
+        for other in dict.fromkeys((*SPLITS, split)):
             other_path = list_path if other == split else list_path.parent / f"{other}list.txt"
             if other != split and not other_path.is_file():
                 continue
@@ -374,25 +380,27 @@ def load_list(root: Path, split: str, list_path: Path,
                 name = Path(rel).parent.name
                 where = f"{other_path} line {number}"
                 if label in seen and seen[label][0] != name:
-                    raise ValueError(
-                        f"{where}: label {label} is folder {name!r} here but {seen[label][0]!r} at "
-                        f"{seen[label][1]}; pass classes= (see load_classes) to name the labels")
+                    raise ValueError(f"{where}: label {label} is folder {name!r} here but {seen[label][0]!r} at "
+                                     f"{seen[label][1]}; {fix}")
                 seen.setdefault(label, (name, where))
+        if seen and 0 not in seen and sorted(seen) == list(range(1, max(seen) + 1)):
+            base = 1  # no list names a 0 and every label from 1 up is named: counted from 1 (UCF101's lists)
+            seen = {label - 1: named for label, named in seen.items()}
         gaps = sorted(set(range(max(seen) + 1)) - set(seen)) if seen else []
         if gaps:
-            raise ValueError(f"{list_path}: no file names the class of label(s) {gaps[:10]}; "
-                             f"pass classes= (see load_classes) to name every label")
+            raise ValueError(f"{list_path}: no file names the class of label(s) {gaps[:10]} (labels counted from 0; "
+                             f"from 1 when no list has a 0 and every label from 1 up is named); {fix}")
         classes = tuple(seen[i][0] for i in range(len(seen)))
     records, missing = [], []
     for rel, label, number in entries:
-        if label >= len(classes):
+        if not 0 <= label - base < len(classes):
             raise ValueError(f"{list_path} line {number}: label {label} is outside the class map "
-                             f"of {len(classes)} classes")
+                             f"of {len(classes)} classes (labels counted from {base})")
         path = root / rel
         if not path.is_file():
             missing.append(str(path))
             continue
-        records.append(VideoRecord(str(path), label, classes[label], split, *_parse_name(path)))
+        records.append(VideoRecord(str(path), label - base, classes[label - base], split, *_parse_name(path)))
     if not records:
         raise _empty_split(root, split, "list", list_path, len(missing))
     records.sort(key=lambda r: r.path)

@@ -9,8 +9,9 @@ reads, errors), :mod:`.probe_pool` (probing in worker processes),
 :mod:`.scan` (the resumable scan and :class:`ScanSpec`; :mod:`.scan_listing`
 what it covers and what changed), :mod:`.scan_lock` (one scan at a time, and
 who waits for whom), :mod:`.ensure` (a job's manifest, checked once:
-:func:`ensure_manifest`, :func:`check_manifest`, :func:`split_videos`) and :mod:`.merge` (the
-manifests of a scan spread over machines, joined).
+:func:`ensure_manifest`, :func:`check_manifest`, :func:`split_videos`), :mod:`.source` (what a
+loader's root, split, layout and fold name) and :mod:`.merge` (the manifests of a scan spread over
+machines, joined).
 """
 
 from daliload.prescreen.manifest import SCHEMA_VERSION, Manifest, ManifestEntry
@@ -27,6 +28,7 @@ from daliload.prescreen.rules import (
 )
 from daliload.prescreen.ensure import SplitVideos, check_manifest, ensure_manifest, split_videos
 from daliload.prescreen.scan import ScanSpec, ScanSummary, default_manifest_path, scan
+from daliload.prescreen.source import loader_source
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -49,5 +51,6 @@ __all__ = [
     "check_manifest",
     "ensure_manifest",
     "split_videos",
+    "loader_source",
     "scan",
 ]

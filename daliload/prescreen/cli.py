@@ -16,8 +16,10 @@ from daliload.prescreen.manifest import Manifest
 from daliload.prescreen.merge import merge_manifests
 from daliload.prescreen.ensure import copy_to_cache, unwritable_manifest, writable
 from daliload.prescreen.scan import cache_manifest_path, check_root, default_manifest_path, scan
+from daliload.prescreen.scan_listing import manifest_name
 from daliload.prescreen.scan_lock import scan_lock
-from daliload.dataset import parse_shard
+from daliload.prescreen.source import scan_splits
+from daliload.dataset import LAYOUTS, parse_shard
 
 HELP = "probe every video, route it to DALI, the PyAV fallback or out (bad); cache it in a manifest"
 
@@ -51,7 +53,22 @@ def _add_gpu_model(parser: argparse.ArgumentParser) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "root", type=Path, nargs="?", help="dataset root (ROOT/<split>/<class>/<file>, or CSV/list layouts)"
+        "root", type=Path, nargs="?", help="dataset root, in any layout (ROOT/<split>/<class>/<file>, CSV, list, "
+        "UCF101, HMDB51, SSv2: docs/datasets.md)"
+    )
+    parser.add_argument(
+        "--layout",
+        choices=tuple(LAYOUTS),
+        default=None,
+        help="how ROOT is read (default: detected per split)",
+    )
+    parser.add_argument(
+        "--fold",
+        type=int,
+        default=None,
+        metavar="N",
+        help="UCF101's or HMDB51's official fold, 1..3 (default 1; --split trainlist02 says it too); each fold "
+        "has a manifest of its own (manifest-foldN.sqlite)",
     )
     parser.add_argument(
         "--shard",
@@ -202,9 +219,11 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as err:
             print(f"daliload scan: {err}", file=sys.stderr)
             return 2
-    manifest_path = Path(os.path.abspath(args.manifest or _default_manifest(args.root)))
+    manifest_path = args.manifest  # until the fold says which is the root's
     try:
         root = check_root(args.root)
+        splits, fold = scan_splits(root, _splits(args.split), args.layout, args.fold)
+        manifest_path = Path(os.path.abspath(args.manifest or _default_manifest(args.root, fold)))
         if not manifest_path.is_file() and not writable(manifest_path):
             raise unwritable_manifest(root, manifest_path, given=args.manifest is not None)
         manifest_path.parent.mkdir(parents=True, exist_ok=True)
@@ -217,13 +236,15 @@ def run(args: argparse.Namespace) -> int:
                 device=device,
                 deep=args.deep,
                 workers=args.workers,
-                splits=_splits(args.split),
+                splits=splits,
                 progress=not args.quiet,
                 timeout_s=args.timeout,
                 gpu_model=args.gpu_model if device == "gpu" else None,
                 retry_bad=args.retry_bad,
                 shard=shard,
                 on_progress=note,
+                layout=args.layout,
+                fold=fold,
             )
     except (ValueError, FileNotFoundError) as err:  # refused options, a damaged manifest, a root that is a file
         print(f"daliload scan: {err}", file=sys.stderr)
@@ -251,13 +272,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _default_manifest(root: Path) -> Path:
-    """The root's manifest; when it is on read-only storage, the per-user cache copy, first made from it
-    (so that only changed files are probed, not the whole dataset again)."""
-    local = Path(root).absolute() / ".daliload" / "manifest.sqlite"
+def _default_manifest(root: Path, fold: int | None = None) -> Path:
+    """The root's manifest (of ``fold``); when it is on read-only storage, the per-user cache copy, first made
+    from it (so that only changed files are probed, not the whole dataset again)."""
+    local = Path(root).absolute() / ".daliload" / manifest_name(fold)
     if not local.is_file() or writable(local):
-        return default_manifest_path(root)
-    cache = cache_manifest_path(root)
+        return default_manifest_path(root, fold)
+    cache = cache_manifest_path(root, fold)
     if not cache.is_file():
         copy_to_cache(local, cache)
         print(f"{local} is on read-only storage: scanning a copy of it, {cache}", file=sys.stderr)

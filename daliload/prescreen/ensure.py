@@ -172,7 +172,7 @@ def ensure_manifest(
     else:  # says every so often whom it waits for, and how far rank 0 is when this node sees its lock file
         done = threading.Event()
         where = (Path(os.path.abspath(decoded_path(scan.manifest_path))) if scan.manifest_path is not None
-                 else find_manifest(root))
+                 else find_manifest(root, scan.fold))
         threading.Thread(target=report_while, args=(done, where, Path(os.path.abspath(root)), "global rank 0",
                                                     progress and runtime.local_rank() == 0),
                          name="daliload-scan-wait", daemon=True).start()
@@ -193,7 +193,7 @@ def _ensure_here(root: str | os.PathLike, device: Device, spec: ScanSpec, splits
     """:func:`ensure_manifest` in this process."""
     root = check_root(root)
     given = spec.manifest_path is not None
-    path = Path(os.path.abspath(decoded_path(spec.manifest_path))) if given else find_manifest(root)
+    path = Path(os.path.abspath(decoded_path(spec.manifest_path))) if given else find_manifest(root, spec.fold)
     key = (str(root), str(path))
     with _checked_lock:
         done = _checked.get(key)
@@ -213,13 +213,14 @@ def _ensure_here(root: str | os.PathLike, device: Device, spec: ScanSpec, splits
     return result
 
 
-def find_manifest(root: str | os.PathLike) -> Path:
-    """The manifest of ``root`` when no path is given: its own if it exists (even on read-only storage),
-    else :func:`~daliload.prescreen.default_manifest_path`."""
+def find_manifest(root: str | os.PathLike, fold: int | None = None) -> Path:
+    """The manifest of ``root`` (of ``fold``) when no path is given: its own if it exists (even on read-only
+    storage), else :func:`~daliload.prescreen.default_manifest_path`."""
     from daliload.prescreen.scan import default_manifest_path
+    from daliload.prescreen.scan_listing import manifest_name
 
-    local = Path(os.path.abspath(root)) / ".daliload" / "manifest.sqlite"
-    return local if local.is_file() else default_manifest_path(root)
+    local = Path(os.path.abspath(root)) / ".daliload" / manifest_name(fold)
+    return local if local.is_file() else default_manifest_path(root, fold)
 
 
 def writable(path: Path) -> bool:
@@ -260,12 +261,13 @@ def unwritable_manifest(root: Path, path: Path, *, given: bool, changed: int = 0
 def _read_only(root: Path, path: Path, device: Device, spec: ScanSpec, splits: Sequence[str],
                progress: bool) -> Path:  # fmt: skip
     """The manifest of ``root`` on read-only storage: in place if no file changed, else an updated cache copy."""
-    cache = cache_manifest_path(root)
+    cache = cache_manifest_path(root, spec.fold)
     origin = {"path": str(path), "size": path.stat().st_size, "mtime_ns": path.stat().st_mtime_ns}
     if cache.is_file() and _copied_from(cache) == origin:
         _scan_one_at_a_time(root, cache, device, spec, splits, progress)  # the copy this dataset moved to
         return cache
-    changed = check_changes(root, path, device=device, splits=splits, deep=spec.deep)
+    changed = check_changes(root, path, device=device, splits=splits, deep=spec.deep, layout=spec.layout,
+                            fold=spec.fold)
     if changed == 0 and not spec.retry_bad:
         logger.info("manifest %s is on read-only storage and up to date: read in place", printable_path(path))
         return path
@@ -313,7 +315,8 @@ def _scan_one_at_a_time(root: Path, path: Path, device: Device, spec: ScanSpec, 
                         printable_path(path), job)
             return
         scan(root, manifest_path=path, device=device, deep=spec.deep, workers=spec.workers, splits=splits,
-             progress=progress, retry_bad=spec.retry_bad, job=job, on_progress=note)
+             progress=progress, retry_bad=spec.retry_bad, job=job, on_progress=note, layout=spec.layout,
+             fold=spec.fold)
 
 
 def _checked_by(path: Path, job: str, device: Device, spec: ScanSpec, splits: Sequence[str]) -> bool:

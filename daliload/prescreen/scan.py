@@ -64,7 +64,7 @@ from daliload.prescreen.scan_listing import (
     stat_records,
 )
 from daliload.runtime import refuse_bootstrapping_main, usable_cores
-from daliload.dataset import ALL_FILES, Shard, printable_path
+from daliload.dataset import ALL_FILES, Shard, get_layout, printable_path
 
 __all__ = ["PROBE_TIMEOUT_S", "DEEP_TIMEOUT_S", "ScanSpec", "ScanSummary", "scan", "default_workers",
            "totals_from_json", "default_manifest_path", "cache_manifest_path", "check_root", "check_changes"]
@@ -96,6 +96,11 @@ class ScanSpec:
         retry_bad: probe again every file marked ``bad`` (``daliload scan --retry-bad``);
             otherwise a file whose probe timed out or crashed keeps that
             verdict until it changes, so every job sees the same videos.
+        layout: how the root is read: a name of :data:`daliload.dataset.LAYOUTS`
+            (``"ucf101"``, ``"path_label"``, ...); ``None`` (default) detects it per split.
+        fold: the official fold of UCF101 or HMDB51 (1..3; ``None``: 1). A
+            fold's splits differ from another's, so each fold has a manifest of
+            its own (``manifest-fold2.sqlite`` beside ``manifest.sqlite``).
     """
 
     manifest_path: str | os.PathLike | None = None
@@ -103,6 +108,14 @@ class ScanSpec:
     workers: int | None = None
     check: bool = True
     retry_bad: bool = False
+    layout: str | None = None
+    fold: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.layout not in (None, "auto"):
+            get_layout(self.layout)  # an unknown name is refused here, with the names there are
+        if self.fold is not None and (isinstance(self.fold, bool) or not isinstance(self.fold, int) or self.fold < 1):
+            raise ValueError(f"fold must be a number >= 1 (UCF101 and HMDB51 have 1..3) or None, got {self.fold!r}")
 
 
 @dataclass(frozen=True)
@@ -217,6 +230,8 @@ def scan(
     shard: Shard = ALL_FILES,
     job: str | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    layout: str | None = None,
+    fold: int | None = None,
 ) -> ScanSummary:
     """Probe a dataset's files and write or update its manifest.
 
@@ -252,6 +267,7 @@ def scan(
             summary; :func:`~daliload.prescreen.ensure_manifest` uses it).
         on_progress: called with ``(files probed, files to probe)`` as the
             probe goes (what a process waiting for this scan is told).
+        layout, fold: how a root is read (:class:`ScanSpec`); default: detected, fold 1.
 
     Returns:
         :class:`ScanSummary`.
@@ -269,7 +285,7 @@ def scan(
     device, workers, splits, timeout_s = _checked_options(device, workers, chunk_size, splits,
                                                           deep, timeout_s)  # fmt: skip
     started = time.monotonic()
-    listing = list_source(source, splits, manifest_path)
+    listing = list_source(source, splits, manifest_path, layout=layout, fold=fold)
     if shard.count > 1 and listing.root is None:
         raise ValueError(f"shard={shard} needs a dataset root (a share is chosen by the path under the root)")
     listed = stat_records(listing.records, listing.root, shard)

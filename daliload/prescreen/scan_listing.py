@@ -33,22 +33,29 @@ from daliload.stream import stat_video
 logger = logging.getLogger("daliload.prescreen.scan")
 
 
-def default_manifest_path(root: str | bytes | os.PathLike) -> Path:
-    """Where the manifest of ``root`` lives by default (see :mod:`daliload.prescreen.scan`)."""
+def manifest_name(fold: int | None = None) -> str:
+    """The file name of a root's manifest: ``manifest.sqlite``, or ``manifest-fold2.sqlite`` for fold 2 of a
+    layout with folds (whose splits differ from fold 1's: one manifest holds one split per file)."""
+    return "manifest.sqlite" if fold in (None, 1) else f"manifest-fold{fold}.sqlite"
+
+
+def default_manifest_path(root: str | bytes | os.PathLike, fold: int | None = None) -> Path:
+    """Where the manifest of ``root`` (of ``fold``) lives by default (see :mod:`daliload.prescreen.scan`)."""
     root_path = Path(os.path.abspath(decoded_path(root)))
     local = root_path / ".daliload"
     if os.access(local if local.is_dir() else root_path, os.W_OK):
-        return local / "manifest.sqlite"
-    return cache_manifest_path(root_path)
+        return local / manifest_name(fold)
+    return cache_manifest_path(root_path, fold)
 
 
-def cache_manifest_path(root: str | bytes | os.PathLike) -> Path:
-    """The per-user cache file of ``root``'s manifest (for roots on read-only storage)."""
+def cache_manifest_path(root: str | bytes | os.PathLike, fold: int | None = None) -> Path:
+    """The per-user cache file of ``root``'s manifest (of ``fold``; for roots on read-only storage)."""
     root_path = Path(os.path.abspath(decoded_path(root)))
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     # the path's own bytes: a root whose name is not UTF-8 (a surrogateescape str) has no UTF-8 encoding
     key = hashlib.sha256(os.fsencode(root_path)).hexdigest()[:16]
-    return cache / "daliload" / "manifests" / f"{root_path.name or 'root'}-{key}.sqlite"
+    tail = "" if fold in (None, 1) else f"-fold{fold}"
+    return cache / "daliload" / "manifests" / f"{root_path.name or 'root'}-{key}{tail}.sqlite"
 
 
 def check_root(root: str | bytes | os.PathLike) -> Path:
@@ -81,13 +88,15 @@ class Listing(NamedTuple):
 
 
 def list_source(source: str | bytes | os.PathLike | Iterable[Any], splits: Sequence[str],
-                manifest_path: str | os.PathLike | None) -> Listing:  # fmt: skip
-    """List a dataset root through its index, or take explicit records (see :func:`daliload.prescreen.scan.scan`)."""
+                manifest_path: str | os.PathLike | None, *, layout: str | None = None,
+                fold: int | None = None) -> Listing:  # fmt: skip
+    """List a dataset root through its index (in ``layout``, of ``fold``), or take explicit records (see
+    :func:`daliload.prescreen.scan.scan`)."""
     source = decoded_path(source)  # a root given as bytes, not records
     if isinstance(source, (str, os.PathLike)):
         root = check_root(source)
         return _records_from_root(root, splits, manifest_path if manifest_path is not None
-                                  else default_manifest_path(root))
+                                  else default_manifest_path(root, fold), layout, fold)
     all_records = list(source)
     records = [r for r in all_records if r.split in splits]
     if all_records and not records:
@@ -104,7 +113,8 @@ def list_source(source: str | bytes | os.PathLike | Iterable[Any], splits: Seque
                    manifest_path)  # fmt: skip
 
 
-def _records_from_root(root: Path, splits: Sequence[str], manifest_path: str | os.PathLike) -> Listing:
+def _records_from_root(root: Path, splits: Sequence[str], manifest_path: str | os.PathLike,
+                       layout: str | None, fold: int | None) -> Listing:  # fmt: skip
     """What a scan of ``root`` covers, through the dataset index."""
     from daliload.dataset import load_index
 
@@ -116,7 +126,7 @@ def _records_from_root(root: Path, splits: Sequence[str], manifest_path: str | o
     first_error: FileNotFoundError | None = None
     for split in splits:
         try:
-            index = load_index(root, split)
+            index = load_index(root, split, layout=layout, fold=fold)
         except FileNotFoundError as err:
             first_error = first_error or err
             logger.info("split %r skipped: %s", split, printable_path(str(err)))
@@ -245,12 +255,13 @@ def find_changes(manifest: Manifest, listed: Listed, device: Device, deep: bool,
 
 
 def check_changes(source: str | os.PathLike, manifest_path: str | os.PathLike, *, device: Device,
-                  splits: Sequence[str], deep: bool = False) -> int:
+                  splits: Sequence[str], deep: bool = False, layout: str | None = None,
+                  fold: int | None = None) -> int:
     """How many files a scan of ``source`` into ``manifest_path`` would probe, relabel or remove (0: none).
 
     Reads the manifest only (it may be on read-only storage).
     """
-    listing = list_source(source, splits, manifest_path)
+    listing = list_source(source, splits, manifest_path, layout=layout, fold=fold)
     with Manifest(manifest_path) as manifest:
         part = manifest.part
         shard = Shard(*map(int, part["shard"].split("/"))) if part else ALL_FILES

@@ -6,7 +6,6 @@ import argparse
 import errno
 import sys
 
-from daliload.dataset import SPLITS
 from daliload.transcode.options import ENCODERS, TranscodeOptions, parse_fps, parse_shard, resolve_encoder
 from daliload.transcode.run import DEFAULT_TIMEOUT_S, transcode_dataset
 from daliload.runtime import usable_cores
@@ -15,7 +14,7 @@ HELP = "re-encode a dataset to H.264 8-bit 4:2:0 MP4 with short keyframe interva
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("src", metavar="SRC", help="source dataset root (class folders, CSVs or list files)")
+    parser.add_argument("src", metavar="SRC", help="source dataset root, in any layout (docs/datasets.md)")
     parser.add_argument("dst", metavar="DST", help="output root, outside SRC (created)")
     parser.add_argument("--short-side", type=int, default=256, metavar="N",
                         help="short side of the output in pixels, even (default 256; 0 keeps the size)")
@@ -30,8 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="auto (default): NVENC if FFmpeg has it and a GPU is visible, else libx264")
     parser.add_argument("--workers", type=int, default=None, metavar="N",
                         help=f"worker processes (default: usable cores, {usable_cores()} here)")
-    parser.add_argument("--split", action="append", choices=SPLITS, default=[],
-                        help="split to transcode (repeatable; default every split SRC has)")
+    parser.add_argument("--split", action="append", default=[],
+                        help="split to transcode (repeatable; default every split of train, val, test SRC has, "
+                             "every fold of UCF101 and HMDB51)")
     parser.add_argument("--shard", default="0/1", metavar="I/N",
                         help="do only share I of N (0 <= I < N), a deterministic split of the files by path "
                              "for N machines or an array job (default 0/1: all)")
