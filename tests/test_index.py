@@ -225,7 +225,7 @@ def test_any_split_name_is_looked_for(generated):
 def test_unknown_layout(generated):
     with pytest.raises(ValueError,
                        match=r"unknown layout 'json'; choose from csv, folders, list, path_label, ucf101, hmdb51, "
-                             r"ssv2 \(or None / 'auto' to detect it\)"):
+                             r"ssv2, shards \(or None / 'auto' to detect it\)"):
         load_index(generated.root, layout="json")
 
 

@@ -339,11 +339,14 @@ def test_every_snippet_of_the_datasets_page_runs(ucf, hmdb, ssv2, flat, clips, c
     (flat / "train.csv").write_text("".join(f"clips/{HMDB_CLASSES[i % 3]}/v{i}.avi,{HMDB_CLASSES[i % 3]}\n"
                                             for i in range(4)))
     (flat / "clips" / "brush_hair" / "v3.avi").write_bytes((flat / "clips" / "brush_hair" / "v0.avi").read_bytes())
+    from daliload.commands.pack import pack_dataset
+
+    pack_dataset(kinetics, tmp_path / "k400-shards", progress=False)
     roots = {"/data/kinetics400": kinetics, "/data/ucf101": ucf, "/data/hmdb51": hmdb, "/data/ssv2": ssv2,
-             "/data/mine": flat, "/data/clips": flat / "clips"}
+             "/data/mine": flat, "/data/clips": flat / "clips", "/data/k400-shards": tmp_path / "k400-shards"}
     page = (Path(__file__).resolve().parents[1] / "docs" / "datasets.md").read_text()
     blocks = [b for b in re.findall(r"```python\n(.*?)```", page, re.S) if "KineticsDALILoader(" in b]
-    assert len(blocks) == 6
+    assert len(blocks) == 7
     for block in blocks:
         for placeholder, root in roots.items():
             block = block.replace(f'"{placeholder}', f'"{root}')

@@ -14,10 +14,6 @@ and later tests from one that does not.
 
 from __future__ import annotations
 
-import logging
-import multiprocessing.forkserver
-import shutil
-import sqlite3
 import urllib.request
 from pathlib import Path
 
@@ -27,11 +23,11 @@ import torch
 from daliload.loader import DecodeSpec, KineticsDALILoader
 from daliload.plan import AugmentSpec, OutputSpec
 from daliload.prescreen import ScanSpec
-from daliload.prescreen.manifest import Manifest
 from daliload.stream import (ReadPolicy, RemoteReadError, SecretInURIError, open_video, read_video_file, redact,
                              transfer_counts)
 from daliload.stream import _remote
 from helpers.range_server import RangeServer
+from helpers.s3_store import s3_server, upload, uri_manifest
 
 moto_server = pytest.importorskip("moto.server")
 boto3 = pytest.importorskip("boto3")
@@ -42,36 +38,11 @@ BUCKET = "kinetics"
 UNCHECKED = ScanSpec(check=False)  # the manifest's sample check stats local files; these are remote
 
 
-def _stop_forkserver() -> None:
-    multiprocessing.forkserver._forkserver._stop()
-
-
 @pytest.fixture(scope="module")
 def s3():
     """A moto S3 server on 127.0.0.1 and the variables that point the client at it (this module only)."""
-    quiet = logging.getLogger("werkzeug")  # moto's web server logs every request
-    level = quiet.level
-    quiet.setLevel(logging.WARNING)
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    with pytest.MonkeyPatch.context() as env:
-        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
-            env.delenv(name, raising=False)
-        env.setenv("AWS_ACCESS_KEY_ID", "testing")
-        env.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-        env.setenv("AWS_DEFAULT_REGION", "us-east-1")
-        env.setenv("AWS_ENDPOINT_URL", endpoint)
-        _stop_forkserver()
-        _remote._filesystems.clear()
-        try:
-            yield boto3.client("s3"), endpoint
-        finally:
-            _stop_forkserver()
-            _remote._filesystems.clear()
-    server.stop()
-    quiet.setLevel(level)
+    with s3_server() as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -96,31 +67,6 @@ def make_loader(root, *, scan=None, **decode) -> KineticsDALILoader:
 
 def epoch(loader) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(videos.clone(), labels.clone()) for videos, labels in loader]
-
-
-def upload(client, root: Path, bucket: str) -> list[str]:
-    client.create_bucket(Bucket=bucket)
-    keys = []
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and ".daliload" not in path.parts:
-            key = path.relative_to(root).as_posix()
-            client.upload_file(str(path), bucket, key)
-            keys.append(key)
-    return keys
-
-
-def uri_manifest(manifest: Path, root: Path, prefix: str, out: Path) -> Path:
-    """A copy of ``manifest`` whose paths under ``root`` start with ``prefix`` instead (a URI)."""
-    shutil.copy(manifest, out)
-    old = str(root.resolve()) + "/"
-    with sqlite3.connect(out) as conn:
-        for table in ("files", "routes"):
-            conn.execute(f"UPDATE {table} SET path = ? || substr(path, ?) WHERE substr(path, 1, ?) = ?",
-                         (prefix, len(old) + 1, len(old), old))
-    conn.close()
-    with Manifest(out, writable=True) as writable:
-        writable.store_video_index()  # the stored columns hold the paths too
-    return out
 
 
 def reset_auth(endpoint: str, count: bytes) -> None:

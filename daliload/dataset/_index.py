@@ -61,6 +61,7 @@ from typing import Sequence
 
 from daliload.dataset._official import HMDB51, SSV2, UCF101
 from daliload.dataset._pathlabel import PATH_LABEL, load_classes, save_classes
+from daliload.dataset._shards import SHARDS
 from daliload.dataset._paths import decoded_path, printable_path
 from daliload.dataset._registry import (LAYOUTS, DatasetLayout, detect_layout, get_layout, list_files,
                                         register_layout, resolve_split, rewrite_video_names)
@@ -100,7 +101,7 @@ for _layout in (
     DatasetLayout("list", lambda root, split, fold: root / f"{split}list.txt",
                   lambda root, split, fold, classes: load_list(root, split, root / f"{split}list.txt", classes),
                   _root_list_files, rewrite=True, describe="ROOT/<split>list.txt of '<path> <label index>' lines"),
-    PATH_LABEL, UCF101, HMDB51, SSV2,
+    PATH_LABEL, UCF101, HMDB51, SSV2, SHARDS,
 ):
     register_layout(_layout)
 

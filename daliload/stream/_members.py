@@ -4,8 +4,8 @@ A shard's member is one contiguous range of the shard, so it is named by
 the shard's path or URI and that range, plus the member's name (for people,
 and for the label): ::
 
-    /data/k700/train-000003.tar#1536:1048576:abseiling/abc_000001_000011.mp4
-    s3://bucket/k700/train-000003.tar#1536:1048576:abseiling/abc_000001_000011.mp4
+    /data/k700/train-000003.tar#000000001536:000001048576:abseiling/abc_000001_000011.mp4
+    s3://bucket/k700/train-000003.tar#000000001536:000001048576:abseiling/abc_000001_000011.mp4
 
 Such a name is what the manifest stores as the video's path: every reader
 opens it like a file (:func:`member_of` says whether a name is one), reading
@@ -40,8 +40,14 @@ class MemberAddress(NamedTuple):
 
 
 def member_address(shard: str, member: TarMember) -> str:
-    """The name of ``member`` of ``shard`` as the manifest keeps it (see the module doc)."""
-    return f"{shard}#{member.offset}:{member.size}:{member.name}"
+    """The name of ``member`` of ``shard`` as the manifest keeps it (see the module doc).
+
+    Offset and size are written with 12 digits at least, so that the names of
+    one shard's members sort as the members lie in it: a split's videos are in
+    path order, and the plan shuffles that order, so a shard packed from a
+    folder in path order gives the same samples as the folder.
+    """
+    return f"{shard}#{member.offset:012d}:{member.size:012d}:{member.name}"
 
 
 def member_of(uri: str | os.PathLike) -> MemberAddress | None:
@@ -68,6 +74,7 @@ class LocalSlice(io.RawIOBase):
         super().__init__()
         self._fd, self._member, self.name = fd, member, where
         self._pos = 0
+        self._failed = False
 
     def readable(self) -> bool:
         return True
@@ -86,10 +93,11 @@ class LocalSlice(io.RawIOBase):
     def read(self, n: int = -1) -> bytes:
         left = self._member.size - self._pos
         n = left if n is None or n < 0 else min(n, left)
-        if n <= 0:
-            return b""
+        if n <= 0 or self._failed:
+            return b""  # after an error FFmpeg reads again: the first error is the one PyAV raises
         data = os.pread(self._fd, n, self._member.offset + self._pos)
         if not data:
+            self._failed = True
             raise OSError(f"{self.name}: shard is shorter than its index says (rewritten since the scan?)")
         self._pos += len(data)
         return data
