@@ -33,6 +33,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Callable, Iterator
 
+from daliload.dataset import printable_path
+
 logger = logging.getLogger(__name__)
 
 #: Seconds between two reports of a process that waits (the first comes after :data:`FIRST_REPORT_S`).
@@ -208,6 +210,7 @@ def first_scan_notice(root: Path, manifest: Path) -> str:
 
 def say(text: str, progress: bool | None) -> None:
     """One line on stderr beside the progress bars (a log record when progress is off: ``False``)."""
+    text = printable_path(text)  # a stream that encodes strictly refuses a name's bytes that are not UTF-8
     if progress is not False:
         print(f"daliload: {text}", file=sys.stderr, flush=True)
     else:
