@@ -153,3 +153,17 @@ def test_the_notice_names_paths_that_need_quoting_quoted(tmp_path):
 
     text = first_scan_notice(Path("/data/my videos"), Path("/data/my videos/.daliload/manifest.sqlite"))
     assert "`daliload scan '/data/my videos' --manifest '/data/my videos/.daliload/manifest.sqlite'`" in text
+
+
+def test_where_no_bar_shows_the_scan_says_how_far_it_is_every_so_often(monkeypatch, capsys):
+    from daliload.prescreen import scan_lock
+
+    noted = []
+    monkeypatch.setattr(scan_lock, "REPORT_EVERY_S", 0.0)
+    update = scan_lock.reporting(lambda *counts: noted.append(counts), Path("/data/k"), None)  # stderr: no terminal
+    for probed in range(4):
+        update(probed, 3)
+    assert noted == [(0, 3), (1, 3), (2, 3), (3, 3)]
+    assert capsys.readouterr().err.splitlines() == [f"daliload: scan of /data/k: {n:,} of 3 files probed"
+                                                    for n in range(3)]
+    assert scan_lock.reporting(print, Path("/data/k"), True) is print  # the bar shows: no lines besides it

@@ -51,7 +51,8 @@ from daliload.failures import Failure
 from daliload.prescreen.manifest import Manifest
 from daliload.prescreen.rules import Device, check_device
 from daliload.prescreen.scan import ScanSpec, cache_manifest_path, check_changes, check_root, scan
-from daliload.prescreen.scan_lock import first_scan_notice, progress_choice, report_while, say, scan_lock
+from daliload.prescreen.scan_lock import (first_scan_notice, progress_choice, report_while, reporting, say,
+                                           scan_lock)
 from daliload.prescreen.sqlite_file import stamp
 from daliload.runtime import refuse_bootstrapping_main
 
@@ -326,7 +327,7 @@ def _scan_one_at_a_time(root: Path, path: Path, device: Device, spec: ScanSpec, 
         if _never_scanned(path):
             say(first_scan_notice(root, path), progress)
         scan(root, manifest_path=path, device=device, deep=spec.deep, workers=spec.workers, splits=splits,
-             progress=progress, retry_bad=spec.retry_bad, job=job, on_progress=note)
+             progress=progress, retry_bad=spec.retry_bad, job=job, on_progress=reporting(note, root, progress))
 
 
 def _never_scanned(path: Path) -> bool:

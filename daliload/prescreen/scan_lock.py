@@ -13,9 +13,11 @@ rank 0 is when their node sees its lock file.
 
 A job's first scan of a dataset says before it starts what it does and how
 to do it once ahead of the job (:func:`first_scan_notice`). Its progress bar
-is on when stderr is a terminal, or when asked (:func:`progress_choice`); the
-one-line reports above are few (one, then one every :data:`REPORT_EVERY_S`),
-so they are on unless progress is turned off.
+is on when stderr is a terminal, or when asked (:func:`progress_choice`);
+where it is not (a log file), the scan says how far it is every
+:data:`REPORT_EVERY_S` seconds instead (:func:`reporting`). The one-line
+reports are few (one, then one every :data:`REPORT_EVERY_S`), so they are on
+unless progress is turned off.
 """
 
 from __future__ import annotations
@@ -197,6 +199,23 @@ def progress_choice(progress: bool | None) -> bool | None:
         return None if not value else value == "1"
     raise ValueError(f"environment variable {PROGRESS_ENV}={value!r} must be 1 (progress bar on, wherever stderr "
                      "goes) or 0 (bar and scan notices off); unset, the bar shows when stderr is a terminal")
+
+
+def reporting(note: Callable[[int, int], None], root: Path, progress: bool | None) -> Callable[[int, int], None]:
+    """``note`` (the lock file's), and where no bar shows by default (stderr no terminal: a log file, CI),
+    a line every :data:`REPORT_EVERY_S` seconds of how far the scan of ``root`` is, so that a log says more
+    than its start."""
+    if progress is not None or sys.stderr is None or sys.stderr.isatty():
+        return note
+    said = [time.monotonic()]
+
+    def update(probed: int, to_probe: int) -> None:
+        note(probed, to_probe)
+        if probed < to_probe and time.monotonic() - said[0] >= REPORT_EVERY_S:
+            say(f"scan of {root}: {probed:,} of {to_probe:,} files probed", progress)
+            said[0] = time.monotonic()
+
+    return update
 
 
 def first_scan_notice(root: Path, manifest: Path) -> str:
