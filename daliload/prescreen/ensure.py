@@ -326,8 +326,9 @@ def _scan_one_at_a_time(root: Path, path: Path, device: Device, spec: ScanSpec, 
             return
         if _never_scanned(path):
             say(first_scan_notice(root, path), progress)
+        note = reporting(note, root, progress)  # and, where no bar shows, a line every few minutes
         scan(root, manifest_path=path, device=device, deep=spec.deep, workers=spec.workers, splits=splits,
-             progress=progress, retry_bad=spec.retry_bad, job=job, on_progress=reporting(note, root, progress))
+             progress=progress, retry_bad=spec.retry_bad, job=job, on_progress=note)
 
 
 def _never_scanned(path: Path) -> bool:
