@@ -254,8 +254,6 @@ class KineticsDALILoader(LoaderState):
             refuse_disagreeing_ranks(settings, None, err)
             raise
         refuse_disagreeing_ranks(settings, videos, None)
-        if self.rejected and self.rank == 0:
-            logger.info("%d file(s) of split %r rejected by the pre-screen", len(self.rejected), split)
         warn_upscaled(index, self.augment.output_size, self.split)
         #: DALI pipelines (``DecodeSpec.dali_pipelines``; "auto": one per NVDEC engine of this GPU's model)
         self.dali_pipelines = self.decode.dali_pipelines_for(self.device, self.gpu.nvdec_engines if self.gpu else None)

@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from helpers.frames import check_rows
 import torch
 
 from daliload import epoch as epoch_mod
@@ -20,7 +21,6 @@ from daliload.clips import Decoded
 from daliload.epoch import _merge as merge_mod
 from daliload.epoch import EpochCounters, EpochPass, HostTransfer, PassSetup, Routes
 from daliload.failures import FailureBudget
-from daliload.framecode import read_code
 from daliload.loader import DecodeSpec, KineticsDALILoader
 from daliload.plan import AugmentSpec, CropBox, OutputSpec, Sample
 from fallback.source import FallbackSource
@@ -42,15 +42,6 @@ WHOLE = AugmentSpec(crop_size=(48, 64), crop_mode="center", flip_prob=0.5)
 def make_loader(root, **kw) -> KineticsDALILoader:
     kw.setdefault("batch_size", 2)
     return KineticsDALILoader(root, "train", clip_len=6, frame_stride=3, augment=WHOLE, output=RAW, **kw)
-
-
-def check_rows(videos: torch.Tensor, batch: list[Sample], frames: dict[str, int]) -> None:
-    """Every row shows exactly the planned frames, mirrored as planned."""
-    videos = videos.cpu()
-    for k, sample in enumerate(batch):
-        codes = [read_code(videos[k][:, t], layout="CHW") for t in range(videos.shape[2])]
-        assert [c.index for c in codes] == sample.frame_indices(frames[sample.path]), sample.path
-        assert all(c.flipped == sample.flip for c in codes), sample.path
 
 
 # --- item 2: every call on a DALI pipeline from one thread -----------------------------------------
@@ -91,7 +82,7 @@ def test_a_pass_left_early_and_the_next_one_call_dali_from_one_thread(small_kine
         loader.set_epoch(round_ % 3)
         plan = loader.plan()
         for k, (videos, labels) in enumerate(loader):
-            check_rows(videos, plan[k], frames)
+            check_rows(videos, plan[k], frames, flips=True)
             assert labels.tolist() == [s.label for s in plan[k]]
             checked += 1
             if k == round_ % 2:  # left after one batch or two, with batches in flight behind it
@@ -416,7 +407,7 @@ def test_a_gpu_batch_stays_valid_while_the_consumer_stream_still_reads_it(h264_r
     pairs = read_while_the_stream_is_busy(loader)
     assert loader.stats().clips_dali == sum(map(len, plan)) and len(pairs) == len(plan) >= 6
     for (at_hand_out, late), batch in zip(pairs, plan):
-        check_rows(at_hand_out, batch, frames)
+        check_rows(at_hand_out, batch, frames, flips=True)
         assert torch.equal(late, at_hand_out), "the batch changed while the consumer stream still read it"
     loader.close()
 
@@ -465,7 +456,7 @@ def test_fallback_batches_reach_the_gpu_through_registered_memory(small_kinetics
     plan = loader.plan()
     for (videos, _), batch in zip(loader, plan):
         assert videos.is_cuda
-        check_rows(videos, batch, frames)
+        check_rows(videos, batch, frames, flips=True)
     loader.close()
     registered = [code for what, code in codes if what == "register"]
     assert registered and set(registered) == {0}, codes

@@ -842,19 +842,27 @@ def test_the_last_slot_reads_what_the_first_sweep_left(tmp_path):
 # --- the peers' run keeps its rows when cut short ------------------------------------------------------------
 
 
-def test_the_peers_json_is_rewritten_after_each_loaders_row(tmp_path, monkeypatch):
-    """A visit's call cut off mid-round still brings back the rows measured before (not only whole rounds)."""
+def test_the_peers_json_keeps_each_loaders_row_and_says_which_a_cut_off_left_unmeasured(tmp_path, monkeypatch):
+    """A visit's call cut off mid-round still brings back the rows measured before (the JSON is rewritten after
+    each loader's row, not only after whole rounds), and says which rows the cut left unmeasured."""
     from types import SimpleNamespace
 
     from benchmarks import harness
 
-    json_path = tmp_path / "gpu.json"
-    on_disk_at_each_epoch = []
+    class CutOff(Exception):
+        pass
+
+    on_disk_at_each_epoch: list[int] = []
+    cut_at: list[int | None] = [None]  # the loader whose timed epoch the call's limit cuts off
 
     def epoch(member, timed):
-        if timed:
-            saved = json.loads(json_path.read_text())["measurements"] if json_path.exists() else []
+        if timed and member.number == cut_at[0]:
+            raise CutOff
+        if timed and json_path.exists():
+            saved = json.loads(json_path.read_text())["measurements"]
             on_disk_at_each_epoch.append(sum(bool(r.get("runs")) for r in saved))
+        elif timed:
+            on_disk_at_each_epoch.append(0)
         (member.runs if timed else member.warmups).append({"clips": 4, "wall_s": 1.0})
 
     def update(member, state):
@@ -872,6 +880,8 @@ def test_the_peers_json_is_rewritten_after_each_loaders_row(tmp_path, monkeypatc
     monkeypatch.setattr(harness, "_new_record",
                         lambda cls, job: {"loader": cls.name, "status": "ok", "reason": None, "figures": None})
     state = SimpleNamespace(args=SimpleNamespace(warmup=1), setup=SimpleNamespace(runs=1))
+
+    json_path = tmp_path / "whole.json"
     jobs = [harness.Job(name, "loader", "h264-gop250", 2, "main") for name in ("a", "b", "c")]
     result = {"measurements": []}
     harness._measure_all(jobs, result, json_path, state)
@@ -879,39 +889,9 @@ def test_the_peers_json_is_rewritten_after_each_loaders_row(tmp_path, monkeypatc
     assert [bool(r["runs"]) for r in json.loads(json_path.read_text())["measurements"]] == [True] * 3
     assert [r["status"] for r in result["measurements"]] == ["ok"] * 3
 
-
-def test_a_peers_json_cut_off_mid_round_says_which_rows_were_not_measured(tmp_path, monkeypatch):
-    """What the visit brings back when the call's limit cuts the peers off after the first loader's epoch."""
-    from types import SimpleNamespace
-
-    from benchmarks import harness
-
-    json_path = tmp_path / "gpu.json"
-
-    class CutOff(Exception):
-        pass
-
-    def epoch(member, timed):
-        if timed and member.number == 2:
-            raise CutOff
-        (member.runs if timed else member.warmups).append({"clips": 4, "wall_s": 1.0})
-
-    def update(member, state):
-        member.record["figures"] = {"clips_per_s": {"median": 4.0}} if member.runs else None
-
-    monkeypatch.setattr(harness, "_start",
-                        lambda member, state: setattr(member, "process", SimpleNamespace(stop=lambda: None)))
-    monkeypatch.setattr(harness, "_epoch", epoch)
-    monkeypatch.setattr(harness, "_update_record", update)
-    monkeypatch.setattr(harness, "_fill_ratios", lambda result: None)
-    monkeypatch.setattr(harness, "_why_not_measured", lambda cls, job, state: None)
-    monkeypatch.setattr("benchmarks.loaders.load_adapter", lambda name: SimpleNamespace(name=name, knob=None))
-    monkeypatch.setattr(harness, "_new_record",
-                        lambda cls, job: {"loader": cls.name, "status": "ok", "reason": None, "figures": None})
-    state = SimpleNamespace(args=SimpleNamespace(warmup=0), setup=SimpleNamespace(runs=1))
-    jobs = [harness.Job(name, "loader", "h264-gop250", 2, "main") for name in ("a", "b")]
+    json_path, cut_at[0] = tmp_path / "cut.json", 2  # the limit strikes in the 2nd loader's timed epoch
     with pytest.raises(CutOff):
-        harness._measure_all(jobs, {"measurements": []}, json_path, state)
+        harness._measure_all(jobs[:2], {"measurements": []}, json_path, state)
     saved = {r["loader"]: r for r in json.loads(json_path.read_text())["measurements"]}
     assert saved["a"]["status"] == "ok" and saved["a"]["figures"]["clips_per_s"]["median"] == 4.0
     assert saved["b"]["status"] == "skipped" and "cut off before its timed epochs" in saved["b"]["reason"]

@@ -11,10 +11,10 @@ import warnings
 from pathlib import Path
 
 import pytest
+from helpers.frames import check_passes
 from helpers.readonly import read_only
 
 from daliload.cli import main
-from daliload.framecode import read_code
 from daliload.loader import DecodeSpec, KineticsDALILoader
 from daliload.plan import AugmentSpec, OutputSpec
 from daliload.prescreen import Manifest, ScanSpec, scan
@@ -50,21 +50,6 @@ def _loader(root, **kw) -> KineticsDALILoader:
                               augment=AugmentSpec(crop_size=(48, 64), crop_mode="center", flip_prob=0.0),
                               output=OutputSpec(size=(48, 64), mean=(0, 0, 0), std=(1, 1, 1), dtype="float32"),
                               **kw)
-
-
-def _check_epoch(loader: KineticsDALILoader) -> set[str]:
-    """One pass: every clip shows the planned frames with the planned label; returns the videos seen."""
-    frames = {v.path: v.num_frames for v in loader.videos}
-    batches = list(loader)
-    assert len(batches) == len(loader)
-    seen = set()
-    for (videos, labels), batch in zip(batches, loader.plan()):  # the plan of the pass just made
-        for k, sample in enumerate(batch):
-            codes = [read_code(videos[k][:, t], layout="CHW").index for t in range(videos.shape[2])]
-            assert codes == sample.frame_indices(frames[sample.path]), ascii(sample.path)
-            assert int(labels[k]) == sample.label
-            seen.add(sample.path)
-    return seen
 
 
 class _Strict(logging.Handler):
@@ -106,7 +91,7 @@ def test_a_root_whose_name_is_not_utf8_is_scanned_and_trained_on_through_dali_an
         try:
             assert loader.manifest_path == Path(odd_root) / ".daliload" / "manifest.sqlite"
             assert {v.path for v in loader.videos} == odd and loader.rejected == ()
-            assert _check_epoch(loader) == odd
+            assert {s.path for s in check_passes(loader)} == odd
             stats = loader.stats()
             assert stats.clips_dali > 0 and stats.clips_fallback > 0 and stats.failures == ()
         finally:
@@ -131,7 +116,7 @@ def test_a_root_given_as_bytes_is_read_as_os_fsdecode_reads_it(odd_root):
     loader = _loader(os.fsencode(odd_root))
     try:
         assert loader.manifest_path == Path(odd_root) / ".daliload" / "manifest.sqlite"
-        assert len(_check_epoch(loader)) == 4
+        assert len({s.path for s in check_passes(loader)}) == 4
     finally:
         loader.close()
     given = _loader(os.fsencode(loader.manifest_path), decode=DecodeSpec(decoder="fallback", fallback_workers=0))

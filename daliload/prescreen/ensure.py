@@ -51,7 +51,8 @@ from daliload.failures import Failure
 from daliload.prescreen.manifest import Manifest
 from daliload.prescreen.rules import Device, check_device
 from daliload.prescreen.scan import ScanSpec, cache_manifest_path, check_changes, check_root, scan
-from daliload.prescreen.scan_lock import report_while, scan_lock
+from daliload.prescreen.scan_lock import (first_scan_notice, progress_choice, report_while, reporting, say,
+                                           scan_lock)
 from daliload.prescreen.sqlite_file import stamp
 from daliload.runtime import refuse_bootstrapping_main
 from daliload.stream import check_stores, is_remote, stat_video
@@ -136,7 +137,10 @@ def ensure_manifest(
         scan: where the manifest lives, whether to deep-check, how many probe
             processes, whether to check for changes (:class:`ScanSpec`).
         splits: as in :func:`~daliload.prescreen.scan`.
-        progress: progress bar; default on.
+        progress: the scan's progress bar (files probed of those to probe, on stderr) and its few lines
+            (before a first scan, how to run it ahead; on waiting ranks, what they wait for). ``None``
+            (default): ``DALILOAD_PROGRESS`` when set (``1`` on, ``0`` off), else the bar when stderr is a
+            terminal and the lines on. ``False``: the lines go to this module's logger, and no bar.
 
     Returns:
         The manifest's path (rank 0's, on every rank): the root's own, the one
@@ -153,7 +157,7 @@ def ensure_manifest(
     root = decoded_path(root)
     refuse_bootstrapping_main(f"A daliload loader (its scan of {printable_path(root)})")
     check_device(device)
-    progress = True if progress is None else progress
+    progress = progress_choice(progress)
     if not runtime.is_distributed():
         return _ensure_here(root, device, scan, splits, progress)
     # A first scan of a large dataset outlasts the default group's timeout (often 10
@@ -169,12 +173,12 @@ def ensure_manifest(
             runtime.broadcast_object(("error", f"{type(err).__name__}: {err}", ""), group=group)
             raise
         status = runtime.broadcast_object(status, group=group)
-    else:  # says every so often whom it waits for, and how far rank 0 is when this node sees its lock file
+    else:  # says once, then every few minutes, whom and which manifest it waits for, and how far rank 0 is
         done = threading.Event()
         where = (Path(os.path.abspath(decoded_path(scan.manifest_path))) if scan.manifest_path is not None
                  else find_manifest(root, scan.fold))
         threading.Thread(target=report_while, args=(done, where, Path(os.path.abspath(root)), "global rank 0",
-                                                    progress and runtime.local_rank() == 0),
+                                                    _talks(progress)),
                          name="daliload-scan-wait", daemon=True).start()
         try:
             status = runtime.broadcast_object(status, group=group)
@@ -188,8 +192,15 @@ def ensure_manifest(
     return Path(status[1])
 
 
+def _talks(progress: bool | None) -> bool:
+    """Whether this process says on stderr what it waits for: one process a node (ranks numbered node by node,
+    as torchrun does), the lowest local rank that waits: 1 on global rank 0's node, 0 on the others."""
+    first_node = runtime.rank() == runtime.local_rank()
+    return progress is not False and runtime.local_rank() == (1 if first_node and runtime.world_size() > 1 else 0)
+
+
 def _ensure_here(root: str | os.PathLike, device: Device, spec: ScanSpec, splits: Sequence[str],
-                 progress: bool) -> Path:  # fmt: skip
+                 progress: bool | None) -> Path:  # fmt: skip
     """:func:`ensure_manifest` in this process."""
     root = check_root(root)
     given = spec.manifest_path is not None
@@ -259,7 +270,7 @@ def unwritable_manifest(root: Path, path: Path, *, given: bool, changed: int = 0
 
 
 def _read_only(root: Path, path: Path, device: Device, spec: ScanSpec, splits: Sequence[str],
-               progress: bool) -> Path:  # fmt: skip
+               progress: bool | None) -> Path:  # fmt: skip
     """The manifest of ``root`` on read-only storage: in place if no file changed, else an updated cache copy."""
     cache = cache_manifest_path(root, spec.fold)
     origin = {"path": str(path), "size": path.stat().st_size, "mtime_ns": path.stat().st_mtime_ns}
@@ -299,24 +310,37 @@ def _copied_from(path: Path) -> dict | None:
 
 
 def _scan_one_at_a_time(root: Path, path: Path, device: Device, spec: ScanSpec, splits: Sequence[str],
-                        progress: bool) -> None:  # fmt: skip
+                        progress: bool | None) -> None:  # fmt: skip
     """:func:`scan` under an exclusive lock on ``path`` + ``".lock"``, unless this job just checked it.
 
     One scan per manifest at a time, also across processes that share no process
     group (torchrun ranks before init_process_group, several jobs on one dataset):
     the others wait here; a process of the same job then finds the manifest
     checked moments ago and uses it, another job checks it again (nothing to probe).
+    A first scan (no manifest yet, or one no scan finished) says first what it
+    does and how to run it ahead of the job (:func:`.scan_lock.first_scan_notice`).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     job = job_key()
-    with scan_lock(path, root, job=job, progress=progress) as note:
+    with scan_lock(path, root, job=job, progress=_talks(progress)) as note:
         if job is not None and _checked_by(path, job, device, spec, splits):
             logger.info("manifest %s was checked moments ago by another process of this job (%s)",
                         printable_path(path), job)
             return
+        if _never_scanned(path):
+            say(first_scan_notice(root, path), progress)
+        note = reporting(note, root, progress)  # and, where no bar shows, a line every few minutes
         scan(root, manifest_path=path, device=device, deep=spec.deep, workers=spec.workers, splits=splits,
              progress=progress, retry_bad=spec.retry_bad, job=job, on_progress=note, layout=spec.layout,
              fold=spec.fold)
+
+
+def _never_scanned(path: Path) -> bool:
+    """Whether no scan finished writing ``path`` (it does not exist, or a first scan was stopped)."""
+    if not path.is_file():
+        return True
+    with Manifest(path) as manifest:
+        return not manifest.last_scan
 
 
 def _checked_by(path: Path, job: str, device: Device, spec: ScanSpec, splits: Sequence[str]) -> bool:
@@ -404,7 +428,8 @@ class SplitVideos(NamedTuple):
 
 def split_videos(root: Path, split: str, *, device: Device, scan: ScanSpec) -> SplitVideos:
     """Scan ``root`` if it is a dataset root (:func:`ensure_manifest`; a manifest: :func:`check_manifest`), then
-    read ``split``'s videos for ``device`` from the manifest.
+    read ``split``'s videos for ``device`` from the manifest. On global rank 0, one logged WARNING says how
+    many files the pre-screen rejected, and how to list them.
 
     Raises:
         ValueError: ``split`` is not in the manifest, or has no decodable video.
@@ -427,4 +452,8 @@ def split_videos(root: Path, split: str, *, device: Device, scan: ScanSpec) -> S
     if not len(videos):
         raise ValueError(f"split {split!r} of {manifest_path} has no decodable video "
                          f"({len(rejected)} rejected by the pre-screen)")
+    if rejected and runtime.rank() == 0:  # a WARNING: on the console by default, in the job's log when configured
+        logger.warning("daliload's pre-screen left out %d file(s) of split %r that no decoder here reads (manifest "
+                       "%s); list them with loader.stats().rejected or `daliload scan ROOT --json FILE` (route "
+                       "'bad')", len(rejected), split, printable_path(manifest_path))
     return SplitVideos(manifest_path, tuple(classes), videos, rejected)

@@ -226,7 +226,7 @@ def probe_into(
     *,
     workers: int,
     timeout_s: float,
-    progress: bool,
+    progress: bool | None,
     chunk_size: int,
     desc: str,
     on_progress: Callable[[int, int], None] | None = None,
@@ -239,7 +239,7 @@ def probe_into(
         tasks: one per file to probe.
         workers: worker processes; ``0`` probes in this process (no time limit).
         timeout_s: per-file limit in seconds.
-        progress: show a progress bar on stderr, labelled ``desc``.
+        progress: show a progress bar on stderr, labelled ``desc``; ``None``: when stderr is a terminal.
         chunk_size: files per committed transaction.
         on_progress: called with ``(files probed, files to probe)`` at the start and after each file.
     """
@@ -251,7 +251,8 @@ def probe_into(
     last_commit = time.monotonic()
     report = on_progress or (lambda probed, total: None)
     report(0, len(tasks))
-    with tqdm(total=len(tasks), unit="file", desc=desc, disable=not progress, smoothing=0.1) as bar:
+    disable = None if progress is None else not progress  # None: tqdm shows the bar when stderr is a terminal
+    with tqdm(total=len(tasks), unit="file", desc=desc, disable=disable, smoothing=0.1) as bar:
         try:
             for task, rows in _execute(tasks, workers, timeout_s):
                 buffer.append(Probed(records[task.index], rows))

@@ -222,7 +222,7 @@ def scan(
     deep: bool = False,
     workers: int | None = None,
     splits: Sequence[str] = ("train", "val"),
-    progress: bool = True,
+    progress: bool | None = True,
     timeout_s: float | None = None,
     chunk_size: int = 256,
     gpu_model: str | None = None,
@@ -255,7 +255,7 @@ def scan(
             in this process (no timeout protection; for debugging).
         splits: the splits to scan; splits a root does not have are skipped
             (at least one must exist). Records of other splits are ignored.
-        progress: show a progress bar (rate, ETA) on stderr.
+        progress: show a progress bar (rate, ETA) on stderr; ``None``: only when stderr is a terminal.
         timeout_s: per-file limit in seconds; default 30 (120 with ``deep``).
         chunk_size: files per committed transaction.
         retry_bad: probe again every file marked ``bad`` (a probe that timed

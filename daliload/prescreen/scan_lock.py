@@ -1,4 +1,4 @@
-"""One scan of a manifest at a time, and a process that waits for another one's scan says for whom and how far.
+"""One scan of a manifest at a time; what a scan and the processes that wait for it say on the console.
 
 The scanning process holds an exclusive ``flock`` on ``MANIFEST.lock`` and
 keeps a note in that file: who it is (pid, host, job) and how far its scan is
@@ -8,7 +8,16 @@ lock taken reads the note every :data:`REPORT_EVERY_S` seconds and says::
     waiting for the scan of /data/k700 by pid 4121 on node-3 (started 2 min ago): 61,000 of 650,000 files probed
 
 The same report serves ranks that wait for global rank 0 under a process
-group (:func:`report_while`), when their node sees rank 0's lock file.
+group (:func:`report_while`), naming the manifest they wait for, and how far
+rank 0 is when their node sees its lock file.
+
+A job's first scan of a dataset says before it starts what it does and how
+to do it once ahead of the job (:func:`first_scan_notice`). Its progress bar
+is on when stderr is a terminal, or when asked (:func:`progress_choice`);
+where it is not (a log file), the scan says how far it is every
+:data:`REPORT_EVERY_S` seconds instead (:func:`reporting`). The one-line
+reports are few (one, then one every :data:`REPORT_EVERY_S`), so they are on
+unless progress is turned off.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ import fcntl
 import json
 import logging
 import os
+import shlex
 import socket
 import sys
 import threading
@@ -25,15 +35,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Callable, Iterator
 
+from daliload.dataset import printable_path
+
 logger = logging.getLogger(__name__)
 
 #: Seconds between two reports of a process that waits (the first comes after :data:`FIRST_REPORT_S`).
-REPORT_EVERY_S = 30.0
+REPORT_EVERY_S = 120.0
 FIRST_REPORT_S = 2.0
 #: The holder rewrites its note at most this often (seconds).
 NOTE_EVERY_S = 1.0
 #: How often a waiting process tries the lock again (seconds).
 POLL_S = 0.2
+#: ``1`` shows the scan's progress bar wherever stderr goes, ``0`` turns the bar and the scan's lines off.
+PROGRESS_ENV = "DALILOAD_PROGRESS"
 
 
 def lock_path(manifest: Path) -> Path:
@@ -140,31 +154,83 @@ def describe(note: dict | None, root: Path) -> str:
     """What a waiting process says about the scan it waits for."""
     if not note:
         return f"waiting for another process's scan of {root} (it has not said how far it is)"
+    return f"waiting for the scan of {root} by {_who(note)}: {_how_far(note)}"
+
+
+def _who(note: dict) -> str:
     who = f"pid {note.get('pid')} on {note.get('host')}" + (f" (job {note['job']})" if note.get("job") else "")
-    started = f"started {_ago(time.time() - float(note.get('started') or time.time()))} ago"
+    return f"{who} (started {_ago(time.time() - float(note.get('started') or time.time()))} ago)"
+
+
+def _how_far(note: dict) -> str:
     if note.get("to_probe") is None:
-        how_far = "listing the files and comparing them with the manifest"
-    else:
-        how_far = f"{note['probed']:,} of {note['to_probe']:,} files probed"
-    return f"waiting for the scan of {root} by {who} ({started}): {how_far}"
+        return "listing the files and comparing them with the manifest"
+    return f"{note['probed']:,} of {note['to_probe']:,} files probed"
 
 
 def report_while(done: threading.Event, manifest: Path, root: Path, who: str, progress: bool) -> None:
-    """Report every :data:`REPORT_EVERY_S` seconds until ``done`` is set: ``who`` is scanning ``root``,
-    and how far, when this node sees its lock file (a daemon thread of a waiting rank)."""
+    """Report once after :data:`FIRST_REPORT_S`, then every :data:`REPORT_EVERY_S` seconds until ``done`` is
+    set: this process waits for ``who``'s check of ``root`` and its manifest, and how far that scan is when
+    this node sees its lock file (a daemon thread of a waiting rank)."""
     if done.wait(FIRST_REPORT_S):
         return
     while True:
         note = read_note(lock_path(manifest))
-        text = describe(note, root) if note else f"waiting for {who}'s check of {root}"
+        text = f"waiting for {who}'s check of {root}, which writes the manifest {manifest}"
+        if note:
+            text += f": its scan by {_who(note)}: {_how_far(note)}"
         say(text, progress)
         if done.wait(REPORT_EVERY_S):
             return
 
 
-def say(text: str, progress: bool) -> None:
-    """One line on stderr beside the progress bars (a log record when they are off)."""
-    if progress:
+def progress_choice(progress: bool | None) -> bool | None:
+    """The progress setting a scan runs with: ``progress`` when given, else :data:`PROGRESS_ENV` when set
+    (``1``: on, ``0``: off), else ``None``: the bar where stderr is a terminal (tqdm's ``disable=None``),
+    and the few one-line reports on.
+
+    Raises:
+        ValueError: :data:`PROGRESS_ENV` is set to something else than ``0`` or ``1``.
+    """
+    if progress is not None:
+        return progress
+    value = os.environ.get(PROGRESS_ENV, "").strip()
+    if value in ("", "0", "1"):
+        return None if not value else value == "1"
+    raise ValueError(f"environment variable {PROGRESS_ENV}={value!r} must be 1 (progress bar on, wherever stderr "
+                     "goes) or 0 (bar and scan notices off); unset, the bar shows when stderr is a terminal")
+
+
+def reporting(note: Callable[[int, int], None], root: Path, progress: bool | None) -> Callable[[int, int], None]:
+    """``note`` (the lock file's), and where no bar shows by default (stderr no terminal: a log file, CI),
+    a line every :data:`REPORT_EVERY_S` seconds of how far the scan of ``root`` is, so that a log says more
+    than its start."""
+    if progress is not None or sys.stderr is None or sys.stderr.isatty():
+        return note
+    said = [time.monotonic()]
+
+    def update(probed: int, to_probe: int) -> None:
+        note(probed, to_probe)
+        if probed < to_probe and time.monotonic() - said[0] >= REPORT_EVERY_S:
+            say(f"scan of {root}: {probed:,} of {to_probe:,} files probed", progress)
+            said[0] = time.monotonic()
+
+    return update
+
+
+def first_scan_notice(root: Path, manifest: Path) -> str:
+    """What a job's first scan of ``root`` says before it starts: what it does, and how to do it once ahead."""
+    command = f"daliload scan {shlex.quote(str(root))} --manifest {shlex.quote(str(manifest))}"
+    return (f"first scan of {root}: every video is probed once (codec, size, frames, keyframes) and the verdicts "
+            f"kept in the manifest {manifest}; later jobs reuse it and probe only new or changed files. On a large "
+            "dataset this takes a while, and other ranks wait for it: to run it once ahead of training, "
+            f"`{command}`, then pass that manifest file to the loader as its root")
+
+
+def say(text: str, progress: bool | None) -> None:
+    """One line on stderr beside the progress bars (a log record when progress is off: ``False``)."""
+    text = printable_path(text)  # a stream that encodes strictly refuses a name's bytes that are not UTF-8
+    if progress is not False:
         print(f"daliload: {text}", file=sys.stderr, flush=True)
     else:
         logger.info(text)
