@@ -18,8 +18,10 @@ from daliload.prescreen.ensure import copy_to_cache, unwritable_manifest, writab
 from daliload.prescreen.scan import cache_manifest_path, check_root, default_manifest_path, scan
 from daliload.prescreen.scan_listing import manifest_name
 from daliload.prescreen.scan_lock import scan_lock
+from daliload.prescreen.remote_root import mirror_root
 from daliload.prescreen.source import scan_splits
 from daliload.dataset import LAYOUTS, parse_shard
+from daliload.stream import RemoteReadError, is_remote
 
 HELP = "probe every video, route it to DALI, the PyAV fallback or out (bad); cache it in a manifest"
 
@@ -53,8 +55,9 @@ def _add_gpu_model(parser: argparse.ArgumentParser) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "root", type=Path, nargs="?", help="dataset root, in any layout (ROOT/<split>/<class>/<file>, CSV, list, "
-        "UCF101, HMDB51, SSv2: docs/datasets.md)"
+        "root", type=_root_arg, nargs="?", help="dataset root, in any layout (ROOT/<split>/<class>/<file>, CSV, "
+        "list, UCF101, HMDB51, SSv2, tar shards: docs/datasets.md), local or in an object store (s3://bucket/prefix: "
+        "docs/remote.md)"
     )
     parser.add_argument(
         "--layout",
@@ -221,9 +224,11 @@ def run(args: argparse.Namespace) -> int:
             return 2
     manifest_path = args.manifest  # until the fold says which is the root's
     try:
-        root = check_root(args.root)
+        # A root in a store is scanned through a local mirror of its names (the manifest names the store's URIs).
+        given = mirror_root(args.root) if is_remote(args.root) else args.root
+        root = check_root(given)
         splits, fold = scan_splits(root, _splits(args.split), args.layout, args.fold)
-        manifest_path = Path(os.path.abspath(args.manifest or _default_manifest(args.root, fold)))
+        manifest_path = Path(os.path.abspath(args.manifest or _default_manifest(given, fold)))
         if not manifest_path.is_file() and not writable(manifest_path):
             raise unwritable_manifest(root, manifest_path, given=args.manifest is not None)
         manifest_path.parent.mkdir(parents=True, exist_ok=True)
@@ -249,6 +254,9 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as err:  # refused options, a damaged manifest, a root that is a file
         print(f"daliload scan: {err}", file=sys.stderr)
         return 2
+    except RemoteReadError as err:  # a root in a store that cannot be listed: the message names it and the fix
+        print(f"daliload scan: {err}", file=sys.stderr)
+        return 2
     except PermissionError as err:  # no manifest can be written where it goes: the message names the option
         print(f"daliload scan: {err.strerror if err.filename is None else err}", file=sys.stderr)
         return 2
@@ -270,6 +278,11 @@ def run(args: argparse.Namespace) -> int:
                            skipped=summary.skipped, routed_for=summary.gpu)
         print(f"\nwrote {count} files to {args.json}")
     return 0
+
+
+def _root_arg(text: str) -> Path | str:
+    """A local root as a path; a URI (``s3://bucket/prefix``) as it is written (a ``Path`` would fold its ``//``)."""
+    return text if is_remote(text) else Path(text)
 
 
 def _default_manifest(root: Path, fold: int | None = None) -> Path:

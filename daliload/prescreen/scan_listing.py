@@ -28,6 +28,7 @@ from daliload.prescreen.rows import FileRecord
 from daliload.prescreen.rules import RULES_VERSION, Device
 from daliload.dataset import ALL_FILES, Shard, decoded_path, printable_path
 from daliload.stream import stat_video
+from daliload.prescreen.remote_root import mirrored_uri, to_uri
 
 #: A scan's messages keep one logger, whichever of its modules they come from.
 logger = logging.getLogger("daliload.prescreen.scan")
@@ -192,6 +193,9 @@ def stat_records(records: Sequence[Any], root: str | None, shard: Shard) -> List
             sizes[i], mtimes[i] = stat_video(rec.path)  # a shard's member: its size, the shard's mtime
         except OSError:
             sizes[i] = mtimes[i] = -1  # the probe will say why it cannot be opened
+    uri = mirrored_uri(root) if root is not None else None
+    if uri is not None:  # a mirror of a root in a store: what the manifest keeps, and the decoders read, is the URI
+        records = [rec._replace(path=to_uri(rec.path, root, uri)) for rec in records]
     return Listed(list(records), sizes, mtimes)
 
 

@@ -16,7 +16,9 @@ import warnings
 from pathlib import Path
 
 from daliload.dataset import check_split, get_layout, layout_of, write_pairs
+from daliload.prescreen.remote_root import mirror_root
 from daliload.prescreen.scan import ScanSpec
+from daliload.stream import is_remote
 
 #: A split name that names a fold (``"trainlist02"``, ``"test_split3"``): read through the layout even
 #: when none is given.
@@ -57,6 +59,8 @@ def loader_source(root: object, split: str, unknown: dict[str, object], scan: ob
             raise ValueError(f"a list of (path, label) pairs is read as layout 'path_label', not {layout!r}")
         root, spec = write_pairs(root, split), dataclasses.replace(spec or ScanSpec(), layout="path_label")
         return root, split, spec
+    if isinstance(root, str) and is_remote(root):
+        root = mirror_root(root)  # a root in a store: its names mirrored locally, its videos read from the store
     root = Path(root)
     if not root.exists():
         raise FileNotFoundError(f"dataset root or manifest not found: {root}")

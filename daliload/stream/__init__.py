@@ -33,12 +33,14 @@ PyAV, so they are imported by name, not here.
 from daliload.stream._files import (NotARegularFile, check_stores, open_video, read_video_file, require_regular_file,
                                     stat_video)
 from daliload.stream._members import MemberAddress, member_address, member_of
-from daliload.stream._remote import ReadPolicy, RemoteReadError, TransferCounts, transfer_counts
+from daliload.stream._remote import (RangeFile, ReadPolicy, RemoteObject, RemoteReadError, TransferCounts,
+                                     fetch, list_objects, transfer_counts)
 from daliload.stream._tar import (NotAnUncompressedTar, TarMember, is_compressed_name, read_member, shard_paths,
                                   tar_members)
-from daliload.stream._uri import SecretInURIError, is_remote, redact
+from daliload.stream._uri import SecretInURIError, is_remote, redact, refuse_secrets
 
-__all__ = ["MemberAddress", "NotARegularFile", "NotAnUncompressedTar", "ReadPolicy", "RemoteReadError",
-           "SecretInURIError", "TarMember", "TransferCounts", "check_stores", "is_compressed_name", "is_remote",
-           "member_address", "member_of", "open_video", "read_member", "read_video_file", "redact",
-           "require_regular_file", "shard_paths", "stat_video", "tar_members", "transfer_counts"]
+__all__ = ["MemberAddress", "NotARegularFile", "NotAnUncompressedTar", "RangeFile", "ReadPolicy", "RemoteObject",
+           "RemoteReadError", "SecretInURIError", "TarMember", "TransferCounts", "check_stores", "fetch",
+           "is_compressed_name", "is_remote", "list_objects", "member_address", "member_of", "open_video",
+           "read_member", "read_video_file", "redact", "refuse_secrets", "require_regular_file", "shard_paths",
+           "stat_video", "tar_members", "transfer_counts"]

@@ -260,6 +260,62 @@ def size_of(uri: str, *, policy: ReadPolicy = DEFAULT_POLICY, deadline: float | 
                          lambda fs, path, timeout: int(fs.size(path, **_timeout_kw(fs, timeout))))
 
 
+class RemoteObject(NamedTuple):
+    """One object under a listed prefix: its key relative to the prefix, size in bytes and modification time (ns)."""
+
+    key: str
+    size: int
+    mtime_ns: int
+
+
+def list_objects(uri: str, *, policy: ReadPolicy = DEFAULT_POLICY) -> list[RemoteObject]:
+    """Every object under the prefix ``uri`` (a "folder" of a store), with sizes and modification times.
+
+    One listing call (fsspec's ``find``: for S3, one request per 1,000 keys),
+    retried as :func:`fetch` is. Keys are relative to ``uri``, ``/``-separated,
+    sorted.
+
+    Raises:
+        RemoteReadError: the bucket does not exist, the credentials are refused, the store fails;
+            or the prefix holds nothing (``errno.ENOENT``), or the protocol cannot list (``http(s)://``).
+    """
+    if protocol_of(uri) in ("http", "https"):
+        raise RemoteReadError(uri, "an HTTP server cannot be listed: scan the videos where they can be listed "
+                                   "and pass the manifest (docs/remote.md)", number=errno.EINVAL)
+    found = _with_retries(uri, "listing", policy, None,
+                          lambda fs, path, timeout: (path, fs.find(path, detail=True, withdirs=False,
+                                                                   **_timeout_kw(fs, timeout))))
+    base, details = found
+    base = base.rstrip("/") + "/"
+    objects = []
+    for name, info in details.items():
+        if not name.startswith(base) or info.get("type", "file") != "file":
+            continue
+        objects.append(RemoteObject(name[len(base):], int(info.get("size") or 0), _mtime_ns(info)))
+    if not objects:
+        raise RemoteReadError(uri, "listing found no object under this prefix (a typo, or the wrong bucket?)",
+                              number=errno.ENOENT)
+    return sorted(objects)
+
+
+def _mtime_ns(info: dict) -> int:
+    """An object's modification time from a listing's details, whatever the store calls it (0 if none)."""
+    import datetime
+
+    for key in ("LastModified", "mtime", "last_modified", "updated", "created"):
+        value = info.get(key)
+        if isinstance(value, datetime.datetime):
+            return int(value.timestamp() * 1e9)
+        if isinstance(value, (int, float)):
+            return int(value * 1e9)
+        if isinstance(value, str):
+            try:
+                return int(datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1e9)
+            except ValueError:
+                continue
+    return 0
+
+
 def _timeout_kw(fs, timeout: float) -> dict:
     # fsspec's async file systems take `timeout` in their blocking wrappers and cancel the request past it.
     return {"timeout": timeout} if getattr(fs, "async_impl", False) else {}
