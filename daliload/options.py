@@ -168,22 +168,28 @@ class DecodeSpec:
             return self.dali_pipelines
         return (nvdec_engines or 1) if device == "gpu" else 1
 
-    def routing_for(self, split: str, device: str, batch_size: int) -> Literal["adaptive", "static"]:
-        """The routing policy on ``split`` with DALI on ``device``: as given, else (``"auto"``) adaptive on
-        ``"train"`` where the two decoders have hardware of their own, static otherwise.
+    def routing_for(self, split: str, device: str, batch_size: int) -> Literal["adaptive", "static", "measured"]:
+        """The routing policy on ``split`` with DALI on ``device``: as given, else (``"auto"``) on ``"train"``
+        adaptive where the two decoders have hardware of their own, measured where they share the cores.
 
         Static without fallback workers (decoding in the training process:
-        nothing to share with). DALI on the CPU with more threads and workers
-        than cores shares the cores with the fallback: moving clips between
-        them adds no decoder, only contention (measured: ``benchmarks.bench_routing``,
-        "defaults"), so ``"auto"`` keeps each file on its route there.
+        nothing to share with), and on the other splits (their figures then
+        come out the same, bit for bit, on every run). DALI on the CPU with
+        more threads and workers than cores shares the cores with the
+        fallback: moving clips between them adds no decoder, only contention
+        (measured: ``benchmarks.bench_routing``, "defaults"), and which of the
+        two is faster depends on the codec, the batch, the crop and the
+        machine, so ``"auto"`` sends each codec to the one measured faster in
+        the run (``"measured"``: ``daliload.epoch.Routes``).
         """
         if self.fallback_workers == 0:
             return "static"
         if self.routing != "auto":
             return self.routing
+        if split != "train":
+            return "static"
         shared = device == "cpu" and self.dali_threads_for(device, batch_size) + self.fallback_workers > usable_cores()
-        return "adaptive" if split == "train" and not shared else "static"
+        return "measured" if shared else "adaptive"
 
     def dali_threads_for(self, device: str, batch_size: int) -> int:
         """DALI threads: as given, else ``min(batch_size, 16)`` on a GPU and one per core on the CPU."""

@@ -423,3 +423,17 @@ def split_videos(root: Path, split: str, *, device: Device, scan: ScanSpec) -> S
         raise ValueError(f"split {split!r} of {manifest_path} has no decodable video "
                          f"({len(rejected)} rejected by the pre-screen)")
     return SplitVideos(manifest_path, tuple(classes), videos, rejected)
+
+
+def split_codecs(manifest_path: str | os.PathLike, split: str, videos: VideoIndex) -> list[str]:
+    """The codec of each of ``videos`` (a split's index read from ``manifest_path``), by ``video_index``.
+
+    One query of the split's ``(path, codec)`` rows in path order, merged with the index's paths (sorted the
+    same way); a file the manifest no longer lists gets ``""``. What routing by measured speed groups clips by
+    (``daliload.epoch.Routes``), read once per loader when it is first needed.
+    """
+    with Manifest(Path(manifest_path)) as manifest:
+        rows = manifest._conn.execute("SELECT path, codec FROM files WHERE split = ? ORDER BY path",
+                                      (split,)).fetchall()
+    codec_of = dict(rows)
+    return [codec_of.get(path) or "" for path in videos.paths]
