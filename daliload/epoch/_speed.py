@@ -150,9 +150,9 @@ class SpeedRouter:
     # -- as the pass yields ----------------------------------------------------------------------
 
     def pass_started(self) -> None:
-        """A new pass: nothing in flight; its first ``lag`` batches count for no setting."""
+        """A new pass: nothing in flight; its first ``lag`` batches count for no setting (a measurement under
+        way goes on with the pass's counted batches: the time between passes is in none)."""
         self._pass, self._done, self._last = [], 0, self._clock()
-        self._window = _Window()
 
     def batch_done(self, clips: int) -> None:
         """The pass yields its next batch, of ``clips`` clips."""
