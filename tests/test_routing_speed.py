@@ -209,3 +209,20 @@ def test_no_batch_of_a_pass_start_or_a_switch_is_counted():
     assert speed.counted == 2
     if 8 >= MEASURE_CLIPS:
         assert speed.codecs[0].rates == {"dali": pytest.approx(4.0)}
+
+
+def test_a_codec_only_the_fallback_takes_is_never_tried_nor_measured():
+    """H.264 beside VP9 on the CPU: H.264's clips always go to the fallback ("only decoder able"); only VP9 has
+    trials."""
+    clock = Clock()
+    samples = plan(800, codecs=("vp9", "h264"))
+    names = [s.path.split(".")[0] for s in samples]
+    on_dali = np.array([n == "vp9" for n in names])
+    routes = Routes(on_dali, policy="measured", lag=2, codecs=lambda: names, clock=clock)
+    dali, fallback = Decoder(clock, {"vp9": 0.05, "h264": 0.0}), Decoder(clock, {"vp9": 0.01, "h264": 0.01})
+    run(routes, samples, dali, fallback, batch=8)
+    by_codec = {r.codec: r for r in routes.decoders()}
+    assert (by_codec["h264"].decoder, by_codec["h264"].why) == ("fallback", "only decoder able")
+    assert by_codec["h264"].clips == {"dali": 0, "fallback": 400} and "h264" not in dali.clips
+    assert (by_codec["vp9"].decoder, by_codec["vp9"].why) == ("fallback", "measured")
+    assert list(routes.speed.codecs) == [routes.codec_groups()[0]]  # VP9's group alone

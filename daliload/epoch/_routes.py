@@ -40,6 +40,7 @@ becomes 0.34 and stays so for the batches in flight.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
 import warnings
 from collections import Counter
@@ -108,6 +109,7 @@ class Routes:
         self._codes: np.ndarray | None = None  # codec group by video
         self._codec_names: list[str] = []
         self._clips_by_codec: Counter = Counter()  # (codec group, decoder) -> clips given ("measured")
+        self._able_by_codec: tuple | None = None  # ((rerouted, disabled), per codec whether DALI may take any)
         #: the measured policy's state (``None`` under the others)
         self.speed = SpeedRouter(lag, clock=clock) if policy == "measured" else None
         self.rerouted: set[int] = set()  # video indices DALI failed on
@@ -176,7 +178,7 @@ class Routes:
             self._clips_by_codec[group, decoder] += 1
             if k in able:
                 given.setdefault(group, {"dali": 0, "fallback": 0})[decoder] += 1
-        speed.submitted({int(codes[batch[k].video_index]) for k in rows}, given)
+        speed.submitted(set(given), given)  # only codecs both decoders may take are measured
         self.last_moved = len(able) - len(to_dali)
         return to_dali, to_fallback
 
@@ -193,7 +195,13 @@ class Routes:
     def codec_groups(self) -> np.ndarray:
         """Each video's codec, as a number (:meth:`codec_name` names it), read when first asked."""
         if self._codes is None:
-            names = list(self._read_codecs()) if self._read_codecs is not None else []
+            names: list[str] = []
+            if self._read_codecs is not None:
+                try:
+                    names = list(self._read_codecs())
+                except (OSError, sqlite3.Error, ValueError) as err:  # the manifest moved or broke since the start
+                    logger.warning("could not read the videos' codecs from the manifest (%s): routing and "
+                                   "stats().decoders take every video as one codec, ''", err)
             if not names and self._on_dali is not None:
                 names = [""] * len(self._on_dali)
             numbers: dict[str, int] = {}
@@ -206,14 +214,16 @@ class Routes:
         codes = self.codec_groups()
         if not len(codes):
             return ()
-        able = np.zeros(len(codes), bool) if self._on_dali is None else self._on_dali.copy()
-        if self.rerouted:
-            able[list(self.rerouted)] = False
+        key = (len(self.rerouted), self.dali_disabled)
+        if self._able_by_codec is None or self._able_by_codec[0] != key:  # per codec: may any file go to DALI
+            able = np.zeros(len(codes), bool) if self._on_dali is None else self._on_dali.copy()
+            if self.rerouted:
+                able[list(self.rerouted)] = False
+            self._able_by_codec = key, [bool(able[codes == g].any()) for g in range(len(self._codec_names))]
         out = []
         for group, name in enumerate(self._codec_names):
-            mine = codes == group
             clips = {d: self._clips_by_codec[group, d] for d in ("dali", "fallback")} if self.speed else {}
-            if self.dali_disabled is not None or self._on_dali is None or not able[mine].any():
+            if self.dali_disabled is not None or self._on_dali is None or not self._able_by_codec[1][group]:
                 if self._on_dali is None and self.explicit:
                     route = CodecRoute(name, "fallback", "explicit", self.explicit, clips=clips)
                 else:
