@@ -226,3 +226,21 @@ def test_a_codec_only_the_fallback_takes_is_never_tried_nor_measured():
     assert by_codec["h264"].clips == {"dali": 0, "fallback": 400} and "h264" not in dali.clips
     assert (by_codec["vp9"].decoder, by_codec["vp9"].why) == ("fallback", "measured")
     assert list(routes.speed.codecs) == [routes.codec_groups()[0]]  # VP9's group alone
+
+
+def test_a_manifest_that_cannot_be_read_leaves_one_codec_and_routing_goes_on(caplog):
+    import sqlite3
+
+    def unreadable():
+        raise sqlite3.OperationalError("unable to open database file")
+
+    samples = plan(8)
+    routes = Routes(np.ones(8, bool), policy="measured", lag=2, codecs=unreadable, clock=Clock())
+    routes.pass_started()
+    assert routes.assign(samples[:4], range(4), object(), object()) == ([0, 1, 2, 3], [])
+    assert "could not read the videos' codecs" in caplog.text
+    assert [(r.codec, r.decoder, r.why) for r in routes.decoders()] == [("", "dali", "measured")]
+    # DALI not in the run (decoder="fallback") and no codec read: everything to the fallback, nothing to report
+    routes = Routes(None, policy="measured", lag=2, codecs=unreadable, clock=Clock())
+    assert routes.assign(samples[:4], range(4), None, object()) == ([], [0, 1, 2, 3])
+    assert routes.decoders() == ()

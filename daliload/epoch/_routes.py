@@ -172,7 +172,8 @@ class Routes:
         to_dali, to_fallback = [], []
         given: dict[int, dict[str, int]] = {}
         for k in rows:
-            group = int(codes[batch[k].video_index])
+            video = batch[k].video_index
+            group = int(codes[video]) if video < len(codes) else 0  # (no codec read: one codec, "")
             decoder = speed.decoder_for(group) if k in able else "fallback"
             (to_dali if decoder == "dali" else to_fallback).append(k)
             self._clips_by_codec[group, decoder] += 1
@@ -193,7 +194,7 @@ class Routes:
             self.speed.batch_done(clips)
 
     def codec_groups(self) -> np.ndarray:
-        """Each video's codec, as a number (:meth:`codec_name` names it), read when first asked."""
+        """Each video's codec, as a number into the codec names (``""`` where unknown), read when first asked."""
         if self._codes is None:
             names: list[str] = []
             if self._read_codecs is not None:
@@ -206,7 +207,7 @@ class Routes:
                 names = [""] * len(self._on_dali)
             numbers: dict[str, int] = {}
             self._codes = np.array([numbers.setdefault(n, len(numbers)) for n in names], np.int16)
-            self._codec_names = list(numbers)
+            self._codec_names = list(numbers) or [""]
         return self._codes
 
     def decoders(self) -> tuple[CodecRoute, ...]:
