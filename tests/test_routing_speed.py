@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from daliload.epoch import Routes
-from daliload.epoch._speed import MEASURE_CLIPS, SpeedRouter
+from daliload.epoch._speed import SpeedRouter
 from daliload.plan import CropBox, Sample
 
 
@@ -191,7 +191,7 @@ def test_every_batch_keeps_its_samples_and_files_only_the_fallback_can_take_neve
 
 
 def test_no_batch_of_a_pass_start_or_a_switch_is_counted():
-    """The first ``lag`` batches of a pass, and those in flight around a change of setting, measure nothing."""
+    """The first ``lag`` batches of the run and the first of each later pass measure nothing."""
     clock = Clock()
     speed = SpeedRouter(lag=2, clock=clock)
     speed.pass_started()
@@ -202,13 +202,23 @@ def test_no_batch_of_a_pass_start_or_a_switch_is_counted():
         clock.now += 1.0
         speed.batch_done(4)
     assert speed.counted == 0
-    for _ in range(2):  # counted; with MEASURE_CLIPS clips a measurement
+    for _ in range(2):  # counted (MEASURE_CLIPS, 16, make a measurement)
         speed.submitted({0}, {0: {"dali": 4, "fallback": 0}})
         clock.now += 1.0
         speed.batch_done(4)
-    assert speed.counted == 2
-    if 8 >= MEASURE_CLIPS:
-        assert speed.codecs[0].rates == {"dali": pytest.approx(4.0)}
+    assert speed.counted == 2 and speed.codecs[0].rates == {}  # 8 clips: not a measurement yet
+    # a later pass: only its first batch is left out (small epochs are measured too)
+    speed.pass_started()
+    for _ in range(4):
+        speed.submitted({0}, {0: {"dali": 4, "fallback": 0}})
+    for _ in range(4):
+        clock.now += 1.0
+        speed.batch_done(4)
+    # its batches 1 and 2 complete the measurement (16 clips over two passes: 4 a second) and the fallback's
+    # trial begins, so its batch 3, submitted before, is of an older setting
+    assert speed.counted == 4 and speed.trial == (0, "fallback")
+    assert speed.codecs[0].rates == {"dali": pytest.approx(4.0)}
+
 
 
 def test_a_codec_only_the_fallback_takes_is_never_tried_nor_measured():

@@ -14,9 +14,10 @@ the batch before (the decoders' pace when they hold the pass up, the
 training step's when it does). A batch counts for its setting only when the
 ``lag`` batches before it and those in flight with it were routed the same,
 so that a measurement is of one setting and not of the switch between two;
-the first ``lag`` batches of a pass count for none (workers and pipelines
-start). :data:`MEASURE_CLIPS` such clips (over at least 2 batches) make one
-measurement.
+the first batch of a pass counts for none (its time holds the pass's start),
+nor do the first ``lag`` batches of the run (workers and pipelines start).
+:data:`MEASURE_CLIPS` such clips make one measurement, which may span passes
+(so that small epochs are measured too; the time between passes is in none).
 
 The schedule, per codec that both decoders can take:
 
@@ -130,6 +131,7 @@ class SpeedRouter:
         self._last: float | None = None  # when the last one was
         self.counted = 0  # batches counted, the run's: the clock of the trial schedule
         self._batch_clips = 1  # clips of the largest batch yet
+        self._passes = 0  # passes begun
 
     # -- at submission --------------------------------------------------------------------------
 
@@ -150,9 +152,10 @@ class SpeedRouter:
     # -- as the pass yields ----------------------------------------------------------------------
 
     def pass_started(self) -> None:
-        """A new pass: nothing in flight; its first ``lag`` batches count for no setting (a measurement under
-        way goes on with the pass's counted batches: the time between passes is in none)."""
+        """A new pass: nothing in flight; its first batch counts for no setting (a measurement under way goes
+        on with the pass's counted batches: the time between passes is in none)."""
         self._pass, self._done, self._last = [], 0, self._clock()
+        self._passes += 1
 
     def batch_done(self, clips: int) -> None:
         """The pass yields its next batch, of ``clips`` clips."""
@@ -165,13 +168,14 @@ class SpeedRouter:
         self._batch_clips = max(self._batch_clips, clips)
         setting, groups = self._pass[i]
         around = self._pass[max(0, i - self.lag):i + self.lag]
-        if i < self.lag or setting != self._setting or any(s != setting for s, _ in around):
-            return  # a pass starting, a switch between settings, or a batch of an older setting
+        starting = i < (self.lag if self._passes == 1 else 1)
+        if starting or setting != self._setting or any(s != setting for s, _ in around):
+            return  # a pass (or the run) starting, a switch between settings, or a batch of an older setting
         w = self._window
         w.clips, w.seconds, w.batches = w.clips + clips, w.seconds + seconds, w.batches + 1
         w.codecs |= groups
         self.counted += 1
-        if w.clips >= MEASURE_CLIPS and w.batches >= 2 and w.seconds > 0:
+        if w.clips >= MEASURE_CLIPS and w.seconds > 0:
             self._measured(w.clips / w.seconds, w.codecs)
             self._window = _Window()
         if self.trial is None:
@@ -182,7 +186,7 @@ class SpeedRouter:
     @property
     def trial_batches(self) -> int:
         """Batches a trial lasts at least: its measurement's, and the switches in and out."""
-        return max(2, -(-MEASURE_CLIPS // self._batch_clips)) + 2 * self.lag - 1
+        return -(-MEASURE_CLIPS // self._batch_clips) + 2 * self.lag - 1
 
     def _measured(self, rate: float, groups: set[int]) -> None:
         if self.trial is not None:
