@@ -48,6 +48,7 @@ from torch.utils.data import DataLoader, Dataset
 from daliload.plan import CropBox, OutputSpec, Sample
 from daliload.synth import default_spec, render_clip, write_video
 from fallback import apply_plan, decode_sample, decode_window, probe_hint
+from benchmarks.machine import package_commit
 
 WIDTH, HEIGHT, NUM_FRAMES, FPS = 340, 256, 300, 30
 CLIP_LEN, STRIDE, CROP = 16, 4, 224
@@ -397,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         samples = make_plan(paths, args.clips, args.seed)
         output = OutputSpec(size=(CROP, CROP))
         result = {
-            "benchmark": "fallback", "machine": args.machine,
+            "benchmark": "fallback", "machine": args.machine, "package_commit": package_commit(),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "versions": {"python": platform.python_version(), "av": av.__version__, "torch": torch.__version__,
                          "ffmpeg": ".".join(map(str, av.library_versions["libavcodec"]))},

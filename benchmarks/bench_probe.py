@@ -45,6 +45,7 @@ from daliload.prescreen import probe_file, scan
 from daliload.prescreen.probe_pool import ProbeTask, run_probe_task
 from daliload.prescreen.rows import ProbeRows
 from daliload.prescreen.scan import default_workers
+from benchmarks.machine import package_commit
 
 TARGET_FILES_PER_S = 200.0
 _REALCLIPS = Path(__file__).resolve().parents[2] / "shared" / "realclips"
@@ -277,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "bench_probe",
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": args.machine,
+        "package_commit": package_commit(),
         "versions": {"python": platform.python_version(), **_versions()},
         "cores": default_workers(),
         "scan_cores": min(args.workers, default_workers()),

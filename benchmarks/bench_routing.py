@@ -13,9 +13,10 @@ epoch, windows, crops and flips) every way:
   (``decoder="fallback"``, its one worker). Target: ``auto`` at least
   :data:`TARGET` x ``fallback`` on ``vp9`` (a keyframe every 250 frames).
 - ``defaults``: the loader's default threads and workers (``DecodeSpec()``),
-  the same three ways (``auto`` resolves to static where DALI's CPU threads and
-  the workers outnumber the cores). Target: ``auto`` at least
-  :data:`DEFAULTS_TARGET` x the faster of ``static`` and ``fallback``, on
+  the same three ways (``auto`` resolves to ``measured`` where DALI's CPU
+  threads and the workers outnumber the cores: each codec to the decoder the
+  run measures faster; the untimed epoch is where it first measures).
+  Target: ``auto`` at least :data:`DEFAULTS_TARGET` x the faster of ``static`` and ``fallback``, on
   every dataset.
 
 One untimed epoch per way (workers start, the scan), then ``--rounds`` rounds

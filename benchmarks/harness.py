@@ -410,7 +410,8 @@ def _measure_all(jobs: Sequence[Job], result: dict, json_path: Path, state: RunS
         members = []
         for number, job in members_of:
             cls = load_adapter(job.adapter)
-            if job.kind == "loader" and job.sweep == "workers" and cls.knob is None:
+            if job.kind == "loader" and ((job.sweep == "workers" and cls.knob is None)
+                                         or (job.sweep == "main" and cls.sweep_only)):
                 continue
             member = _Member(number, job, cls, _new_record(cls, job))
             why_not = _why_not_measured(cls, job, state)

@@ -62,6 +62,7 @@ LOADERS: dict[str, str] = {
     # the whole loader (its own plan, which is the run's), then each of its paths alone
     "daliload": "benchmarks.peers.daliload_peer:Daliload",
     "daliload-static": "benchmarks.peers.daliload_peer:DaliloadStatic",
+    "daliload-workers": "benchmarks.peers.daliload_peer:DaliloadWorkers",
     "daliload-dali-gpu": "benchmarks.peers.daliload_peer:DaliloadDaliGPU",
     "daliload-dali-cpu": "benchmarks.peers.daliload_peer:DaliloadDaliCPU",
     "daliload-fallback": "benchmarks.peers.daliload_peer:DaliloadFallback",
@@ -128,6 +129,8 @@ class LoaderAdapter(abc.ABC):
             counted (False: report no decoded frames/s for that measurement).
         knob: what ``LoaderConfig.workers`` means for it, or None when it has
             no such knob (the workers sweep then skips it).
+        sweep_only: measured in the workers sweep only, not in the main table
+            (a row that exists to take the knob another row leaves at its default).
     """
 
     name: ClassVar[str]
@@ -140,6 +143,7 @@ class LoaderAdapter(abc.ABC):
     estimate_uncounted: ClassVar[bool] = True
     uses_nvdec: ClassVar[bool] = False
     knob: ClassVar[str | None] = "DataLoader workers"
+    sweep_only: ClassVar[bool] = False
 
     @classmethod
     def skip_reason(cls, dataset: "DatasetSpec", config: LoaderConfig) -> str | None:

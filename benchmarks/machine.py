@@ -1,4 +1,5 @@
-"""The machine a run ran on: :func:`machine_info` (CPU, cores, memory, GPU, versions, date) and the lines
+"""The machine a run ran on: :func:`machine_info` (CPU, cores, memory, GPU, versions, date, and the package
+commit measured: :func:`package_commit`) and the lines
 that name it in tables, plots and headings (:func:`machine_line`, :func:`versions_line`).
 
 Below :mod:`benchmarks.report` and :mod:`benchmarks.summary`, which both label what they write with it.
@@ -19,8 +20,30 @@ _PACKAGES = ("torch", "av", "numpy", "nvidia-dali-cuda130", "nvidia-dali-cuda120
              "spdl", "spdl_io", "spdl_core", "psutil")
 
 
+def package_commit() -> str:
+    """The commit of the daliload checkout this process imports (``git rev-parse HEAD``), with ``" dirty"``
+    when its tracked files differ from it; ``"unknown (...)"`` outside a git checkout (an installed wheel)."""
+    import daliload
+
+    folder = os.path.dirname(os.path.dirname(os.path.abspath(daliload.__file__)))
+    git = shutil.which("git")
+    if git is None:
+        return "unknown (no git)"
+    try:
+        head = subprocess.run([git, "-C", folder, "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=30, check=False)
+        if head.returncode != 0:
+            return f"unknown (not a git checkout: {folder})"
+        status = subprocess.run([git, "-C", folder, "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"unknown ({err})"
+    return head.stdout.strip() + (" dirty" if status.stdout.strip() else "")
+
+
 def machine_info(label: str = "") -> dict:
-    """CPU model, cores, memory, GPU, library versions and the date (UTC) of this machine."""
+    """CPU model, cores, memory, GPU, library versions, the date (UTC) of this machine, and the package
+    commit this process measures (``package_commit``: every benchmark JSON that records its machine has it)."""
     cpu_model = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
@@ -69,6 +92,7 @@ def machine_info(label: str = "") -> dict:
         "python": platform.python_version(),
         "versions": versions,
         "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "package_commit": package_commit(),
     }
 
 
@@ -76,8 +100,11 @@ def machine_line(machine: dict) -> str:
     """One line naming the machine, e.g. for table captions and plot titles."""
     label = f"{machine['label']}: " if machine.get("label") else ""
     gpu = machine.get("gpu") or "no GPU"
+    commit = machine.get("package_commit")
     return (f"{label}{machine['cpu_model']}, {machine['cpu_cores_usable']} cores usable "
-            f"({machine['cpu_cores']} online), {machine.get('memory_gib')} GiB RAM, {gpu}; {machine['date_utc']}")
+            f"({machine['cpu_cores']} online), {machine.get('memory_gib')} GiB RAM, {gpu}; {machine['date_utc']}"
+            + (f"; daliload {commit[:12]}{' (dirty)' if commit.endswith(' dirty') else ''}"
+               if commit and not commit.startswith("unknown") else ""))
 
 
 def versions_line(machine: dict) -> str:

@@ -22,6 +22,7 @@ never change whatever fails, so DDP ranks stay in step.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import logging
 import os
@@ -34,7 +35,7 @@ from daliload import runtime
 from daliload.dataset import VideoIndex, decoded_path
 from daliload.epoch._resume import LoaderState
 from daliload.epoch import (PADDING_LABEL, BatchInfo, ClipSources, DaliSetup, EpochCounters, EpochPass, EpochPlans,
-                            EpochProgress, EpochSampler, PassSetup, Routes, dali_videos)
+                            EpochProgress, EpochSampler, PassSetup, Routes, dali_videos, explicit_choice)
 from daliload.failures import FailureBudget
 from daliload.options import (DecodeSpec, augment_and_output, check_batch_fits, check_clip_fits, check_options,
                               checked_clips_per_video, checked_label_padding, checked_padding_label, checked_spec,
@@ -42,7 +43,7 @@ from daliload.options import (DecodeSpec, augment_and_output, check_batch_fits, 
                               refuse_unknown_options, warn_upscaled)
 from daliload.plan import (AugmentSpec, ClipSpec, LastBatch, OutputSpec, Sample, make_train_plan, make_val_plan,
                            num_batches, samples_per_rank, split_batches)
-from daliload.prescreen import ScanSpec, loader_source, split_videos
+from daliload.prescreen import ScanSpec, loader_source, split_codecs, split_videos
 from daliload.prescreen.gpus import detect_gpu
 from daliload.runtime import refuse_bootstrapping_main
 from daliload.stats import LoaderStats
@@ -265,9 +266,10 @@ class KineticsDALILoader(LoaderState):
         prefetch = self.decode.batches_ahead(self.clips_per_batch, clips_per_video=self.clips_per_video,
                                              pipelines=self.dali_pipelines)
         self._routes = Routes(dali_videos(index, self.decode.dali_max_pixels) if self.dali_enabled else None,
-                              policy=self.decode.routing_for(split, self.device, self.clips_per_batch), lag=prefetch)
-        # The two clip sources live as long as the loader: the fallback's workers start at the first
-        # group it gets, the DALI pipeline at the first batch with a DALI sample.
+                              policy=self.decode.routing_for(split, self.device, self.clips_per_batch), lag=prefetch,
+                              codecs=functools.partial(split_codecs, self.manifest_path, split, index),
+                              explicit=explicit_choice(self.decode.decoder, self.decode.routing))
+        # Both sources live as long as the loader (workers start at the fallback's first group, DALI at its first).
         self._sources = ClipSources(
             index, self.output, FallbackOptions(threads=self.decode.fallback_threads, timeout_s=self.decode.timeout_s),
             workers=self.decode.fallback_workers, timeout_s=self.decode.timeout_s, device=self.torch_device,
@@ -331,8 +333,7 @@ class KineticsDALILoader(LoaderState):
         device = self.device
         self.rank, self.world_size, self.local_rank = runtime.rank(), runtime.world_size(), runtime.local_rank()
         self.torch_device = torch.device(f"cuda:{self.device_id}") if device == "gpu" else torch.device("cpu")
-        # Routes depend on this GPU's NVDEC (an H200 has no AV1 decode, an L40S has): the manifest
-        # routes for that generation, from its stored facts when it was scanned for another one.
+        # Routes depend on this GPU's NVDEC (an H200 has no AV1 decode, an L40S has): that generation's routes.
         self.gpu = detect_gpu(self.device_id) if device == "gpu" else None
         self.route_target = self.gpu.route_target if self.gpu is not None else "cpu"
 
@@ -391,7 +392,8 @@ class KineticsDALILoader(LoaderState):
             replaced=len(budget.replacements), failures=budget.failures, replacements=budget.replacements,
             rejected=self.rejected, device=self.device, dali_enabled=self.dali_enabled,
             rerouted=tuple(sorted(map(path_of, routes.rerouted))), quarantined=tuple(sorted(map(path_of, q))),
-            dali_disabled=routes.dali_disabled, routing=routes.policy, **transfer_counts()._asdict())
+            dali_disabled=routes.dali_disabled, routing=routes.policy, decoders=routes.decoders(),
+            **transfer_counts()._asdict())
 
     # -- iteration ------------------------------------------------------------------------
 
@@ -429,8 +431,7 @@ class KineticsDALILoader(LoaderState):
         passing = iter(epoch_pass)
         try:
             for i, batch in enumerate(passing):
-                # A state_dict() taken while the caller holds this batch resumes after it; after the
-                # last batch it equals len(self): epoch finished.
+                # A state_dict() taken while the caller holds this batch resumes after it (after the last: len).
                 self._progress.yielded(epoch_pass.next_batch)
                 yield self._as_asked(batch)
                 if i == 0 and self.split == "train":

@@ -75,13 +75,13 @@ class DecodeSpec:
             neither idles while the other is the bottleneck (NVDEC saturated:
             the CPU cores help; the fallback faster, as for VP9 on a CPU host:
             it takes most). ``"static"``: DALI always, as the pre-screen routed
-            it. ``"auto"`` (default): ``"adaptive"`` on the training split
-            when the decoders do not share hardware (DALI on a GPU, or DALI's
-            CPU threads plus the fallback's workers no more than the cores),
-            else ``"static"``; ``"static"`` on the other splits, whose figures
-            then come out the same, bit for bit, on every run and world size. Either way each clip is
-            the plan's (window, crop, flip) and batches keep plan order; with
-            ``"adaptive"`` which decoder made a clip can differ between runs,
+            it. ``"auto"`` (default), on the training split: ``"adaptive"`` where
+            the decoders do not share hardware (DALI on a GPU, or its CPU threads plus the workers
+            no more than the cores), else each codec to the decoder measured faster in the run
+            (``stats().decoders`` says which and why); ``"static"`` on the other splits (their figures
+            then come out the same, bit for bit, on every run and world size). Either way each clip is
+            the plan's (window, crop, flip) and batches keep plan order; except with
+            ``"static"``, which decoder made a clip can differ between runs,
             and the two differ by a few levels in pixels (``docs/performance.md``,
             "Both decoders at once"). Files only the fallback can decode never
             go to DALI; with ``fallback_workers=0`` routing is ``"static"``.
@@ -166,22 +166,22 @@ class DecodeSpec:
             return self.dali_pipelines
         return (nvdec_engines or 1) if device == "gpu" else 1
 
-    def routing_for(self, split: str, device: str, batch_size: int) -> Literal["adaptive", "static"]:
-        """The routing policy on ``split`` with DALI on ``device``: as given, else (``"auto"``) adaptive on
-        ``"train"`` where the two decoders have hardware of their own, static otherwise.
+    def routing_for(self, split: str, device: str, batch_size: int) -> Literal["adaptive", "static", "measured"]:
+        """The routing policy on ``split`` with DALI on ``device``: as given, else (``"auto"``) on ``"train"``
+        adaptive where the two decoders have hardware of their own, measured where they share the cores.
 
-        Static without fallback workers (decoding in the training process:
-        nothing to share with). DALI on the CPU with more threads and workers
-        than cores shares the cores with the fallback: moving clips between
-        them adds no decoder, only contention (measured: ``benchmarks.bench_routing``,
-        "defaults"), so ``"auto"`` keeps each file on its route there.
+        Static without fallback workers (nothing to share with), and on the other splits (their figures
+        then come out the same on every run). DALI on the CPU with more threads and workers than cores
+        shares them with the fallback: moving clips between the two adds no decoder, and which is faster
+        depends on the codec, batch, crop and machine, so each codec goes to the one measured faster
+        (``"measured"``: ``daliload.epoch.Routes``).
         """
         if self.fallback_workers == 0:
             return "static"
         if self.routing != "auto":
             return self.routing
         shared = device == "cpu" and self.dali_threads_for(device, batch_size) + self.fallback_workers > usable_cores()
-        return "adaptive" if split == "train" and not shared else "static"
+        return "static" if split != "train" else "measured" if shared else "adaptive"
 
     def dali_threads_for(self, device: str, batch_size: int) -> int:
         """DALI threads: as given, else ``min(batch_size, 16)`` on a GPU and one per core on the CPU."""

@@ -57,7 +57,14 @@ class LoaderStats:
             the router found it would finish them first (``routing="adaptive"``;
             counted in ``clips_fallback``; not the re-decodes of failed DALI
             batches, which are ``clips_redecoded``).
-        routing: the routing policy (``DecodeSpec.routing``).
+        routing: the routing policy (``DecodeSpec.routing`` resolved:
+            ``"adaptive"``, ``"static"`` or ``"measured"``).
+        decoders: per codec, which decoder its clips go to and why, for the
+            run so far (each a :class:`daliload.epoch.CodecRoute`: ``codec``,
+            ``decoder``, ``why``: ``"measured"`` with the clips/s measured on
+            each decoder in ``rates``, ``"explicit"``, ``"only decoder able"``
+            or ``"default"``; ``clips`` each decoder was given under
+            ``"measured"``).
         remote_bytes, remote_requests, remote_retries, remote_failed_reads:
             bytes received from remote stores (videos named by URI), requests
             made (retries included), retries of transient errors, reads that
@@ -97,6 +104,7 @@ class LoaderStats:
     remote_requests: int = 0
     remote_retries: int = 0
     remote_failed_reads: int = 0
+    decoders: tuple = ()
 
     @property
     def dali_share(self) -> float:
@@ -113,6 +121,7 @@ class LoaderStats:
             f"waiting: DALI {self.dali_wait_s:.2f} s, fallback {self.fallback_wait_s:.2f} s; "
             f"re-decoded after a DALI failure: {self.clips_redecoded}; replaced: {self.replaced}",
         ]
+        lines += [f"codec {route.describe()}" for route in self.decoders]
         if self.clips_dali:
             lines.append(f"DALI: {self.clips_dali_cut} of {self.clips_dali} clips from a cut of their file; "
                          f"{self.frames_decoded_dali / self.clips_dali:.0f} frames decoded per clip")

@@ -28,6 +28,16 @@ Probe actions (:data:`PROBE_ACTIONS`): ``"hang"`` (sleeps forever),
 apply in worker processes only: a scan with ``workers=0`` probes in the
 calling process, as it always does.
 
+:func:`slow_decoder` makes one of a loader's two decoders deliver at a set
+pace: at most one clip every ``seconds_per_clip``, one after another, on top
+of its own work, so that a test of routing by measured speed knows which
+decoder is the faster (and can swap them mid-run)::
+
+    dali = slow_decoder(loader, "dali", 0.05)      # DALI now delivers at most 20 clips/s
+    ...
+    dali.seconds_per_clip = 0.0                    # and now as fast as it decodes
+    slow_decoder(loader, "fallback", 0.05)
+
 Nothing here is imported by the package; the fallback and the pre-screen are
 imported when a double is installed or run.
 """
@@ -122,6 +132,71 @@ def probe_faults(faults: dict[str, str]) -> Iterator[None]:
         yield
     finally:
         probe_pool.worker_task = real
+
+
+class SlowSource:
+    """A loader's clip source, delivering each group no sooner than ``seconds_per_clip`` per clip after the
+    groups before it (a serial queue beside the source's own work); everything else as the source does.
+
+    Attributes:
+        seconds_per_clip: the pace; change it at any time (groups already submitted keep theirs).
+    """
+
+    def __init__(self, source: Any, seconds_per_clip: float) -> None:
+        self.source, self.seconds_per_clip = source, seconds_per_clip
+        self._ready: dict[int, float] = {}  # ticket -> when the group may be delivered
+        self._busy_until = 0.0
+
+    def submit(self, samples: Sequence[Any], *, urgent: bool = False) -> int:
+        ticket = self.source.submit(samples, urgent=urgent)
+        self._busy_until = max(time.monotonic(), self._busy_until) + self.seconds_per_clip * len(samples)
+        self._ready[ticket] = self._busy_until
+        return ticket
+
+    def collect(self, ticket: int) -> Any:
+        decoded = self.source.collect(ticket)
+        time.sleep(max(0.0, self._ready.pop(ticket, 0.0) - time.monotonic()))
+        return decoded
+
+    def cancel(self) -> None:
+        self._ready.clear()
+        self._busy_until = 0.0
+        self.source.cancel()
+
+    def __getattr__(self, name: str) -> Any:  # load(), close(), worker_pids, isolation_s, ...
+        return getattr(self.source, name)
+
+
+def slow_decoder(loader: Any, decoder: str, seconds_per_clip: float) -> SlowSource:
+    """Make ``loader``'s ``decoder`` (``"dali"`` or ``"fallback"``) deliver at most one clip per
+    ``seconds_per_clip`` (see :class:`SlowSource`); called again for the same decoder, it sets the new pace.
+
+    Raises:
+        ValueError: an unknown decoder, or a negative pace.
+    """
+    if decoder not in ("dali", "fallback"):
+        raise ValueError(f"decoder must be 'dali' or 'fallback', got {decoder!r}")
+    if not seconds_per_clip >= 0:
+        raise ValueError(f"seconds_per_clip must be >= 0, got {seconds_per_clip!r}")
+    sources = loader.sources
+    if decoder == "fallback":
+        if not isinstance(sources.fallback, SlowSource):
+            sources.fallback = SlowSource(sources.fallback, seconds_per_clip)
+        sources.fallback.seconds_per_clip = seconds_per_clip
+        return sources.fallback
+    current = sources.__dict__.get("dali")
+    slow = getattr(current, "slow", None)
+    if slow is None:
+        build = sources.dali
+        slow = SlowSource(None, seconds_per_clip)
+
+        def dali() -> SlowSource:
+            slow.source = build()  # the one DALI source, built on first use
+            return slow
+        dali.slow = slow  # type: ignore[attr-defined]
+        sources.dali = dali
+    slow.seconds_per_clip = seconds_per_clip
+    return slow
 
 
 def faulty_probe(task: Any, *, faults: dict[str, str]) -> Any:

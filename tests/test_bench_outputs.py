@@ -101,7 +101,7 @@ def test_every_loader_of_the_table_delivers_the_fallbacks_clips(name, vp9_datase
         if name in ALWAYS_HERE:
             pytest.fail(f"{name} must run on every machine with the test extra, but: {clips}")
         pytest.skip(f"{name} cannot run here: {clips}")
-    uses_dali = name in ("daliload", "daliload-static", "daliload-dali-cpu")  # VP9 routes to DALI on the CPU
+    uses_dali = name in ("daliload", "daliload-static", "daliload-workers", "daliload-dali-cpu")  # VP9 may go to DALI
     limit = DALI_TOLERANCE if uses_dali else PYAV_LIKE_TOLERANCE
     assert len(clips) == len(reference)
     for k, (clip, expected) in enumerate(zip(clips, reference)):
@@ -189,7 +189,8 @@ def _wrong_frames(clips, dataset, samples) -> list[str]:
 # daliload (the whole loader) plans its own windows, crops included, and refuses another plan: it is
 # checked on H.264 against its fallback, which it routes H.264 to on the CPU (the next test).
 @pytest.mark.parametrize("name", [name for name in LOADERS
-                                  if name not in ("daliload-fallback", "daliload", "daliload-static")])
+                                  if name not in ("daliload-fallback", "daliload", "daliload-static",
+                                                  "daliload-workers")])
 def test_every_loader_decodes_the_planned_frames_of_h264_with_b_frames(name, h264_dataset, h264_plan,
                                                                        h264_reference, request):
     dataset_name = h264_dataset.spec.name

@@ -67,11 +67,11 @@ def test_readme_section_is_replaced_between_the_markers_only(tmp_path):
     text = readme.read_text()
     assert "9.9" not in text and text.endswith(f"{README_END}\n\nHand notes (2026-01-01).\n")
     assert readme_section(_result()) in text
-    assert "| torchcodec 0.13.0 | daliload (as users run it) | daliload fallback alone |" in text
+    assert "| torchcodec 0.13.0 | daliload (its defaults) | daliload fallback alone |" in text
     # torchcodec's scan-free mode gets a column of its own, named with its version and its mode.
     result = _result()
     result["measurements"].append(_measurement("torchcodec-cpu-approx", 25.0))
-    assert ("| torchcodec 0.13.0 | torchcodec 0.13.0, approximate seek (no scan) | daliload (as users run it) |"
+    assert ("| torchcodec 0.13.0 | torchcodec 0.13.0, approximate seek (no scan) | daliload (its defaults) |"
             in readme_section(result))
     assert "42.4 (38.2-46.6)" in text  # median (min-max)
     assert "fallback alone / GOP-bound limit on `h264-gop250`: 1.20x (target >= 1.2: met)" in text

@@ -24,6 +24,7 @@ from benchmarks.metrics import summarize
 from benchmarks.task import PlanDataset, TaskSpec, from_start_decode_estimate, make_plan, seek_decode_estimate
 from daliload.framecode import read_code
 from daliload.dataset import load_index
+from daliload.options import DecodeSpec
 from daliload.plan import CropBox, Sample
 
 REPO = Path(__file__).resolve().parents[1]
@@ -79,6 +80,7 @@ def test_smoke_run_reports_every_peer(tmp_path):
     machine = result["machine"]
     assert machine["label"] == "test machine" and machine["cpu_cores"] >= 1 and machine["date_utc"]
     assert "torch" in machine["versions"] and "av" in machine["versions"]
+    assert machine["package_commit"]  # the package commit measured (tests/test_bench_commit.py)
     assert result["settings"]["batch_size"] == 2 and result["settings"]["clip_len"] == 16
     (dataset,) = result["datasets"]
     assert dataset["num_clips"] == 3 and dataset["total_frames"] == 189  # 3 x 2.1 s at 30 fps
@@ -89,6 +91,9 @@ def test_smoke_run_reports_every_peer(tmp_path):
     assert ceiling["runs"][0]["frames_decoded"] == 189  # every frame of the 3 files
     assert ceiling["figures"]["ratio_clips"] == pytest.approx(1.0)
     for name in LOADERS:
+        if load_adapter(name).sweep_only:  # the workers sweep's row (daliload-workers): not in the main table
+            assert name not in by_loader
+            continue
         m = by_loader[load_adapter(name).name]
         if m["status"] == "ok":
             figures = m["figures"]
@@ -272,6 +277,9 @@ def test_daliload_adapter_runs_its_own_plan_which_is_the_runs(tiny_vp9, name):
     config = LoaderConfig(task=task, workers=1, device="cpu")
     adapter = load_adapter(name)(tiny_vp9, samples, config)
     try:
+        # The row named daliload is the loader with its defaults and nothing else (the knob is not passed on);
+        # a row with another setting says so in its name.
+        assert adapter._loader.decode == (DecodeSpec() if name == "daliload" else DecodeSpec(routing="static"))
         batches = list(adapter.epoch())
         stats = adapter.stats()
     finally:
@@ -279,8 +287,8 @@ def test_daliload_adapter_runs_its_own_plan_which_is_the_runs(tiny_vp9, name):
     assert [b.num_clips for b in batches] == [2, 1]
     if name == "daliload-static":
         assert (stats.clips_dali, stats.clips_fallback) == (3, 0)  # VP9 routes to DALI on the CPU
-    else:  # one DALI thread and one worker: the router gives the first batch half each
-        assert stats.clips_dali + stats.clips_fallback == 3 and stats.clips_moved == stats.clips_fallback > 0
+    else:  # the defaults on the CPU: VP9 to the decoder measured faster (DALI, the table's, until measured)
+        assert stats.routing == "measured" and stats.clips_dali + stats.clips_fallback == 3
     assert all(b.frames_decoded is None for b in batches)  # DALI cannot count its frames
     # Another seed draws other windows: the adapter refuses to time them under the run's name.
     other = make_plan(tiny_vp9.videos, TaskSpec(batch_size=2, seed=6), loader_order(tiny_vp9))

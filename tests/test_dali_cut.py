@@ -238,7 +238,7 @@ def make_root(root: Path, gop: int, *, frames: int = 90, short: int = 20) -> Pat
 def test_every_window_is_its_planned_frames_through_the_loader(tmp_path, gop):
     root = make_root(tmp_path / "data", gop)
     kw = dict(clip_len=6, frame_stride=4, augment=AugmentSpec(crop_size=(96, 128), crop_mode="center"),
-              output=RAW, device="cpu", decode=DecodeSpec(fallback_workers=1))
+              output=RAW, device="cpu", decode=DecodeSpec(fallback_workers=1, routing="static"))
     # Evaluation views: windows at the first frame, the middle and ending at the last (past it for the short).
     views = KineticsDALILoader(root, "val", batch_size=2, views=(3, 1), **kw)
     train = KineticsDALILoader(root, "train", batch_size=4, **kw)
@@ -262,7 +262,8 @@ def test_dali_decodes_from_the_keyframe_before_each_window(tmp_path):
               output=RAW, device="cpu")
     by_feed = {}
     for feed in ("file", "window"):
-        loader = KineticsDALILoader(root, "train", batch_size=4, decode=DecodeSpec(dali_feed=feed), **kw)
+        loader = KineticsDALILoader(root, "train", batch_size=4, decode=DecodeSpec(dali_feed=feed, routing="static"),
+                                    **kw)
         try:
             batches = [(v.clone(), lab.clone()) for v, lab in loader]
             by_feed[feed] = (batches, loader.stats())
@@ -310,8 +311,10 @@ def test_nvdec_decodes_every_cut_to_its_planned_frames(tmp_path):
 def test_files_larger_than_dali_max_pixels_go_to_the_fallback(small_kinetics):
     kw = dict(batch_size=4, clip_len=4, frame_stride=2, augment=AugmentSpec(crop_size=(48, 64), crop_mode="center"),
               output=RAW, device="cpu")
-    small = KineticsDALILoader(small_kinetics, "train", decode=DecodeSpec(dali_max_pixels=128 * 96), **kw)
-    large = KineticsDALILoader(small_kinetics, "train", decode=DecodeSpec(dali_max_pixels=128 * 96 - 1), **kw)
+    static = dict(routing="static")  # each file on its route: the counts below are the routes'
+    small = KineticsDALILoader(small_kinetics, "train", decode=DecodeSpec(dali_max_pixels=128 * 96, **static), **kw)
+    large = KineticsDALILoader(small_kinetics, "train", decode=DecodeSpec(dali_max_pixels=128 * 96 - 1, **static),
+                               **kw)
     try:
         assert check_passes(small, epochs=(0,)) and check_passes(large, epochs=(0,))
         assert small.stats().clips_dali > 0  # 128x96 VP9: within the limit

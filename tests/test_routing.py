@@ -115,12 +115,16 @@ def test_routing_is_a_decode_option_checked_up_front():
     # DALI on the CPU: adaptive only when its threads and the workers each have cores of their own
     assert DecodeSpec(dali_threads=1, fallback_workers=1).routing_for("train", "cpu", 8) == \
         ("adaptive" if cores >= 2 else "static")
-    assert DecodeSpec(dali_threads=cores, fallback_workers=2).routing_for("train", "cpu", 8) == "static"
+    # sharing the cores: each codec to the decoder measured faster; static on the other splits
+    assert DecodeSpec(dali_threads=cores, fallback_workers=2).routing_for("train", "cpu", 8) == "measured"
+    assert DecodeSpec().routing_for("train", "cpu", 8) == "measured"
+    assert DecodeSpec().routing_for("val", "cpu", 8) == "static"
+    assert DecodeSpec(routing="static").routing_for("train", "cpu", 8) == "static"  # as asked
     assert DecodeSpec(routing="adaptive", dali_threads=cores).routing_for("val", "cpu", 8) == "adaptive"  # as asked
     assert DecodeSpec(routing="adaptive", fallback_workers=0).routing_for("train", "gpu", 8) == "static"
     with pytest.raises(ValueError, match="routing must be 'auto', 'adaptive' or 'static', got 'fastest'"):
         DecodeSpec(routing="fastest")
-    with pytest.raises(ValueError, match="routing must be one of 'adaptive', 'static'"):
+    with pytest.raises(ValueError, match="routing must be one of 'adaptive', 'static', 'measured'"):
         Routes(None, policy="round-robin")
 
 

@@ -74,13 +74,16 @@ def test_both_decoders_take_dali_route_files_and_every_clip_is_the_plans(roots):
         loader.close()
 
 
-def test_the_default_routing_keeps_dali_files_on_dali_where_the_decoders_share_the_cores(roots):
-    """DALI on the CPU with a thread per core beside 2 workers: sharing would add no decoder, so "auto" is static."""
+def test_the_default_routing_measures_where_the_decoders_share_the_cores(roots):
+    """DALI on the CPU with a thread per core beside 2 workers: sharing would add no decoder, so "auto" sends
+    each codec to the decoder measured faster (``tests/test_routing_measured.py``); it starts on DALI, the table's."""
     loader = make_loader(roots["vp9"], dali_threads=max(2, usable_cores()), fallback_workers=2)
     try:
         epoch_rows(loader)
         stats = loader.stats()
-        assert (stats.routing, stats.clips_fallback, stats.clips_moved) == ("static", 0, 0)
+        assert stats.routing == "measured"
+        assert stats.clips_dali + stats.clips_fallback == sum(len(b) for b in loader.plan())
+        assert [(r.codec, r.why) for r in stats.decoders] == [("vp9", "measured")]
     finally:
         loader.close()
 

@@ -1,6 +1,8 @@
 """daliload's own loaders, on the run's plan: the whole loader and each of its two paths alone.
 
-- ``daliload``: :class:`daliload.KineticsDALILoader`, as users run it. It is
+- ``daliload``: :class:`daliload.KineticsDALILoader` with its defaults and
+  nothing else (``DecodeSpec()``: its threads, workers and routing, whatever
+  the run's workers knob says), as users run it. It is
   given the dataset as a Kinetics folder layout
   (:func:`benchmarks.datasets.kinetics_layout`), scans it (the manifest is
   cached beside the clips; the scan is set-up, not timed), plans epoch 0 from
@@ -11,8 +13,12 @@
   :func:`benchmarks.datasets.loader_order`), and this adapter refuses to run
   if the two differ in any window, crop or flip.
 - ``daliload-static``: the same with ``DecodeSpec(routing="static")``: each
-  file on its pre-screen route, DALI's files all to DALI (``daliload`` lets
-  the fallback's workers take a share of them: ``benchmarks.bench_routing``).
+  file on its pre-screen route, DALI's files all to DALI (the default sends
+  each codec to the decoder measured faster where DALI decodes on the CPU,
+  and lets the fallback's workers take a share of DALI's files on a GPU).
+- ``daliload-workers``: the defaults but for DALI's threads and the fallback's
+  workers, both the run's workers knob: the row of the workers sweep (it is
+  measured in the sweep only).
 - ``daliload-dali-cpu`` / ``daliload-dali-gpu``: :class:`daliload.dali.DaliClipDecoder`
   alone on the plan's batches (``fn.decoders.video`` + ``fn.resize`` +
   ``fn.crop_mirror_normalize``), two batches in flight; the knob is DALI's
@@ -196,14 +202,21 @@ class DaliloadDaliGPU(DaliloadDali):
 
 class Daliload(LoaderAdapter):
     name = "daliload"
-    summary = ("KineticsDALILoader as users run it: scans the Kinetics layout, plans epoch 0 from the seed "
-               "(= the run's plan), decodes route dali with DALI (GPU: NVDEC; CPU: VP8/VP9/MJPEG) and the rest "
-               "with the fallback, merged in plan order; DALI threads = fallback workers = the knob")
-    knob = "DALI threads and fallback workers"
+    summary = ("KineticsDALILoader with its defaults (DecodeSpec()), as users run it: scans the Kinetics layout, "
+               "plans epoch 0 from the seed (= the run's plan), decodes route dali with DALI (GPU: NVDEC; CPU: "
+               "VP8/VP9/MJPEG) and the rest with the fallback, by the default routing, merged in plan order")
+    knob = None  # the defaults: the run's workers knob is not passed on (daliload-workers takes it)
     uses_nvdec = True  # on a GPU, route dali goes to NVDEC
     counts_frames = True  # the fallback's frames; an epoch with DALI clips reports None (see the module docstring)
     estimate_uncounted = False
-    routing = "adaptive"  # DecodeSpec.routing: the default
+    #: the DecodeSpec fields this row sets; the defaults' row sets none
+    settings: ClassVar[dict] = {}
+
+    def decode_spec(self, workers: int):
+        """The row's ``DecodeSpec``: the defaults with :attr:`settings` (``workers``: the run's knob)."""
+        from daliload.loader import DecodeSpec
+
+        return DecodeSpec(**self.settings)
 
     @classmethod
     def probe(cls, config) -> str | None:
@@ -220,16 +233,15 @@ class Daliload(LoaderAdapter):
 
     def __init__(self, dataset, samples: Sequence, config) -> None:
         from benchmarks.datasets import kinetics_layout
-        from daliload.loader import DecodeSpec, KineticsDALILoader
+        from daliload.loader import KineticsDALILoader
 
         task = config.task
-        workers = config.workers
         self._loader = KineticsDALILoader(
             kinetics_layout(dataset), "train", batch_size=task.batch_size, clip_len=task.clip_len,
             frame_stride=task.frame_stride, seed=task.seed,
             last_batch="partial",  # the harness checks every plan sample arrives once, no padding
             augment=task.augment, output=task.output, device="gpu" if config.device == "cuda" else "cpu",
-            decode=DecodeSpec(dali_threads=max(1, workers), fallback_workers=workers, routing=self.routing),
+            decode=self.decode_spec(config.workers),
         )
         check_same_plan([s for batch in self._loader.plan(0) for s in batch], samples)
 
@@ -256,9 +268,22 @@ class Daliload(LoaderAdapter):
 
 class DaliloadStatic(Daliload):
     name = "daliload-static"
-    summary = ("KineticsDALILoader with routing='static': every file DALI can open goes to DALI, however busy, "
-               "the rest to the fallback (the routing before both decoders shared the DALI-route files)")
-    routing = "static"
+    summary = ("KineticsDALILoader with its defaults but routing='static': every file DALI can open goes to DALI, "
+               "however fast, the rest to the fallback (the routing before the decoders shared DALI's files)")
+    settings: ClassVar[dict] = {"routing": "static"}
+
+
+class DaliloadWorkers(Daliload):
+    name = "daliload-workers"
+    summary = ("KineticsDALILoader with its defaults but DALI threads = fallback workers = the knob: the row of "
+               "the workers sweep")
+    knob = "DALI threads and fallback workers"
+    sweep_only = True  # the main table's row is daliload's own defaults
+
+    def decode_spec(self, workers: int):
+        from daliload.loader import DecodeSpec
+
+        return DecodeSpec(dali_threads=max(1, workers), fallback_workers=workers)
 
 
 def check_same_plan(loader_plan: Sequence, run_plan: Sequence) -> None:

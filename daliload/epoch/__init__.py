@@ -26,6 +26,8 @@ samples to idle CPU workers when NVDEC is saturated, would go there).
 Modules, by concept:
 
 * :mod:`._routes`: :class:`Routes`, where each file goes for the whole run;
+* :mod:`._speed`: the measured routing's schedule (:class:`CodecRoute`: what
+  ``stats().decoders`` says of each codec);
 * :mod:`._progress`: :class:`EpochProgress`, the epoch the next pass draws
   and the batch it starts at (``set_epoch``, checkpoints);
 * :mod:`._pass`: :class:`EpochPass`, the scheduler over the clip sources and
@@ -47,11 +49,12 @@ from daliload.epoch._merge import (HOST_TRANSFER, BatchInfo, HeldOutputs, HostTr
 from daliload.epoch._pass import EpochPass
 from daliload.epoch._plans import EpochPlans
 from daliload.epoch._progress import EpochProgress, EpochSampler
-from daliload.epoch._routes import DALI_FAILURE_STREAK, Routes, dali_videos
+from daliload.epoch._routes import DALI_FAILURE_STREAK, Routes, dali_videos, explicit_choice
+from daliload.epoch._speed import CodecRoute
 from daliload.epoch._setup import PADDING_LABEL, EpochCounters, PassSetup
 from daliload.epoch._sources import ClipSources, DaliSetup, fallback_normalizes_on, stream_hint
 
-__all__ = ["DALI_FAILURE_STREAK", "HOST_TRANSFER", "PADDING_LABEL", "BatchInfo", "ClipSources", "DaliSetup",
-           "EpochCounters", "EpochPass", "EpochPlans", "EpochProgress", "EpochSampler", "HeldOutputs", "HostTransfer",
-           "HostTransferMode", "PassSetup", "RegisteredBuffers", "Routes", "dali_videos", "fallback_normalizes_on",
-           "stream_hint"]
+__all__ = ["DALI_FAILURE_STREAK", "HOST_TRANSFER", "PADDING_LABEL", "BatchInfo", "ClipSources", "CodecRoute",
+           "DaliSetup", "EpochCounters", "EpochPass", "EpochPlans", "EpochProgress", "EpochSampler", "HeldOutputs",
+           "HostTransfer", "HostTransferMode", "PassSetup", "RegisteredBuffers", "Routes", "dali_videos",
+           "explicit_choice", "fallback_normalizes_on", "stream_hint"]

@@ -65,6 +65,7 @@ class EpochPass:
         self._held = HeldOutputs()
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, BatchInfo]]:
+        self.routes.pass_started()
         try:
             for i, batch in enumerate(self.batches):
                 self._submit_ahead(i)
@@ -83,6 +84,7 @@ class EpochPass:
                 # Set before yielding: a state taken while the caller holds this batch resumes after it.
                 self.next_batch += 1
                 self.counters.batches += 1
+                self.routes.batch_done(len(batch))  # the measured routing's clock
                 yield videos, labels, info
         finally:
             # Nothing waits here: an abandoned pass (an exception in the caller's loop, Ctrl-C, break,

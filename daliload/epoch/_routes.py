@@ -8,7 +8,11 @@ DALI can), any other only to the fallback. The *policy*
 that may go to either:
 
 - ``"static"``: DALI, always (the pre-screen's routes as they are);
-- ``"adaptive"`` (default): the fallback takes a share of them, steered
+- ``"measured"`` (the default where DALI decodes on the CPU, sharing the
+  cores with the fallback's workers): each codec to the decoder the run
+  delivers more clips per second with, measured as it goes, the other tried
+  now and then (:mod:`._speed` has the schedule);
+- ``"adaptive"`` (the default on a GPU): the fallback takes a share of them, steered
   batch by batch away from the decoder the pass has to wait for. The share
   starts at the fallback's part of both capacities (workers against DALI's
   threads times pipelines) and moves by :data:`SHARE_STEP` towards the
@@ -36,13 +40,17 @@ becomes 0.34 and stays so for the batches in flight.
 from __future__ import annotations
 
 import logging
+import sqlite3
+import time
 import warnings
-from typing import Literal, Sequence
+from collections import Counter
+from typing import Callable, Literal, Sequence
 
 import numpy as np
 
 from daliload.clips import SourceLoad
 from daliload.dataset import ROUTE_CODES, VideoIndex
+from daliload.epoch._speed import CodecRoute, SpeedRouter
 from daliload.failures import Failure
 from daliload.plan import Sample
 
@@ -51,8 +59,8 @@ logger = logging.getLogger(__name__)
 #: DALI batches in a row that fail with no single file to blame before DALI is given up for the run.
 DALI_FAILURE_STREAK = 3
 
-RoutingPolicy = Literal["adaptive", "static"]
-ROUTING_POLICIES: tuple[str, ...] = ("adaptive", "static")
+RoutingPolicy = Literal["adaptive", "static", "measured"]
+ROUTING_POLICIES: tuple[str, ...] = ("adaptive", "static", "measured")
 #: How far the fallback's share of DALI-route clips moves at a step, toward the decoder that kept up. Measured
 #: on the simulation of ``tests/test_routing.py`` (prefetch 4): 0.04 came within 4-7 % of the sum of both
 #: decoders' speeds; 0.08 and 0.15 overshot (8-15 % short), as did steps that grew while one decoder led.
@@ -79,13 +87,31 @@ class Routes:
             (see the module docstring).
         lag: batches submitted ahead of the one collected (the pass's
             ``prefetch``): how many batches later a step of the share shows.
+        codecs: reads the codec of each video, by ``video_index`` (the
+            manifest's; ``daliload.prescreen.split_codecs``), when first needed:
+            at the first batch with ``"measured"``, else at the first
+            :meth:`decoders`; ``None``: every video's codec is ``""``.
+        explicit: the user's choice behind ``policy`` and ``on_dali``
+            (``"routing='static'"``, ``"decoder='fallback'"``), for
+            :meth:`decoders`; ``None``: the defaults.
+        clock: seconds, monotonic, of the measured policy (a test's virtual clock).
     """
 
-    def __init__(self, on_dali: np.ndarray | None = None, *, policy: RoutingPolicy = "adaptive", lag: int = 1) -> None:
+    def __init__(self, on_dali: np.ndarray | None = None, *, policy: RoutingPolicy = "adaptive", lag: int = 1,
+                 codecs: Callable[[], Sequence[str]] | None = None, explicit: str | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         if policy not in ROUTING_POLICIES:
             raise ValueError(f"routing must be one of {', '.join(map(repr, ROUTING_POLICIES))}, got {policy!r}")
         self._on_dali = on_dali
         self.policy: RoutingPolicy = policy
+        self.explicit = explicit
+        self._read_codecs = codecs
+        self._codes: np.ndarray | None = None  # codec group by video
+        self._codec_names: list[str] = []
+        self._clips_by_codec: Counter = Counter()  # (codec group, decoder) -> clips given ("measured")
+        self._able_by_codec: tuple | None = None  # ((rerouted, disabled), per codec whether DALI may take any)
+        #: the measured policy's state (``None`` under the others)
+        self.speed = SpeedRouter(lag, clock=clock) if policy == "measured" else None
         self.rerouted: set[int] = set()  # video indices DALI failed on
         self.quarantined: dict[int, Failure] = {}  # video index -> the failure that put it there
         self.dali_disabled: str | None = None  # why DALI was given up, once it was
@@ -117,6 +143,8 @@ class Routes:
         """
         eligible = [k for k in rows if dali is not None and self.uses_dali(batch[k])]
         self.last_moved = 0
+        if self.speed is not None:
+            return self._by_speed(batch, rows, eligible)
         if self.policy == "static" or not eligible:
             taken = set(eligible)
             return eligible, [k for k in rows if k not in taken]
@@ -135,6 +163,88 @@ class Routes:
         self._carry = wanted - moved
         self.last_moved = moved
         return sorted(to_dali), sorted(to_fallback)
+
+    def _by_speed(self, batch: Sequence[Sample], rows: Sequence[int], eligible: list[int]
+                  ) -> tuple[list[int], list[int]]:  # fmt: skip
+        """The measured policy: each codec's clips to the decoder :attr:`speed` picks for it."""
+        codes, speed = self.codec_groups(), self.speed
+        able = set(eligible)
+        to_dali, to_fallback = [], []
+        given: dict[int, dict[str, int]] = {}
+        for k in rows:
+            video = batch[k].video_index
+            group = int(codes[video]) if video < len(codes) else 0  # (no codec read: one codec, "")
+            decoder = speed.decoder_for(group) if k in able else "fallback"
+            (to_dali if decoder == "dali" else to_fallback).append(k)
+            self._clips_by_codec[group, decoder] += 1
+            if k in able:
+                given.setdefault(group, {"dali": 0, "fallback": 0})[decoder] += 1
+        speed.submitted(set(given), given)  # only codecs both decoders may take are measured
+        self.last_moved = len(able) - len(to_dali)
+        return to_dali, to_fallback
+
+    def pass_started(self) -> None:
+        """A pass begins (the measured policy's clock starts over: nothing is in flight)."""
+        if self.speed is not None:
+            self.speed.pass_started()
+
+    def batch_done(self, clips: int) -> None:
+        """The pass yields its next batch, of ``clips`` clips (what the measured policy times)."""
+        if self.speed is not None:
+            self.speed.batch_done(clips)
+
+    def codec_groups(self) -> np.ndarray:
+        """Each video's codec, as a number into the codec names (``""`` where unknown), read when first asked."""
+        if self._codes is None:
+            names: list[str] = []
+            if self._read_codecs is not None:
+                try:
+                    names = list(self._read_codecs())
+                except (OSError, sqlite3.Error, ValueError) as err:  # the manifest moved or broke since the start
+                    logger.warning("could not read the videos' codecs from the manifest (%s): routing and "
+                                   "stats().decoders take every video as one codec, ''", err)
+            if not names and self._on_dali is not None:
+                names = [""] * len(self._on_dali)
+            numbers: dict[str, int] = {}
+            self._codes = np.array([numbers.setdefault(n, len(numbers)) for n in names], np.int16)
+            self._codec_names = list(numbers) or [""]
+        return self._codes
+
+    def decoders(self) -> tuple[CodecRoute, ...]:
+        """Which decoder each codec goes to, and why (``LoaderStats.decoders``)."""
+        codes = self.codec_groups()
+        if not len(codes):
+            return ()
+        key = (len(self.rerouted), self.dali_disabled)
+        if self._able_by_codec is None or self._able_by_codec[0] != key:  # per codec: may any file go to DALI
+            able = np.zeros(len(codes), bool) if self._on_dali is None else self._on_dali.copy()
+            if self.rerouted:
+                able[list(self.rerouted)] = False
+            self._able_by_codec = key, [bool(able[codes == g].any()) for g in range(len(self._codec_names))]
+        out = []
+        for group, name in enumerate(self._codec_names):
+            clips = {d: self._clips_by_codec[group, d] for d in ("dali", "fallback")} if self.speed else {}
+            if self.dali_disabled is not None or self._on_dali is None or not self._able_by_codec[1][group]:
+                if self._on_dali is None and self.explicit:
+                    route = CodecRoute(name, "fallback", "explicit", self.explicit, clips=clips)
+                else:
+                    why = ("DALI given up for this run" if self.dali_disabled else "DALI not in this run"
+                           if self._on_dali is None else "route fallback")
+                    route = CodecRoute(name, "fallback", "only decoder able", why, clips=clips)
+            elif self.speed is not None:
+                state = self.speed.codecs.get(group)
+                decoder = state.choice if state is not None else "dali"
+                on_trial = self.speed.trial is not None and self.speed.trial[0] == group
+                detail = ("the faster by the clips/s measured" if state is not None and len(state.rates) == 2
+                          else "measuring") + (f"; trying {self.speed.trial[1]} now" if on_trial else "")
+                route = CodecRoute(name, decoder, "measured", detail, dict(state.rates) if state else {}, clips,
+                                   state.trials if state else 0)
+            else:
+                decoder = "dali" if self.policy == "static" else "both"
+                detail = self.explicit or f"routing {self.policy!r} (the default here)"
+                route = CodecRoute(name, decoder, "explicit" if self.explicit else "default", detail)
+            out.append(route)
+        return tuple(out)
 
     def _steer(self, dali: SourceLoad, fallback: SourceLoad) -> None:
         """Step the fallback's share away from the decoder the pass waited for more often since the last batch."""
@@ -192,3 +302,11 @@ def dali_videos(index: VideoIndex, max_pixels: int | None) -> np.ndarray:
             logger.info("%d video(s) of route dali are larger than dali_max_pixels=%d: the fallback decodes "
                         "them", int(large.sum()), max_pixels)
     return on_dali
+
+
+def explicit_choice(decoder: str, routing: str) -> str | None:
+    """The user's choice of decoder behind a run's routes (``DecodeSpec.decoder``, ``.routing``), as
+    :meth:`Routes.decoders` names it; ``None`` for the defaults."""
+    if decoder == "fallback":
+        return "decoder='fallback'"
+    return f"routing={routing!r}" if routing != "auto" else None

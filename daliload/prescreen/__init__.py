@@ -26,7 +26,7 @@ from daliload.prescreen.rules import (
     Route,
     route_for,
 )
-from daliload.prescreen.ensure import SplitVideos, check_manifest, ensure_manifest, split_videos
+from daliload.prescreen.ensure import SplitVideos, check_manifest, ensure_manifest, split_codecs, split_videos
 from daliload.prescreen.scan import ScanSpec, ScanSummary, default_manifest_path, scan
 from daliload.prescreen.source import loader_source
 
@@ -50,6 +50,7 @@ __all__ = [
     "SplitVideos",
     "check_manifest",
     "ensure_manifest",
+    "split_codecs",
     "split_videos",
     "loader_source",
     "scan",

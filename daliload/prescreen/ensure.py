@@ -457,3 +457,17 @@ def split_videos(root: Path, split: str, *, device: Device, scan: ScanSpec) -> S
                        "%s); list them with loader.stats().rejected or `daliload scan ROOT --json FILE` (route "
                        "'bad')", len(rejected), split, printable_path(manifest_path))
     return SplitVideos(manifest_path, tuple(classes), videos, rejected)
+
+
+def split_codecs(manifest_path: str | os.PathLike, split: str, videos: VideoIndex) -> list[str]:
+    """The codec of each of ``videos`` (a split's index read from ``manifest_path``), by ``video_index``.
+
+    One query of the split's ``(path, codec)`` rows in path order, merged with the index's paths (sorted the
+    same way); a file the manifest no longer lists gets ``""``. What routing by measured speed groups clips by
+    (``daliload.epoch.Routes``), read once per loader when it is first needed.
+    """
+    with Manifest(Path(manifest_path)) as manifest:
+        rows = manifest._conn.execute("SELECT path, codec FROM files WHERE split = ? ORDER BY path",
+                                      (split,)).fetchall()
+    codec_of = dict(rows)
+    return [codec_of.get(path) or "" for path in videos.paths]
