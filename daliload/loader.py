@@ -26,20 +26,21 @@ import inspect
 import logging
 import os
 import weakref
-from typing import Callable, Iterator, Literal, Union
+from typing import Iterator, Literal, Union
 
 import torch
 
 from daliload import runtime
 from daliload.dataset import VideoIndex, decoded_path
 from daliload.epoch._resume import LoaderState
-from daliload.epoch import (PADDING_LABEL, BatchInfo, ClipSources, DaliSetup, EpochCounters, EpochPass, EpochPlans,
-                            EpochProgress, EpochSampler, PassSetup, Routes, dali_videos)
+from daliload.epoch import (PADDING_LABEL, BatchFormat, BatchInfo, ClipSources, DaliSetup, EpochCounters, EpochPass,
+                            EpochPlans, EpochProgress, EpochSampler, PassSetup, Routes, dali_videos,
+                            refuse_disagreeing_ranks, weakly)
 from daliload.failures import FailureBudget
-from daliload.options import (DecodeSpec, augment_and_output, check_batch_fits, check_clip_fits, check_options,
+from daliload.options import (DecodeSpec, augment_and_output, check_batches, check_options, checked_batch_keys,
                               checked_clips_per_video, checked_label_padding, checked_padding_label, checked_spec,
-                              checked_batch_keys, checked_views, dali_usable, dataset_root, refuse_disagreeing_ranks,
-                              refuse_unknown_options, warn_upscaled)
+                              checked_views, dali_usable, dataset_root, plan_settings, refuse_unknown_options,
+                              warn_upscaled)
 from daliload.plan import (AugmentSpec, ClipSpec, LastBatch, OutputSpec, Sample, make_train_plan, make_val_plan,
                            num_batches, samples_per_rank, split_batches)
 from daliload.prescreen import ScanSpec, split_videos
@@ -233,6 +234,7 @@ class KineticsDALILoader(LoaderState):
             raise TypeError(f"with_info must be True or False, got {with_info!r}")
         self.with_info = with_info
         self.batch_keys = checked_batch_keys(batch_keys)
+        self._format = BatchFormat(self.batch_keys, with_info)
         #: clips per batch: ``batch_size`` videos times their views
         self.clips_per_batch = batch_size * (self.views[0] * self.views[1] if self.views else 1)
         self.seed = seed
@@ -251,7 +253,9 @@ class KineticsDALILoader(LoaderState):
                 root, split, device=self.route_target, scan=self.scan)
             #: This split's decodable videos (every route but ``bad``), as columns; row ``i`` is ``video_index`` i.
             self.index: VideoIndex = index
-            self._check_batches()
+            check_batches(index, self.clip, split=split, batch_size=batch_size, last_batch=last_batch,
+                          batches=len(self), clips_per_video=self.clips_per_video, label_padding=self.label_padding,
+                          manifest=self.manifest_path, world_size=self.world_size)
             videos = (str(self.manifest_path), self._fingerprint) if runtime.is_distributed() else None
         except Exception as err:
             refuse_disagreeing_ranks(settings, None, err)
@@ -261,12 +265,9 @@ class KineticsDALILoader(LoaderState):
             logger.info("%d file(s) of split %r rejected by the pre-screen", len(self.rejected), split)
         warn_upscaled(index, self.augment.output_size, self.split)
         #: DALI pipelines (``DecodeSpec.dali_pipelines``; "auto": one per NVDEC engine of this GPU's model)
-        self.dali_pipelines = self.decode.dali_pipelines_for(self.device, self.gpu.nvdec_engines if self.gpu else None)
-        if self.decode.dali_pipelines == "auto" and self.gpu is not None and self.dali_enabled:
-            engines = self.gpu.nvdec_engines
-            logger.info("%d DALI pipeline(s): %s", self.dali_pipelines,
-                        f"one per NVDEC engine of {self.gpu.describe()}" if engines else
-                        f"the NVDEC engines of {self.gpu.describe()} are not in daliload.prescreen.gpus")
+        self.dali_pipelines = self.decode.dali_pipelines_for(
+            self.device, self.gpu.nvdec_engines if self.gpu else None,
+            gpu_name=self.gpu.describe() if self.gpu and self.dali_enabled else None)
         prefetch = self.decode.batches_ahead(self.clips_per_batch, clips_per_video=self.clips_per_video,
                                              pipelines=self.dali_pipelines)
         self._routes = Routes(dali_videos(index, self.decode.dali_max_pixels) if self.dali_enabled else None,
@@ -299,35 +300,13 @@ class KineticsDALILoader(LoaderState):
         # no reference cycle, so a loader dropped without close() goes at once (refcount), and with it its
         # workers, threads and pipelines (_closer), not at some later garbage collection.
         self._active: weakref.ref | None = None
-        self._plans = EpochPlans(_weakly(self._draw_plan))
-
-    def _check_batches(self) -> None:
-        """Refuse a clip no video holds and an epoch of no batch; warn of one batch that is mostly repeats."""
-        check_clip_fits(self.index, self.clip, self.split)
-        videos = len(self.index)
-        per_rank = samples_per_rank(videos, self.world_size) * self.clips_per_video
-        unit = "clips" if self.clips_per_video > 1 else "samples"
-        if len(self) == 0:  # only "drop" can leave none: an epoch that silently yields nothing
-            raise ValueError(
-                f"batch_size={self.batch_size} with last_batch='drop' leaves no batch: split {self.split!r} of "
-                f"{self.manifest_path} has {videos} decodable video(s), {per_rank} {unit} per rank of "
-                f"{self.world_size}; use batch_size <= {per_rank} or last_batch='pad' or 'partial'")
-        check_batch_fits(self.batch_size, per_rank, last_batch=self.last_batch, label_padding=self.label_padding,
-                         split=self.split, manifest=self.manifest_path, videos=videos, world_size=self.world_size,
-                         unit=unit)
+        self._plans = EpochPlans(weakly(self._draw_plan))
 
     def _plan_settings(self) -> dict:
-        """The options a plan and its batches follow, besides the videos and the world size, as plain values
-        (lists, not tuples, as a state saved as JSON reads back): what :meth:`state_dict` records and
-        :meth:`load_state_dict` and the ranks (at construction) compare."""
-        augment = self.augment
-        return {"split": self.split, "seed": self.seed, "batch_size": self.batch_size,
-                "last_batch": self.last_batch, "views": list(self.views) if self.views else None,
-                "clips_per_video": self.clips_per_video, "clip_len": self.clip.clip_len,
-                "frame_stride": self.clip.frame_stride, "target_fps": self.clip.target_fps,
-                "crop_size": list(augment.output_size), "crop_mode": augment.crop_mode,
-                "short_side_range": list(augment.short_side_range), "area_range": list(augment.area_range),
-                "aspect_range": list(augment.aspect_range), "flip_prob": augment.flip_prob}
+        """What the plan follows (:func:`daliload.options.plan_settings`): recorded, and compared across ranks."""
+        return plan_settings(split=self.split, seed=self.seed, batch_size=self.batch_size, last_batch=self.last_batch,
+                             views=self.views, clips_per_video=self.clips_per_video, clip=self.clip,
+                             augment=self.augment)
 
     def _place(self, device: DeviceChoice) -> None:
         """Rank, world size and where this rank's tensors live."""
@@ -438,23 +417,13 @@ class KineticsDALILoader(LoaderState):
                 # A state_dict() taken while the caller holds this batch resumes after it; after the
                 # last batch it equals len(self): epoch finished.
                 self._progress.yielded(epoch_pass.next_batch)
-                yield self._as_asked(batch)
+                yield self._format(batch)
                 if i == 0 and self.split == "train":
                     # After the first batch, which it would delay: the next epoch's plan, as set_epoch
                     # is usually called next (another epoch is drawn when asked for, as before).
                     self._plans.draw_ahead(epoch + 1)
         finally:
             passing.close()  # drops what was submitted ahead, without waiting; the sources stay for the next pass
-
-    def _as_asked(self, batch: tuple[torch.Tensor, torch.Tensor, BatchInfo]) -> Batch:
-        """``(videos, labels[, info])``, or the dict of :attr:`batch_keys`."""
-        if self.batch_keys is None:
-            return batch if self.with_info else batch[:2]
-        videos_key, labels_key = self.batch_keys
-        as_dict = {videos_key: batch[0], labels_key: batch[1]}
-        if self.with_info:
-            as_dict["info"] = batch[2]
-        return as_dict
 
     @property
     def sources(self) -> ClipSources:
@@ -481,18 +450,6 @@ class KineticsDALILoader(LoaderState):
                 f"rejected={len(self.rejected)}, batch_size={self.batch_size}, batches={len(self)}, "
                 f"rank={self.rank}/{self.world_size}, device={self.device!r}, routes={self.route_target!r}, "
                 f"dali={self.dali_enabled})")
-
-
-def _weakly(method: Callable) -> Callable:
-    """``method`` of an object, holding the object weakly (a callable kept by the object itself makes no cycle)."""
-    ref, name = weakref.WeakMethod(method), method.__qualname__
-
-    def call(*args, **kwargs):
-        bound = ref()
-        if bound is None:
-            raise ReferenceError(f"{name}: its object is gone")
-        return bound(*args, **kwargs)
-    return call
 
 
 #: The keywords the loader takes, from its signature (a DataLoader habit or a typo is named against these).

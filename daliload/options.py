@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import logging
 import os
 import warnings
 from dataclasses import dataclass
@@ -22,11 +23,12 @@ import numpy as np
 from daliload import runtime
 from daliload.clips import TASKS_AHEAD_PER_WORKER
 from daliload.failures import DEFAULT_MAX_FAILURE_FRACTION
-from daliload.plan import AugmentSpec, ClipSpec, OutputSpec, check_last_batch, check_views
+from daliload.plan import AugmentSpec, ClipSpec, OutputSpec, check_last_batch, check_views, samples_per_rank
 from daliload.plan.columns import strides
 from daliload.runtime import usable_cores
 from daliload.dataset import VideoIndex
 
+logger = logging.getLogger("daliload.loader")  # where the loader's messages always came from
 DecoderChoice = Literal["auto", "fallback"]
 DaliFeed = Literal["window", "file"]
 Routing = Literal["auto", "adaptive", "static"]
@@ -162,11 +164,18 @@ class DecodeSpec:
         fill = -(-TASKS_AHEAD_PER_WORKER * self.fallback_workers // videos_per_batch)
         return max(self.prefetch_batches, pipelines, fill)
 
-    def dali_pipelines_for(self, device: str, nvdec_engines: int | None) -> int:
-        """DALI pipelines: as given, else (``"auto"``) ``nvdec_engines`` on a GPU (1 when unknown), 1 on the CPU."""
+    def dali_pipelines_for(self, device: str, nvdec_engines: int | None, *, gpu_name: str | None = None) -> int:
+        """DALI pipelines: as given, else (``"auto"``) ``nvdec_engines`` on a GPU (1 when unknown), 1 on the CPU.
+
+        With ``gpu_name`` (the GPU's description), an ``"auto"`` count on a GPU is logged with why.
+        """
         if self.dali_pipelines != "auto":
             return self.dali_pipelines
-        return (nvdec_engines or 1) if device == "gpu" else 1
+        pipelines = (nvdec_engines or 1) if device == "gpu" else 1
+        if gpu_name is not None and device == "gpu":
+            logger.info("%d DALI pipeline(s): %s", pipelines, f"one per NVDEC engine of {gpu_name}" if nvdec_engines
+                        else f"the NVDEC engines of {gpu_name} are not in daliload.prescreen.gpus")
+        return pipelines
 
     def routing_for(self, split: str, device: str, batch_size: int) -> Literal["adaptive", "static"]:
         """The routing policy on ``split`` with DALI on ``device``: as given, else (``"auto"``) adaptive on
@@ -360,6 +369,35 @@ def checked_padding_label(padding_label: object) -> int:
     return padding_label
 
 
+def check_batches(videos: VideoIndex, clip: ClipSpec, *, split: str, batch_size: int, last_batch: str,
+                  batches: int, clips_per_video: int, label_padding: bool, manifest: object, world_size: int) -> None:
+    """Refuse a clip no video holds and an epoch of no batch (``batches``: the loader's ``len()``); warn of one
+    batch that is mostly repeats (:func:`check_batch_fits`)."""
+    check_clip_fits(videos, clip, split)
+    per_rank = samples_per_rank(len(videos), world_size) * clips_per_video
+    unit = "clips" if clips_per_video > 1 else "samples"
+    if batches == 0:  # only "drop" can leave none: an epoch that silently yields nothing
+        raise ValueError(
+            f"batch_size={batch_size} with last_batch='drop' leaves no batch: split {split!r} of {manifest} has "
+            f"{len(videos)} decodable video(s), {per_rank} {unit} per rank of {world_size}; use batch_size <= "
+            f"{per_rank} or last_batch='pad' or 'partial'")
+    check_batch_fits(batch_size, per_rank, last_batch=last_batch, label_padding=label_padding, split=split,
+                     manifest=manifest, videos=len(videos), world_size=world_size, unit=unit)
+
+
+def plan_settings(*, split: str, seed: int, batch_size: int, last_batch: str, views: tuple[int, int] | None,
+                  clips_per_video: int, clip: ClipSpec, augment: AugmentSpec) -> dict:
+    """The options a plan and its batches follow, besides the videos and the world size, as plain values (lists,
+    not tuples, as a state saved as JSON reads back): what ``state_dict()`` records and ``load_state_dict()`` and
+    the ranks (at construction) compare."""
+    return {"split": split, "seed": seed, "batch_size": batch_size, "last_batch": last_batch,
+            "views": list(views) if views else None, "clips_per_video": clips_per_video,
+            "clip_len": clip.clip_len, "frame_stride": clip.frame_stride, "target_fps": clip.target_fps,
+            "crop_size": list(augment.output_size), "crop_mode": augment.crop_mode,
+            "short_side_range": list(augment.short_side_range), "area_range": list(augment.area_range),
+            "aspect_range": list(augment.aspect_range), "flip_prob": augment.flip_prob}
+
+
 def check_batch_fits(batch_size: int, samples: int, *, last_batch: str, label_padding: bool, split: str,
                      manifest: object, videos: int, world_size: int, unit: str = "samples") -> None:
     """Warn when ``batch_size`` is larger than this rank's share of the split with ``last_batch="pad"``.
@@ -385,82 +423,6 @@ def check_batch_fits(batch_size: int, samples: int, *, last_batch: str, label_pa
                   f"{manifest} has {videos} decodable video(s), {samples} {unit} per rank of {world_size}, so each "
                   f"epoch is one batch of {samples} and {repeats} repeats, {what}; use batch_size <= {samples}, or "
                   f"last_batch='partial' for one batch of {samples}", UserWarning, stacklevel=4)
-
-
-def refuse_disagreeing_ranks(settings: dict[str, object], videos: tuple | None,
-                             error: BaseException | None) -> None:
-    """Every rank's loader built from the same options and videos, or every rank raises: one collective.
-
-    Under ``torch.distributed``, each rank's ``settings`` (what its plan and
-    batch count follow: root, split, batch size, seed, clip and crop ...),
-    ``videos`` (``(manifest path, VideoIndex.fingerprint())`` of its split,
-    ``None`` when it failed before reading them) and the error its construction
-    raised, if any, go to every rank in one ``all_gather_object``. Ranks that
-    disagree would not fail on their own: their ``len()`` differ and DDP's
-    collectives pair unequal batches until the job hangs, or their shards
-    overlap; so every rank raises the same ``ValueError``, naming each option
-    that differs with each rank's value. A rank whose construction failed
-    (``error``) makes the others raise a ``RuntimeError`` naming it, instead of
-    waiting for it at the next collective. Every rank calls this at the same
-    point, failed or not, so a refused construction leaves the process group
-    in step (the next loader can be built). Without a process group: nothing.
-
-    Raises:
-        ValueError: the ranks' settings, or their lists of videos, differ.
-        RuntimeError: another rank's construction failed (this rank's own
-            error is for the caller to raise).
-    """
-    if not runtime.is_distributed():
-        return
-    failed = None if error is None else f"{type(error).__name__}: {error}"
-    gathered = runtime.all_gather_object((settings, videos, failed))
-    differ = [key for key in settings if any(entry[0].get(key) != settings.get(key) for entry in gathered)]
-    if differ:
-        raise ValueError(
-            "the ranks were given different options: " + "; ".join(
-                f"{key}: {_by_rank([entry[0].get(key) for entry in gathered], key)}" for key in differ)
-            + ". Every rank must construct its loader with the same values (the plan, the shards and len() "
-              "follow them: ranks that disagree overlap or hang at DDP's next collective)") from error
-    failures = [(rank, entry[2]) for rank, entry in enumerate(gathered) if entry[2] is not None]
-    if error is not None:
-        return  # this rank's own error: the caller raises it
-    if failures:
-        raise RuntimeError("the loader failed on " + "; ".join(f"rank {rank}: {why}" for rank, why in failures)
-                           + " (this rank stops too, instead of waiting for it at the next collective)")
-    lists = [entry[1] for entry in gathered]
-    if any(fingerprint != lists[0][1] for _, fingerprint in lists):
-        raise ValueError(
-            f"the ranks read different lists of videos for split {settings.get('split')!r}: "
-            + "; ".join(f"rank {rank}: {fingerprint['videos']} videos from {manifest}"
-                        + _differs_from(fingerprint, lists[0][1]) for rank, (manifest, fingerprint) in enumerate(lists))
-            + ". Every rank must read the same manifest (the same dataset and pre-screen, routed for the same "
-              "GPU generation): scan once, then pass that manifest, or one root, to every rank")
-
-
-def _differs_from(fingerprint: dict, first: dict) -> str:
-    """What differs between two ``VideoIndex.fingerprint()`` s, as `` (other files, labels than rank 0)``."""
-    names = {"paths": "files", "labels": "labels", "facts": "frame counts, rates or sizes"}
-    differ = [name for key, name in names.items() if fingerprint.get(key) != first.get(key)]
-    return f" (other {', '.join(differ)} than rank 0)" if differ else ""
-
-
-def _by_rank(values: list[object], key: str) -> str:
-    """``key=A on rank 0, key=B on ranks 1-3``: each value once, with the ranks that have it (many ranks stay short)."""
-    ranks: dict[str, list[int]] = {}
-    for rank, value in enumerate(values):
-        ranks.setdefault(repr(value), []).append(rank)
-    return ", ".join(f"{key}={value} on {_ranks(numbers)}" for value, numbers in ranks.items())
-
-
-def _ranks(numbers: list[int]) -> str:
-    runs: list[list[int]] = []
-    for number in numbers:
-        if runs and number == runs[-1][1] + 1:
-            runs[-1][1] = number
-        else:
-            runs.append([number, number])
-    spans = [str(a) if a == b else f"{a}-{b}" for a, b in runs]
-    return ("rank " if len(numbers) == 1 else "ranks ") + ", ".join(spans)
 
 
 def augment_and_output(crop_size, augment: AugmentSpec | None,
