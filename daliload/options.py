@@ -177,9 +177,10 @@ class DecodeSpec:
                         else f"the NVDEC engines of {gpu_name} are not in daliload.prescreen.gpus")
         return pipelines
 
-    def routing_for(self, split: str, device: str, batch_size: int) -> Literal["adaptive", "static"]:
-        """The routing policy on ``split`` with DALI on ``device``: as given, else (``"auto"``) adaptive on
-        ``"train"`` where the two decoders have hardware of their own, static otherwise.
+    def routing_for(self, training: bool | str, device: str, batch_size: int) -> Literal["adaptive", "static"]:
+        """The routing policy of a loader that trains (shuffles or augments; a split name: ``"train"`` trains)
+        with DALI on ``device``: as given, else (``"auto"``) adaptive for training where the two decoders have
+        hardware of their own, static otherwise (evaluation: figures the same, bit for bit, on every run).
 
         Static without fallback workers (decoding in the training process:
         nothing to share with). DALI on the CPU with more threads and workers
@@ -192,7 +193,8 @@ class DecodeSpec:
         if self.routing != "auto":
             return self.routing
         shared = device == "cpu" and self.dali_threads_for(device, batch_size) + self.fallback_workers > usable_cores()
-        return "adaptive" if split == "train" and not shared else "static"
+        trains = training if isinstance(training, bool) else training == "train"
+        return "adaptive" if trains and not shared else "static"
 
     def dali_threads_for(self, device: str, batch_size: int) -> int:
         """DALI threads: as given, else ``min(batch_size, 16)`` on a GPU and one per core on the CPU."""
@@ -207,8 +209,6 @@ _DATALOADER_EQUIVALENTS = {
                    "DALI's own threads: DecodeSpec(dali_threads=N))",
     "pin_memory": "nothing: batches come on the GPU of this rank (device='gpu'), and the fallback's transfers are "
                   "pinned when they go there",
-    "shuffle": "split='train' (a new shuffle every epoch, seeded: call set_epoch(epoch)); other splits are never "
-               "shuffled",
     "drop_last": "last_batch='drop' (or 'pad', the default, or 'partial')",
     "collate_fn": "nothing: batches are (videos, labels) tensors; transform them in the training step, or set "
                   "augment=AugmentSpec(...) and output=OutputSpec(...)",
@@ -284,23 +284,43 @@ def warn_upscaled(videos: VideoIndex, output_size: tuple[int, int], split: str) 
                       f"{int(videos.height[first])}); their clips are upscaled", UserWarning, stacklevel=3)
 
 
-def checked_views(views: object, split: str) -> tuple[int, int] | None:
-    """``views`` checked: two integers >= 1, and only on an evaluation split."""
+def checked_switches(shuffle: object, augment: object, split: str) -> tuple[bool, bool, AugmentSpec | None]:
+    """``(shuffle, augmentation on, the AugmentSpec given)`` from the loader's ``shuffle`` and ``augment``.
+
+    ``shuffle=None`` follows the split (on for ``"train"``); ``augment`` is ``True`` / ``False`` (on or off,
+    default settings), an :class:`AugmentSpec` (its settings, on when the loader shuffles) or ``None`` (on
+    when the loader shuffles). ``bool("no")`` is ``True``: anything else is refused, not read as a truth value.
+    """
+    if shuffle is None:
+        shuffle = split == "train"
+    elif not isinstance(shuffle, bool):
+        raise TypeError(f"shuffle must be True, False or None (the default: on for split='train'), got "
+                        f"{type(shuffle).__name__} {shuffle!r}")
+    if isinstance(augment, bool):
+        return shuffle, augment, None
+    spec = checked_spec("augment", augment, AugmentSpec, None, also="True, False")
+    return shuffle, shuffle, spec
+
+
+def checked_views(views: object, augmenting: bool) -> tuple[int, int] | None:
+    """``views`` checked: two integers >= 1, and only without augmentation (each view is a fixed window and crop)."""
     if views is None:
         return None
-    if split == "train":
-        raise ValueError(f"views={views!r} is for evaluation splits (e.g. split='val'); split='train' takes "
-                         "one random clip per video and epoch")
+    if augmenting:
+        raise ValueError(f"views={views!r} is for evaluation splits (e.g. split='val'), or a loader given "
+                         "augment=False: each view is a fixed window and crop, where augmentation draws one random "
+                         "clip per video and epoch")
     return check_views(views)
 
 
-def checked_clips_per_video(clips: object, split: str, batch_size: int) -> int:
-    """``clips_per_video`` checked: an integer >= 1; above 1 only for training, and dividing ``batch_size``."""
+def checked_clips_per_video(clips: object, augmenting: bool, batch_size: int) -> int:
+    """``clips_per_video`` checked: an integer >= 1; above 1 only with augmentation, and dividing ``batch_size``."""
     if not isinstance(clips, int) or isinstance(clips, bool) or clips < 1:
         raise ValueError(f"clips_per_video must be an integer >= 1, got {clips!r}")
-    if clips > 1 and split != "train":
-        raise ValueError(f"clips_per_video={clips} is for split='train' (repeated sampling); an evaluation split "
-                         f"takes several clips of a video with views=(T, S)")
+    if clips > 1 and not augmenting:
+        raise ValueError(f"clips_per_video={clips} is for split='train' (repeated sampling), or a loader given "
+                         f"shuffle=True or augment=True: its clips differ by their random windows and crops; "
+                         f"without augmentation, take several clips of a video with views=(T, S)")
     if batch_size % clips:
         raise ValueError(f"batch_size={batch_size} must be a multiple of clips_per_video={clips}, so that a video's "
                          f"clips share a batch and one decode (batches count clips): use batch_size="
@@ -319,7 +339,7 @@ def check_options(*, batch_size: object, last_batch: object, device: object, see
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
 
 
-def checked_spec(name: str, value: object, spec: type, default: object) -> object:
+def checked_spec(name: str, value: object, spec: type, default: object, *, also: str = "") -> object:
     """``value`` when it is a ``spec`` (``default`` for ``None``), else a ``TypeError`` with the call to write.
 
     A dict of fields (``decode={"timeout_s": 1}``) reads naturally but would fail far from here, on the
@@ -333,20 +353,35 @@ def checked_spec(name: str, value: object, spec: type, default: object) -> objec
     if isinstance(value, dict) and all(isinstance(key, str) for key in value):
         fields = ", ".join(f"{key}={field!r}" for key, field in value.items())
         raise TypeError(f"{name} must be {kind}, got a dict {value!r}: use {name}={spec.__name__}({fields})")
-    raise TypeError(f"{name} must be {kind} or None, got {type(value).__name__} {value!r}")
+    kinds = f"{also}, {kind} or None" if also else f"{kind} or None"
+    raise TypeError(f"{name} must be {kinds}, got {type(value).__name__} {value!r}")
 
 
-def checked_label_padding(label_padding: object, split: str) -> bool:
-    """``label_padding``: ``True``, ``False`` or ``None`` (on for splits other than ``"train"``).
+def checked_label_padding(label_padding: object, evaluating: bool) -> bool | Literal["drop"]:
+    """``label_padding``: ``True``, ``False``, ``"drop"`` or ``None`` (``"drop"`` when evaluating, else ``False``).
 
     ``bool("x")`` is ``True``: a string would silently turn masking on, and ``"false"`` too.
     """
     if label_padding is None:
-        return split != "train"
-    if not isinstance(label_padding, bool):
-        raise TypeError(f"label_padding must be True, False or None (the default: on for splits other than "
-                        f"'train'), got {label_padding!r}")
+        return "drop" if evaluating else False
+    if not isinstance(label_padding, bool) and label_padding != "drop":
+        raise TypeError(f"label_padding must be True, False, 'drop' or None (the default: 'drop' when the loader "
+                        f"neither shuffles nor augments, as on splits other than 'train'), got {label_padding!r}")
     return label_padding
+
+
+def checked_batch_format(batch_format: object, batch_keys: object) -> tuple[str, str] | None:
+    """The dict keys of the videos and the labels, or ``None`` for tuples: ``batch_format`` ``"tuple"`` or
+    ``"dict"`` (``None``: ``"dict"`` when ``batch_keys`` are given), ``batch_keys`` the keys (default
+    ``("videos", "labels")``)."""
+    if batch_format not in (None, "tuple", "dict"):
+        raise ValueError(f"batch_format must be 'tuple' or 'dict', got {batch_format!r}")
+    if batch_format == "tuple" and batch_keys is not None:
+        raise ValueError(f"batch_keys={batch_keys!r} names the keys of dict batches, but batch_format='tuple': "
+                         "use batch_format='dict' (or leave batch_format out)")
+    if batch_format == "dict" and batch_keys is None:
+        return ("videos", "labels")
+    return checked_batch_keys(batch_keys)
 
 
 def checked_batch_keys(batch_keys: object) -> tuple[str, str] | None:
@@ -386,11 +421,13 @@ def check_batches(videos: VideoIndex, clip: ClipSpec, *, split: str, batch_size:
 
 
 def plan_settings(*, split: str, seed: int, batch_size: int, last_batch: str, views: tuple[int, int] | None,
-                  clips_per_video: int, clip: ClipSpec, augment: AugmentSpec) -> dict:
+                  clips_per_video: int, clip: ClipSpec, augment: AugmentSpec, shuffle: bool, augmentation: bool,
+                  label_padding: bool | str) -> dict:
     """The options a plan and its batches follow, besides the videos and the world size, as plain values (lists,
     not tuples, as a state saved as JSON reads back): what ``state_dict()`` records and ``load_state_dict()`` and
     the ranks (at construction) compare."""
-    return {"split": split, "seed": seed, "batch_size": batch_size, "last_batch": last_batch,
+    return {"split": split, "shuffle": shuffle, "augmentation": augmentation, "label_padding": label_padding,
+            "seed": seed, "batch_size": batch_size, "last_batch": last_batch,
             "views": list(views) if views else None, "clips_per_video": clips_per_video,
             "clip_len": clip.clip_len, "frame_stride": clip.frame_stride, "target_fps": clip.target_fps,
             "crop_size": list(augment.output_size), "crop_mode": augment.crop_mode,
@@ -415,7 +452,7 @@ def check_batch_fits(batch_size: int, samples: int, *, last_batch: str, label_pa
     with both numbers and the fix. ``"drop"`` is refused elsewhere (no batch
     at all) and ``"partial"`` makes one short batch: nothing to say.
     """
-    if last_batch != "pad" or batch_size <= samples:
+    if last_batch != "pad" or batch_size <= samples or label_padding == "drop":  # "drop": no repeat is yielded
         return
     repeats = batch_size - samples
     what = "labelled -1 (masked), but decoded" if label_padding else "trained on as real samples"
