@@ -89,11 +89,9 @@ class KineticsDALILoader(LoaderState):
             ``True`` labels them ``padding_label``; ``False`` keeps their labels.
             Default: ``"drop"`` if the loader neither shuffles nor augments.
         padding_label: the label of masked rows (padding with
-            ``label_padding``, and samples that failed to decode outside
-            training): a negative integer. Default :data:`PADDING_LABEL` (-1;
-            ``CrossEntropyLoss(ignore_index=-1)``); ``-100`` is what Hugging
-            Face's losses and torch's ``CrossEntropyLoss`` ignore by default,
-            so an unchanged training or validation step skips them.
+            ``label_padding=True``, failures when evaluating): a negative
+            integer. Default :data:`PADDING_LABEL` (-1); ``-100`` is what Hugging
+            Face's losses and torch's ``CrossEntropyLoss`` ignore by default.
         target_fps: if set, each video's stride follows its own fps so clips
             span the same time (see :class:`daliload.plan.ClipSpec`).
         augment: random window, crop and flip per clip: ``True`` or ``False``,
@@ -104,34 +102,29 @@ class KineticsDALILoader(LoaderState):
             Kinetics mean/std, ``crop_size`` (:class:`OutputSpec`; a field
             not set follows ``crop_size``).
         device: ``"auto"`` (default: ``"gpu"`` when CUDA is available),
-            ``"gpu"`` or ``"cuda"`` (NVDEC, tensors on this process's GPU: the
-            one ``torch.cuda.set_device`` made current, else
-            ``cuda:LOCAL_RANK``), ``"cuda:N"`` or ``torch.device("cuda", N)``
-            (GPU ``N``), or ``"cpu"`` / ``torch.device("cpu")``.
+            ``"gpu"`` or ``"cuda"`` (NVDEC, on the GPU ``torch.cuda.set_device``
+            made current, else ``cuda:LOCAL_RANK``), ``"cuda:N"`` or
+            ``torch.device("cuda", N)``, or ``"cpu"`` / ``torch.device("cpu")``.
         decode: threads, workers, prefetch and failure limits (:class:`DecodeSpec`).
         scan: pre-screen options when ``root`` is a dataset root (:class:`ScanSpec`).
         views: ``(num_temporal, num_spatial)`` views per video, for multi-view
-            evaluation (without augmentation): each batch row is one video
-            with all its views, ``videos`` has shape ``(B, V, C, T, H, W)``
-            (``(B, V, T, C, H, W)`` for TCHW), ``V = num_temporal *
-            num_spatial``, temporal-major; windows evenly spaced from the first
-            frame to the last, crops along the long side (3: both ends and the
-            centre); see :func:`daliload.plan.make_val_plan`. A video one of
-            whose views fails gets label -1. ``None`` (default): one view, no
-            view axis. :func:`daliload.evaluate` scores such batches.
+            evaluation (without augmentation): a batch row is one video with
+            its ``V = num_temporal * num_spatial`` views, temporal-major,
+            ``videos`` ``(B, V, C, T, H, W)`` (windows evenly spaced, crops
+            along the long side: :func:`daliload.plan.make_val_plan`); a video
+            one of whose views fails gets label -1. ``None`` (default): no view
+            axis. :func:`daliload.evaluate` scores such batches.
         clips_per_video: repeated sampling, with augmentation (VideoMAE's
             ``num_sample``): each video gives this many clips per epoch, each
             with its own window, crop and flip, in a row in the plan and in
             its batch (``batch_size`` counts clips and must be a multiple of
             ``k``); a video's file is read once for them, and a broken video
             fails its clips as one failed video. Default 1.
-        with_info: yield ``(videos, labels, info)``, where ``info`` is a
+        with_info: yield ``(videos, labels, info)``, ``info`` a
             :class:`~daliload.epoch.BatchInfo` saying what each row is: its
-            video (``info.video_index``, an index into :attr:`videos`), clip
-            or view, whether it is padding or replaced, and ``info.mask`` (the
-            rows to score: ``labels != padding_label``). For per-video
-            evaluation of clip predictions and masked losses without zipping
-            :meth:`plan`. Default ``False``: batches are ``(videos, labels)``.
+            video (``info.video_index`` into :attr:`videos`), clip or view,
+            padding or replaced, and ``info.mask`` (``labels != padding_label``),
+            for per-video evaluation and masked losses. Default ``False``.
         batch_format: ``"tuple"`` (default) or ``"dict"``: ``{"videos": ...,
             "labels": ...}`` (and ``"info"`` with ``with_info``).
         batch_keys: the dict's two keys, videos' then labels'
@@ -146,6 +139,8 @@ class KineticsDALILoader(LoaderState):
             cannot use it).
         classes: the manifest's class names in label order:
             ``classes[label]`` names a label of any split.
+        shuffle, augmentation: the switches as resolved; ``evaluating``:
+            neither is on. ``batch_size``, ``drop_last``: as a ``DataLoader``'s.
 
     Rank and world size come from ``torch.distributed`` when it is initialized
     (else ``RANK``/``WORLD_SIZE``, else 0 of 1). Under DDP, global rank 0
@@ -166,10 +161,9 @@ class KineticsDALILoader(LoaderState):
     torchdata's ``StatefulDataLoader``): the next pass over the saved epoch
     resumes at the saved batch.
 
-    The fallback's worker processes start with the first pass that needs them
-    and serve every later epoch (each pass sends them its samples); they stop
-    at :meth:`close` or garbage collection. A pass abandoned with decodes in
-    flight drops them (those running finish on their workers; nothing waits).
+    The fallback's worker processes start with the first pass that needs them,
+    serve every later epoch and stop at :meth:`close` or when the loader is
+    dropped; a pass abandoned drops its decodes in flight (nothing waits).
 
     Raises:
         FileNotFoundError: ``root`` does not exist.

@@ -210,8 +210,8 @@ _DATALOADER_EQUIVALENTS = {
     "pin_memory": "nothing: batches come on the GPU of this rank (device='gpu'), and the fallback's transfers are "
                   "pinned when they go there",
     "drop_last": "last_batch='drop' (or 'pad', the default, or 'partial')",
-    "collate_fn": "nothing: batches are (videos, labels) tensors; transform them in the training step, or set "
-                  "augment=AugmentSpec(...) and output=OutputSpec(...)",
+    "collate_fn": "nothing: batches are (videos, labels) tensors (or a dict: batch_format='dict'); transform them "
+                  "in the training step, or set augment=AugmentSpec(...) and output=OutputSpec(...)",
     "sampler": "nothing: the loader's epoch plan shards the split over the ranks itself (seed=, set_epoch())",
     "batch_sampler": "batch_size= and last_batch=",
     "persistent_workers": "nothing: the fallback's workers always persist across epochs",
@@ -353,8 +353,9 @@ def checked_spec(name: str, value: object, spec: type, default: object, *, also:
     if isinstance(value, dict) and all(isinstance(key, str) for key in value):
         fields = ", ".join(f"{key}={field!r}" for key, field in value.items())
         raise TypeError(f"{name} must be {kind}, got a dict {value!r}: use {name}={spec.__name__}({fields})")
-    kinds = f"{also}, {kind} or None" if also else f"{kind} or None"
-    raise TypeError(f"{name} must be {kinds}, got {type(value).__name__} {value!r}")
+    if also:
+        raise TypeError(f"{name} must be {also}, {kind} or None, got {type(value).__name__} {value!r}")
+    raise TypeError(f"{name} must be {kind} or None, got {type(value).__name__} {value!r}")
 
 
 def checked_label_padding(label_padding: object, evaluating: bool) -> bool | Literal["drop"]:
