@@ -79,10 +79,10 @@ class DecodeSpec:
             neither idles while the other is the bottleneck (NVDEC saturated:
             the CPU cores help; the fallback faster, as for VP9 on a CPU host:
             it takes most). ``"static"``: DALI always, as the pre-screen routed
-            it. ``"auto"`` (default): ``"adaptive"`` on the training split
-            when the decoders do not share hardware (DALI on a GPU, or DALI's
+            it. ``"auto"`` (default): ``"adaptive"`` when the loader trains
+            (shuffles or augments) and the decoders do not share hardware (DALI on a GPU, or DALI's
             CPU threads plus the fallback's workers no more than the cores),
-            else ``"static"``; ``"static"`` on the other splits, whose figures
+            else ``"static"``; ``"static"`` when it evaluates, whose figures
             then come out the same, bit for bit, on every run and world size. Either way each clip is
             the plan's (window, crop, flip) and batches keep plan order; with
             ``"adaptive"`` which decoder made a clip can differ between runs,

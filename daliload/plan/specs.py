@@ -123,7 +123,7 @@ class OutputSpec:
             raise ValueError(f"size must be (height, width) with both >= 1, or None (the crop size), got {self.size}")
         for name in ("mean", "std"):
             values = getattr(self, name)
-            if (not isinstance(values, (tuple, list)) or len(values) != 3
+            if (not isinstance(values, (tuple, list, np.ndarray)) or len(values) != 3
                     or not all(isinstance(v, (int, float, np.number)) and not isinstance(v, bool) for v in values)):
                 raise ValueError(f"mean and std need 3 numbers (RGB), got {name}={values!r}")
         if any(s <= 0 for s in self.std):
