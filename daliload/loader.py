@@ -53,7 +53,7 @@ logger = logging.getLogger(__name__)
 
 #: ``"auto"``, ``"gpu"``, ``"cpu"``, or what torch takes: ``"cuda"``, ``"cuda:N"``, a ``torch.device``.
 DeviceChoice = Union[str, torch.device]
-#: ``(videos, labels)``, or ``(videos, labels, info)`` with ``with_info=True``; a dict with ``batch_keys``.
+#: ``(videos, labels)``, or ``(videos, labels, info)`` with ``with_info=True``; a dict with ``batch_format="dict"``.
 Batch = tuple[torch.Tensor, ...] | tuple[torch.Tensor, torch.Tensor, BatchInfo] | dict[str, object]
 
 __all__ = ["PADDING_LABEL", "DecodeSpec", "EpochSampler", "KineticsDALILoader", "LoaderStats", "ScanSpec",

@@ -124,6 +124,8 @@ def test_dict_batches_by_name(dataset):
         assert list(batch) == ["videos", "labels"]
         assert torch.equal(batch["videos"], videos) and torch.equal(batch["labels"], labels)
         assert list(next(iter(hf))) == ["pixel_values", "labels"] and hf.batch_keys == ("pixel_values", "labels")
+        model = torch.nn.Sequential(torch.nn.AdaptiveAvgPool3d(1), torch.nn.Flatten(), torch.nn.Linear(3, 4))
+        assert evaluate(model, dicts).num_videos == len(dicts.videos)  # dict batches, padding left out
         assert hf.drop_last is True and tuples.drop_last is False
     finally:
         for loader in (tuples, dicts, hf):
