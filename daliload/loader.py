@@ -35,12 +35,12 @@ from daliload.dataset import VideoIndex, decoded_path
 from daliload.epoch._resume import LoaderState
 from daliload.epoch import (PADDING_LABEL, BatchFormat, BatchInfo, ClipSources, DaliSetup, EpochCounters, EpochPass,
                             EpochPlans, EpochProgress, EpochSampler, PassSetup, Routes, dali_videos,
-                            refuse_disagreeing_ranks, weakly)
+                            check_batches, refuse_disagreeing_ranks, warn_upscaled, weakly)
 from daliload.failures import FailureBudget
-from daliload.options import (DecodeSpec, augment_and_output, check_batches, check_options, checked_batch_format,
+from daliload.options import (DecodeSpec, augment_and_output, check_options, checked_batch_format,
                               checked_clips_per_video, checked_label_padding, checked_padding_label, checked_spec,
                               checked_switches, checked_views, dali_usable, dataset_root, plan_settings,
-                              refuse_unknown_options, warn_upscaled)
+                              refuse_unknown_options)
 from daliload.plan import (AugmentSpec, ClipSpec, LastBatch, OutputSpec, Sample, drop_padding, make_train_plan,
                            make_val_plan, num_batches, samples_per_rank, split_batches)
 from daliload.prescreen import ScanSpec, split_videos

@@ -38,6 +38,8 @@ Modules, by concept:
   drawn ahead (its draw held by :func:`weakly`);
 * :mod:`._agree`: :func:`refuse_disagreeing_ranks`, every rank's loader
   built from the same options and videos, or every rank raises;
+* :mod:`._fits`: the checks of the options against the split once read
+  (:func:`check_batches`, :func:`warn_upscaled`);
 * :mod:`._format`: :class:`BatchFormat`, what a batch becomes for the caller
   (a tuple, with ``info``, or a dict of named keys);
 * :mod:`._sources`: :class:`ClipSources`, the loader's two clip sources
@@ -47,6 +49,7 @@ Modules, by concept:
 """
 
 from daliload.epoch._agree import refuse_disagreeing_ranks
+from daliload.epoch._fits import check_batches, warn_upscaled
 from daliload.epoch._format import BatchFormat
 from daliload.epoch._merge import (HOST_TRANSFER, BatchInfo, HeldOutputs, HostTransfer, HostTransferMode,
                                    RegisteredBuffers)
@@ -60,4 +63,5 @@ from daliload.epoch._sources import ClipSources, DaliSetup, fallback_normalizes_
 __all__ = ["DALI_FAILURE_STREAK", "HOST_TRANSFER", "PADDING_LABEL", "BatchFormat", "BatchInfo", "ClipSources",
            "DaliSetup", "EpochCounters", "EpochPass", "EpochPlans", "EpochProgress", "EpochSampler", "HeldOutputs",
            "HostTransfer", "HostTransferMode", "PassSetup", "RegisteredBuffers", "Routes", "dali_videos",
-           "fallback_normalizes_on", "refuse_disagreeing_ranks", "stream_hint", "weakly"]
+           "check_batches", "fallback_normalizes_on", "refuse_disagreeing_ranks", "stream_hint", "warn_upscaled",
+           "weakly"]
