@@ -130,7 +130,7 @@ class KineticsDALILoader(LoaderState):
         batch_keys: the dict's two keys, videos' then labels'
             (``batch_format="dict"`` implied): ``("pixel_values", "labels")``
             is what Hugging Face video models take as ``model(**batch)``
-            (VideoMAE wants ``OutputSpec(layout="TCHW")``).
+            (VideoMAE wants ``OutputSpec(layout="TCHW")``), ``("video", "label")`` PyTorchVideo's.
 
     Attributes:
         sampler: the loader's epoch where DDP scripts and PyTorch Lightning
