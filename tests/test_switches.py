@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from daliload import KineticsDALILoader, evaluate
+from daliload import DecodeSpec, KineticsDALILoader, evaluate
 from daliload.plan import (AugmentSpec, ClipSpec, CropBox, OutputSpec, Sample, VideoInfo, drop_padding,
                            make_train_plan, make_val_plan, split_batches)
 
@@ -51,6 +51,9 @@ def test_shuffle_and_augment_follow_their_switches_whatever_the_split(dataset):
         assert train_evaluates.label_padding == "drop" and train_evaluates.plan(0) == train_evaluates.plan(3)
         assert order(train_evaluates, 0) == list(range(len(train_evaluates.index)))
         assert centred(train_evaluates, 0)
+        assert train_evaluates.stats().routing == "static"  # figures the same, bit for bit, on every run
+        assert (DecodeSpec().routing_for(True, "gpu", 32), DecodeSpec().routing_for(False, "gpu", 32)) == (
+            "adaptive", "static")  # what "auto" gives a loader that trains, and one that evaluates
 
         # Shuffle alone: a new order each epoch, the centred clips; the order a training epoch has.
         assert order(shuffled_only, 0) != order(shuffled_only, 1) and centred(shuffled_only, 1)
