@@ -6,7 +6,7 @@
 says which video each batch row is, so nothing is inferred from the tensors:
 
 - a row whose sample is padding (repeated only to give every rank the same
-  number of batches) is dropped;
+  number of batches; left out of the batches by default) is dropped;
 - a row that failed to decode at run time carries label -1 (the loader masks
   it on evaluation splits): it is dropped and listed in ``EvalResult.failed``;
 - every other row is one video, scored once.
@@ -127,8 +127,11 @@ def evaluate(
             (and float32 batches a bfloat16 one); uint8 clips are passed as they
             are. Under ``torch.autocast`` the autocast dtype still decides what
             each layer computes in.
-        loader: a :class:`~daliload.KineticsDALILoader` of an evaluation split
-            (not ``"train"``), at the start of a pass.
+        loader: a :class:`~daliload.KineticsDALILoader` that neither shuffles
+            nor augments (an evaluation split such as ``"val"``, or
+            ``shuffle=False, augment=False``), at the start of a pass; its
+            padding left out (``label_padding="drop"``, the default) or
+            labelled, tuples or dicts (``batch_format``).
         topk: the ``k`` of the top-k accuracies (1 is always included).
         reduce: how a video's views are combined: ``"mean"`` or ``"max"`` of their softmax scores.
         views_per_forward: at most this many views per model call (bounds
@@ -181,9 +184,11 @@ def _input_dtype(model: torch.nn.Module) -> torch.dtype | None:
 
 
 def _check_args(loader: Any, topk: Sequence[int], reduce: str, views_per_forward: int | None) -> list[int]:
-    if getattr(loader, "split", None) == "train":
-        raise ValueError("evaluate() needs an evaluation split; this loader is split='train' (shuffled, "
-                         "random windows): make one with split='val'")
+    if not getattr(loader, "evaluating", getattr(loader, "split", None) != "train"):
+        raise ValueError(f"evaluate() needs an evaluation split, a loader that neither shuffles nor augments; this "
+                         f"one (split="
+                         f"{getattr(loader, 'split', None)!r}) shuffles or draws random windows: make one with "
+                         f"split='val', or shuffle=False, augment=False")
     start = getattr(loader, "resumes_at", 0)
     if 0 < start < len(loader):
         raise ValueError(f"evaluate() needs a whole pass to count every video once, but load_state_dict() set "
@@ -207,7 +212,7 @@ def _score_pass(model, loader, plan, tally: _RankTally, ks: list[int], reduce: s
     for number, samples in enumerate(plan):
         try:
             batch = next(batches)
-            if isinstance(batch, dict):  # a loader with batch_keys
+            if isinstance(batch, dict):  # a loader with batch_format="dict"
                 videos, labels = (batch[key] for key in loader.batch_keys)
             else:
                 videos, labels = batch[:2]  # (videos, labels[, info]): with_info loaders too

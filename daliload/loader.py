@@ -27,22 +27,23 @@ import inspect
 import logging
 import os
 import weakref
-from typing import Callable, Iterator, Literal, Union
+from typing import Iterator, Literal, Union
 
 import torch
 
 from daliload import runtime
 from daliload.dataset import VideoIndex, decoded_path
 from daliload.epoch._resume import LoaderState
-from daliload.epoch import (PADDING_LABEL, BatchInfo, ClipSources, DaliSetup, EpochCounters, EpochPass, EpochPlans,
-                            EpochProgress, EpochSampler, PassSetup, Routes, dali_videos, explicit_choice)
+from daliload.epoch import (PADDING_LABEL, BatchFormat, BatchInfo, ClipSources, DaliSetup, EpochCounters, EpochPass,
+                            EpochPlans, EpochProgress, EpochSampler, PassSetup, Routes, dali_videos,
+                            check_batches, explicit_choice, refuse_disagreeing_ranks, warn_upscaled, weakly)
 from daliload.failures import FailureBudget
-from daliload.options import (DecodeSpec, augment_and_output, check_batch_fits, check_clip_fits, check_options,
+from daliload.options import (DecodeSpec, augment_and_output, check_options, checked_batch_format,
                               checked_clips_per_video, checked_label_padding, checked_padding_label, checked_spec,
-                              checked_batch_keys, checked_views, dali_usable, refuse_disagreeing_ranks,
-                              refuse_unknown_options, warn_upscaled)
-from daliload.plan import (AugmentSpec, ClipSpec, LastBatch, OutputSpec, Sample, make_train_plan, make_val_plan,
-                           num_batches, samples_per_rank, split_batches)
+                              checked_switches, checked_views, dali_usable, plan_settings,
+                              refuse_unknown_options)
+from daliload.plan import (AugmentSpec, ClipSpec, LastBatch, OutputSpec, Sample, drop_padding, make_train_plan,
+                           make_val_plan, num_batches, samples_per_rank, split_batches)
 from daliload.prescreen import ScanSpec, loader_source, split_codecs, split_videos
 from daliload.prescreen.gpus import detect_gpu
 from daliload.runtime import refuse_bootstrapping_main
@@ -54,7 +55,7 @@ logger = logging.getLogger(__name__)
 
 #: ``"auto"``, ``"gpu"``, ``"cpu"``, or what torch takes: ``"cuda"``, ``"cuda:N"``, a ``torch.device``.
 DeviceChoice = Union[str, torch.device]
-#: ``(videos, labels)``, or ``(videos, labels, info)`` with ``with_info=True``; a dict with ``batch_keys``.
+#: ``(videos, labels)``, or ``(videos, labels, info)`` with ``with_info=True``; a dict with ``batch_format="dict"``.
 Batch = tuple[torch.Tensor, ...] | tuple[torch.Tensor, torch.Tensor, BatchInfo] | dict[str, object]
 
 __all__ = ["PADDING_LABEL", "DecodeSpec", "EpochSampler", "KineticsDALILoader", "LoaderStats", "ScanSpec",
@@ -67,10 +68,11 @@ class KineticsDALILoader(LoaderState):
     Args:
         root: the dataset root (scanned on first use; see :class:`ScanSpec`)
             or the path of a manifest written by ``daliload scan``; ``bytes``
-            (``os.fsencode``, ``os.listdir(b"...")``) as ``os.fsdecode`` reads them; or (path, label) pairs. Required;
+            (``os.fsencode``, ``os.listdir(b"...")``) as ``os.fsdecode`` reads them; or (path, label) pairs;
+            or a prefix of an object store (``s3://bucket/k700``: ``docs/remote.md``). Required;
             ``source=`` (its old name) still works, with a ``DeprecationWarning``.
-        split: ``"train"`` (shuffled, random window, crop and flip) or any
-            other split in the manifest (deterministic centre clip and crop).
+        split: the split to read, by name. ``"train"`` shuffles and augments by
+            default, any other split neither (``shuffle``, ``augment``).
         batch_size: clips per batch (videos per batch with ``views``). Default 32.
             Larger than this rank's share of the split with ``last_batch="pad"``,
             the epoch is one batch, mostly repeats: a ``UserWarning`` says so.
@@ -81,62 +83,58 @@ class KineticsDALILoader(LoaderState):
         seed: base seed, the same on every rank. Default 0.
         last_batch: ``"pad"`` (default), ``"drop"`` or ``"partial"``; see
             :func:`split_batches`.
-        label_padding: ``True`` gives padding samples (repeats that only keep
-            ranks equal) the label ``padding_label`` so evaluation can
-            mask them. Default ``None``: on for splits other than ``"train"``.
+        shuffle: a new order of the videos every epoch (seeded: ``seed``,
+            the epoch). Default ``None``: on for ``"train"``.
+        label_padding: padding samples (repeats that keep ranks equal):
+            ``"drop"`` leaves them out, so a step's batch mean and Lightning's
+            batch-size weights count each video once (every rank still yields
+            ``len()`` batches, none empty: :func:`daliload.plan.drop_padding`);
+            ``True`` labels them ``padding_label``; ``False`` keeps their labels.
+            Default: ``"drop"`` if the loader neither shuffles nor augments.
         padding_label: the label of masked rows (padding with
-            ``label_padding``, and samples that failed to decode outside
-            training): a negative integer. Default :data:`PADDING_LABEL` (-1;
-            ``CrossEntropyLoss(ignore_index=-1)``); ``-100`` is what Hugging
-            Face's losses and torch's ``CrossEntropyLoss`` ignore by default,
-            so an unchanged training or validation step skips them.
+            ``label_padding=True``, failures when evaluating): a negative
+            integer. Default :data:`PADDING_LABEL` (-1); ``-100`` is what Hugging
+            Face's losses and torch's ``CrossEntropyLoss`` ignore by default.
         target_fps: if set, each video's stride follows its own fps so clips
             span the same time (see :class:`daliload.plan.ClipSpec`).
-        augment: crop mode, ranges and flip probability; default
-            :class:`AugmentSpec` with ``crop_size``.
+        augment: random window, crop and flip per clip: ``True`` or ``False``,
+            or an :class:`AugmentSpec` (crop mode, ranges, flip probability)
+            used when on. Off: the centred window and crop, no flip. Default
+            ``None`` (or a spec): on when the loader shuffles.
         output: mean, std, dtype and layout; default float32 ``CTHW``,
             Kinetics mean/std, ``crop_size`` (:class:`OutputSpec`; a field
             not set follows ``crop_size``).
         device: ``"auto"`` (default: ``"gpu"`` when CUDA is available),
-            ``"gpu"`` or ``"cuda"`` (NVDEC, tensors on this process's GPU: the
-            one ``torch.cuda.set_device`` made current, else
-            ``cuda:LOCAL_RANK``), ``"cuda:N"`` or ``torch.device("cuda", N)``
-            (GPU ``N``), or ``"cpu"`` / ``torch.device("cpu")``.
+            ``"gpu"`` or ``"cuda"`` (NVDEC, on the GPU ``torch.cuda.set_device``
+            made current, else ``cuda:LOCAL_RANK``), ``"cuda:N"`` or
+            ``torch.device("cuda", N)``, or ``"cpu"`` / ``torch.device("cpu")``.
         decode: threads, workers, prefetch and failure limits (:class:`DecodeSpec`).
         scan: pre-screen options when ``root`` is a dataset root (:class:`ScanSpec`).
         layout, fold: how ``root`` is read (default detected) and UCF101's or HMDB51's fold: ``docs/datasets.md``.
         views: ``(num_temporal, num_spatial)`` views per video, for multi-view
-            evaluation (evaluation splits only): each batch row is one video
-            with all its views, ``videos`` has shape ``(B, V, C, T, H, W)``
-            (``(B, V, T, C, H, W)`` for TCHW), ``V = num_temporal *
-            num_spatial``, temporal-major; windows evenly spaced from the first
-            frame to the last, crops along the long side (3: both ends and the
-            centre); see :func:`daliload.plan.make_val_plan`. A video one of
-            whose views fails gets label -1. ``None`` (default): one view, no
-            view axis. :func:`daliload.evaluate` scores such batches.
-        clips_per_video: repeated sampling on the training split (VideoMAE's
+            evaluation (without augmentation): a batch row is one video with
+            its ``V = num_temporal * num_spatial`` views, temporal-major,
+            ``videos`` ``(B, V, C, T, H, W)`` (windows evenly spaced, crops
+            along the long side: :func:`daliload.plan.make_val_plan`); a video
+            one of whose views fails gets label -1. ``None`` (default): no view
+            axis. :func:`daliload.evaluate` scores such batches.
+        clips_per_video: repeated sampling, with augmentation (VideoMAE's
             ``num_sample``): each video gives this many clips per epoch, each
             with its own window, crop and flip, in a row in the plan and in
-            its batch (``batch_size`` counts clips and must be a multiple).
-            The fallback decodes a video's clips in one pass over the file;
-            DALI reads the file once for them but decodes each clip. A broken
-            video fails its clips as one failed video. Default 1. The
-            reference scripts' other way (a video's clips spread over the
-            epoch, as separate samples) is not offered: with ``k`` clips a
-            video, ``batch_size`` must be a multiple of ``k``.
-        with_info: yield ``(videos, labels, info)``, where ``info`` is a
+            its batch (``batch_size`` counts clips and must be a multiple of
+            ``k``); a video's file is read once for them, and a broken video
+            fails its clips as one failed video. Default 1.
+        with_info: yield ``(videos, labels, info)``, ``info`` a
             :class:`~daliload.epoch.BatchInfo` saying what each row is: its
-            video (``info.video_index``, an index into :attr:`videos`), clip
-            or view, whether it is padding or replaced, and ``info.mask`` (the
-            rows to score: ``labels != padding_label``). For per-video
-            evaluation of clip predictions and masked losses without zipping
-            :meth:`plan`. Default ``False``: batches are ``(videos, labels)``.
-        batch_keys: yield each batch as a dict instead of a tuple, with these
-            two keys for the videos and the labels (and ``"info"`` with
-            ``with_info``): ``("pixel_values", "labels")`` is what Hugging Face
-            video models take as ``model(**batch)`` (VideoMAE wants
-            ``OutputSpec(layout="TCHW")``), ``("video", "label")``
-            PyTorchVideo's. Default ``None``: tuples.
+            video (``info.video_index`` into :attr:`videos`), clip or view,
+            padding or replaced, and ``info.mask`` (``labels != padding_label``),
+            for per-video evaluation and masked losses. Default ``False``.
+        batch_format: ``"tuple"`` (default) or ``"dict"``: ``{"videos": ...,
+            "labels": ...}`` (and ``"info"`` with ``with_info``).
+        batch_keys: the dict's two keys, videos' then labels'
+            (``batch_format="dict"`` implied): ``("pixel_values", "labels")``
+            is what Hugging Face video models take as ``model(**batch)``
+            (VideoMAE wants ``OutputSpec(layout="TCHW")``), ``("video", "label")`` PyTorchVideo's.
 
     Attributes:
         sampler: the loader's epoch where DDP scripts and PyTorch Lightning
@@ -145,37 +143,31 @@ class KineticsDALILoader(LoaderState):
             cannot use it).
         classes: the manifest's class names in label order:
             ``classes[label]`` names a label of any split.
+        shuffle, augmentation: the switches as resolved; ``evaluating``:
+            neither is on. ``batch_size``, ``drop_last``: as a ``DataLoader``'s.
 
     Rank and world size come from ``torch.distributed`` when it is initialized
     (else ``RANK``/``WORLD_SIZE``, else 0 of 1). Under DDP, global rank 0
-    scans and the other ranks wait for its manifest; then the ranks compare,
-    in one collective, what their plans follow (root, split, batch size,
-    ``last_batch``, seed, views, ``clips_per_video``, clip and crop settings)
-    and the fingerprint of the videos each read: ranks that differ all raise
-    one ``ValueError`` naming each option and each rank's value, and a rank
-    whose construction failed makes the others raise too, instead of
-    hanging at DDP's next collective or sharing the split unevenly (so every
-    rank must build its loaders in the same order).
+    scans and the others wait for its manifest; then the ranks compare, in
+    one collective, what their plans follow (root, split, the switches, batch
+    and clip settings) and the videos each read: ranks that differ all raise
+    one ``ValueError`` naming each option and value, and a rank whose
+    construction failed makes the others raise too, instead of hanging at
+    DDP's next collective (so every rank builds its loaders in one order).
 
-    Epochs: pass ``n`` of a job draws epoch ``n``, unless told otherwise.
-    The next pass draws the epoch given to :meth:`set_epoch` (or
-    ``loader.sampler.set_epoch``, where DDP scripts and PyTorch Lightning
-    call it) or :meth:`load_state_dict` since the previous pass began; when
-    neither was called, it draws the previous pass's epoch plus one. So a
-    loop that calls nothing (Hugging Face Accelerate's, a plain ``for``
-    over epochs) gets a fresh, deterministic plan each pass, as a
-    ``DataLoader`` over a ``RandomSampler`` does, and a loop that calls
-    ``set_epoch(e)`` gets epoch ``e``. A pass begins at its first batch, not
-    at ``iter()``. Every pass starts its epoch at the first batch: a pass
-    left early (``break``) is not continued by the next one; the one
-    exception is :meth:`load_state_dict`, as with torchdata's
-    ``StatefulDataLoader``: the next pass over the saved epoch resumes at
-    the saved batch.
+    Epochs: a pass (from its first batch, not ``iter()``) draws the epoch
+    given to :meth:`set_epoch` (or ``loader.sampler.set_epoch``, where DDP
+    scripts and Lightning call it) or :meth:`load_state_dict` since the last
+    pass began, else the last pass's epoch plus one: a loop that calls
+    nothing (Accelerate's, a plain ``for``) gets a fresh, deterministic plan
+    each pass, as over a ``RandomSampler``. A pass left early (``break``) is
+    not continued by the next one, except after :meth:`load_state_dict` (as
+    torchdata's ``StatefulDataLoader``): the next pass over the saved epoch
+    resumes at the saved batch.
 
-    The fallback's worker processes start with the first pass that needs them
-    and serve every later epoch (each pass sends them its samples); they stop
-    at :meth:`close` or garbage collection. A pass abandoned with decodes in
-    flight drops them (those running finish on their workers; nothing waits).
+    The fallback's worker processes start with the first pass that needs them,
+    serve every later epoch and stop at :meth:`close` or when the loader is
+    dropped; a pass abandoned drops its decodes in flight (nothing waits).
 
     Raises:
         FileNotFoundError: ``root`` does not exist.
@@ -198,10 +190,11 @@ class KineticsDALILoader(LoaderState):
         *,
         seed: int = 0,
         last_batch: LastBatch = "pad",
-        label_padding: bool | None = None,
+        shuffle: bool | None = None,
+        label_padding: bool | Literal["drop"] | None = None,
         padding_label: int = PADDING_LABEL,
         target_fps: float | None = None,
-        augment: AugmentSpec | None = None,
+        augment: bool | AugmentSpec | None = None,
         output: OutputSpec | None = None,
         device: DeviceChoice = "auto",
         decode: DecodeSpec | None = None,
@@ -209,6 +202,7 @@ class KineticsDALILoader(LoaderState):
         views: tuple[int, int] | None = None,
         clips_per_video: int = 1,
         with_info: bool = False,
+        batch_format: Literal["tuple", "dict"] | None = None,
         batch_keys: tuple[str, str] | None = None,
         layout: str | None = None, fold: int | None = None,
         **unknown: object,
@@ -219,23 +213,28 @@ class KineticsDALILoader(LoaderState):
         refuse_bootstrapping_main("A KineticsDALILoader")
         check_options(batch_size=batch_size, last_batch=last_batch, device=device, seed=seed)
         self.clip = ClipSpec(clip_len=clip_len, frame_stride=frame_stride, target_fps=target_fps)
-        self.augment, self.output = augment_and_output(crop_size, checked_spec("augment", augment, AugmentSpec, None),
+        #: whether the plan is shuffled each epoch, and whether its clips are augmented (random window, crop, flip)
+        self.shuffle, self.augmentation, spec = checked_switches(shuffle, augment, split)
+        #: neither: a fixed pass (padding left out or masked, failures masked, static routing, one plan for all epochs)
+        self.evaluating = not (self.shuffle or self.augmentation)
+        self.augment, self.output = augment_and_output(crop_size, spec,
                                                        checked_spec("output", output, OutputSpec, None))
         self.decode: DecodeSpec = checked_spec("decode", decode, DecodeSpec, DecodeSpec())
         self.scan: ScanSpec = checked_spec("scan", scan, ScanSpec, ScanSpec())
         self.split = split
         self.batch_size = batch_size
-        self.views = checked_views(views, split)
-        self.clips_per_video = checked_clips_per_video(clips_per_video, split, batch_size)
+        self.views = checked_views(views, self.augmentation)
+        self.clips_per_video = checked_clips_per_video(clips_per_video, self.augmentation, batch_size)
         if not isinstance(with_info, bool):
             raise TypeError(f"with_info must be True or False, got {with_info!r}")
         self.with_info = with_info
-        self.batch_keys = checked_batch_keys(batch_keys)
+        self.batch_keys = checked_batch_format(batch_format, batch_keys)  # None: tuples
+        self._format = BatchFormat(self.batch_keys, with_info)
         #: clips per batch: ``batch_size`` videos times their views
         self.clips_per_batch = batch_size * (self.views[0] * self.views[1] if self.views else 1)
         self.seed = seed
         self.last_batch: LastBatch = last_batch
-        self.label_padding = checked_label_padding(label_padding, split)
+        self.label_padding = checked_label_padding(label_padding, self.evaluating)
         #: the label of masked rows (padding, and failures outside training)
         self.padding_label = checked_padding_label(padding_label)
         self._place(device)
@@ -249,7 +248,9 @@ class KineticsDALILoader(LoaderState):
                 root, split, device=self.route_target, scan=self.scan)
             #: This split's decodable videos (every route but ``bad``), as columns; row ``i`` is ``video_index`` i.
             self.index: VideoIndex = index
-            self._check_batches()
+            check_batches(index, self.clip, split=split, batch_size=batch_size, last_batch=last_batch,
+                          batches=len(self), clips_per_video=self.clips_per_video, label_padding=self.label_padding,
+                          manifest=self.manifest_path, world_size=self.world_size)
             videos = (str(self.manifest_path), self._fingerprint) if runtime.is_distributed() else None
         except Exception as err:
             refuse_disagreeing_ranks(settings, None, err)
@@ -257,16 +258,14 @@ class KineticsDALILoader(LoaderState):
         refuse_disagreeing_ranks(settings, videos, None)
         warn_upscaled(index, self.augment.output_size, self.split)
         #: DALI pipelines (``DecodeSpec.dali_pipelines``; "auto": one per NVDEC engine of this GPU's model)
-        self.dali_pipelines = self.decode.dali_pipelines_for(self.device, self.gpu.nvdec_engines if self.gpu else None)
-        if self.decode.dali_pipelines == "auto" and self.gpu is not None and self.dali_enabled:
-            engines = self.gpu.nvdec_engines
-            logger.info("%d DALI pipeline(s): %s", self.dali_pipelines,
-                        f"one per NVDEC engine of {self.gpu.describe()}" if engines else
-                        f"the NVDEC engines of {self.gpu.describe()} are not in daliload.prescreen.gpus")
+        self.dali_pipelines = self.decode.dali_pipelines_for(
+            self.device, self.gpu.nvdec_engines if self.gpu else None,
+            gpu_name=self.gpu.describe() if self.gpu and self.dali_enabled else None)
         prefetch = self.decode.batches_ahead(self.clips_per_batch, clips_per_video=self.clips_per_video,
                                              pipelines=self.dali_pipelines)
+        policy = self.decode.routing_for(not self.evaluating, self.device, self.clips_per_batch)
         self._routes = Routes(dali_videos(index, self.decode.dali_max_pixels) if self.dali_enabled else None,
-                              policy=self.decode.routing_for(split, self.device, self.clips_per_batch), lag=prefetch,
+                              policy=policy, lag=prefetch,
                               codecs=functools.partial(split_codecs, self.manifest_path, split, index),
                               explicit=explicit_choice(self.decode.decoder, self.decode.routing))
         # Both sources live as long as the loader (workers start at the fallback's first group, DALI at its first).
@@ -284,47 +283,26 @@ class KineticsDALILoader(LoaderState):
         self._closer = weakref.finalize(self, self._sources.close)
         self._closer.atexit = False
         self._setup = PassSetup(
-            output=self.output, device=self.torch_device, label_padding=self.label_padding,
-            mask_failed=split != "train", prefetch=prefetch, num_frames=index.frames_of_video,
+            output=self.output, device=self.torch_device, label_padding=bool(self.label_padding),
+            mask_failed=self.evaluating, prefetch=prefetch, num_frames=index.frames_of_video,
             views=self.clips_per_batch // batch_size if self.views else 0, padding_label=self.padding_label)
         self._progress = EpochProgress()  # the epoch the next pass draws and the batch it starts at
         #: Where DDP scripts (``DistributedSampler``) and PyTorch Lightning call ``set_epoch``.
         self.sampler = EpochSampler(self)
-        self._budget = FailureBudget(0, max_fraction=self.decode.max_failure_fraction, masked=split != "train")
+        self._budget = FailureBudget(0, max_fraction=self.decode.max_failure_fraction, masked=self.evaluating)
         self._last_pass: EpochPass | None = None  # the pass under way or the last one: what stats() reports
         # The live pass over an epoch, if any, held weakly, and the plans' draw a weak method: the loader is in
         # no reference cycle, so a loader dropped without close() goes at once (refcount), and with it its
         # workers, threads and pipelines (_closer), not at some later garbage collection.
         self._active: weakref.ref | None = None
-        self._plans = EpochPlans(_weakly(self._draw_plan))
-
-    def _check_batches(self) -> None:
-        """Refuse a clip no video holds and an epoch of no batch; warn of one batch that is mostly repeats."""
-        check_clip_fits(self.index, self.clip, self.split)
-        videos = len(self.index)
-        per_rank = samples_per_rank(videos, self.world_size) * self.clips_per_video
-        unit = "clips" if self.clips_per_video > 1 else "samples"
-        if len(self) == 0:  # only "drop" can leave none: an epoch that silently yields nothing
-            raise ValueError(
-                f"batch_size={self.batch_size} with last_batch='drop' leaves no batch: split {self.split!r} of "
-                f"{self.manifest_path} has {videos} decodable video(s), {per_rank} {unit} per rank of "
-                f"{self.world_size}; use batch_size <= {per_rank} or last_batch='pad' or 'partial'")
-        check_batch_fits(self.batch_size, per_rank, last_batch=self.last_batch, label_padding=self.label_padding,
-                         split=self.split, manifest=self.manifest_path, videos=videos, world_size=self.world_size,
-                         unit=unit)
+        self._plans = EpochPlans(weakly(self._draw_plan))
 
     def _plan_settings(self) -> dict:
-        """The options a plan and its batches follow, besides the videos and the world size, as plain values
-        (lists, not tuples, as a state saved as JSON reads back): what :meth:`state_dict` records and
-        :meth:`load_state_dict` and the ranks (at construction) compare."""
-        augment = self.augment
-        return {"split": self.split, "seed": self.seed, "batch_size": self.batch_size,
-                "last_batch": self.last_batch, "views": list(self.views) if self.views else None,
-                "clips_per_video": self.clips_per_video, "clip_len": self.clip.clip_len,
-                "frame_stride": self.clip.frame_stride, "target_fps": self.clip.target_fps,
-                "crop_size": list(augment.output_size), "crop_mode": augment.crop_mode,
-                "short_side_range": list(augment.short_side_range), "area_range": list(augment.area_range),
-                "aspect_range": list(augment.aspect_range), "flip_prob": augment.flip_prob}
+        """What the plan follows (:func:`daliload.options.plan_settings`): recorded, and compared across ranks."""
+        return plan_settings(split=self.split, seed=self.seed, batch_size=self.batch_size, last_batch=self.last_batch,
+                             views=self.views, clips_per_video=self.clips_per_video, clip=self.clip,
+                             augment=self.augment, shuffle=self.shuffle, augmentation=self.augmentation,
+                             label_padding=self.label_padding)
 
     def _place(self, device: DeviceChoice) -> None:
         """Rank, world size and where this rank's tensors live."""
@@ -333,7 +311,8 @@ class KineticsDALILoader(LoaderState):
         device = self.device
         self.rank, self.world_size, self.local_rank = runtime.rank(), runtime.world_size(), runtime.local_rank()
         self.torch_device = torch.device(f"cuda:{self.device_id}") if device == "gpu" else torch.device("cpu")
-        # Routes depend on this GPU's NVDEC (an H200 has no AV1 decode, an L40S has): that generation's routes.
+        # Routes depend on this GPU's NVDEC (an H200 has no AV1 decode, an L40S has): the manifest
+        # routes for that generation, from its stored facts when it was scanned for another one.
         self.gpu = detect_gpu(self.device_id) if device == "gpu" else None
         self.route_target = self.gpu.route_target if self.gpu is not None else "cpu"
 
@@ -360,19 +339,21 @@ class KineticsDALILoader(LoaderState):
         return self._progress.epoch
 
     def _plan_key(self, epoch: int) -> int:
-        """Every epoch of an evaluation split has the same plan: one key for all."""
-        return epoch if self.split == "train" else 0
+        """Every epoch of a plan neither shuffled nor augmented is the same: one key for all."""
+        return 0 if self.evaluating else epoch
 
     def _draw_plan(self, epoch: int) -> list[list[Sample]]:
         columns = self.index.columns
-        if self.split == "train":
-            samples = make_train_plan(columns, seed=self.seed, epoch=epoch, rank=self.rank,
-                                      world_size=self.world_size, clip=self.clip, augment=self.augment,
-                                      clips_per_video=self.clips_per_video)
+        common = dict(seed=self.seed, epoch=epoch, rank=self.rank, world_size=self.world_size, clip=self.clip,
+                      augment=self.augment, shuffle=self.shuffle)
+        if self.augmentation:
+            samples = make_train_plan(columns, clips_per_video=self.clips_per_video, **common)
         else:
-            samples = make_val_plan(columns, rank=self.rank, world_size=self.world_size,
-                                    clip=self.clip, augment=self.augment, views=self.views)
-        return split_batches(samples, self.clips_per_batch, self.last_batch)  # whole videos: views/clips in a row
+            samples = make_val_plan(columns, views=self.views, **common)
+        batches = split_batches(samples, self.clips_per_batch, self.last_batch)  # whole videos: views/clips in a row
+        if self.label_padding != "drop":
+            return batches
+        return drop_padding(batches, self.clips_per_batch // self.batch_size * self.clips_per_video)
 
     def __len__(self) -> int:
         """Batches per epoch on this rank: the same on every rank, whatever fails (``last_batch`` decides
@@ -431,25 +412,16 @@ class KineticsDALILoader(LoaderState):
         passing = iter(epoch_pass)
         try:
             for i, batch in enumerate(passing):
-                # A state_dict() taken while the caller holds this batch resumes after it (after the last: len).
+                # A state_dict() taken while the caller holds this batch resumes after it; after the
+                # last batch it equals len(self): epoch finished.
                 self._progress.yielded(epoch_pass.next_batch)
-                yield self._as_asked(batch)
-                if i == 0 and self.split == "train":
+                yield self._format(batch)
+                if i == 0 and not self.evaluating:
                     # After the first batch, which it would delay: the next epoch's plan, as set_epoch
                     # is usually called next (another epoch is drawn when asked for, as before).
                     self._plans.draw_ahead(epoch + 1)
         finally:
             passing.close()  # drops what was submitted ahead, without waiting; the sources stay for the next pass
-
-    def _as_asked(self, batch: tuple[torch.Tensor, torch.Tensor, BatchInfo]) -> Batch:
-        """``(videos, labels[, info])``, or the dict of :attr:`batch_keys`."""
-        if self.batch_keys is None:
-            return batch if self.with_info else batch[:2]
-        videos_key, labels_key = self.batch_keys
-        as_dict = {videos_key: batch[0], labels_key: batch[1]}
-        if self.with_info:
-            as_dict["info"] = batch[2]
-        return as_dict
 
     @property
     def sources(self) -> ClipSources:
@@ -476,18 +448,6 @@ class KineticsDALILoader(LoaderState):
                 f"rejected={len(self.rejected)}, batch_size={self.batch_size}, batches={len(self)}, "
                 f"rank={self.rank}/{self.world_size}, device={self.device!r}, routes={self.route_target!r}, "
                 f"dali={self.dali_enabled})")
-
-
-def _weakly(method: Callable) -> Callable:
-    """``method`` of an object, holding the object weakly (a callable kept by the object itself makes no cycle)."""
-    ref, name = weakref.WeakMethod(method), method.__qualname__
-
-    def call(*args, **kwargs):
-        bound = ref()
-        if bound is None:
-            raise ReferenceError(f"{name}: its object is gone")
-        return bound(*args, **kwargs)
-    return call
 
 
 #: The keywords the loader takes, from its signature (a DataLoader habit or a typo is named against these).

@@ -11,20 +11,19 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import logging
 import warnings
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
-import numpy as np
 
 from daliload import runtime
 from daliload.clips import TASKS_AHEAD_PER_WORKER
 from daliload.failures import DEFAULT_MAX_FAILURE_FRACTION
 from daliload.plan import AugmentSpec, ClipSpec, OutputSpec, check_last_batch, check_views
-from daliload.plan.columns import strides
 from daliload.runtime import usable_cores
-from daliload.dataset import VideoIndex
 
+logger = logging.getLogger("daliload.loader")  # where the loader's messages always came from
 DecoderChoice = Literal["auto", "fallback"]
 DaliFeed = Literal["window", "file"]
 Routing = Literal["auto", "adaptive", "static"]
@@ -75,10 +74,10 @@ class DecodeSpec:
             neither idles while the other is the bottleneck (NVDEC saturated:
             the CPU cores help; the fallback faster, as for VP9 on a CPU host:
             it takes most). ``"static"``: DALI always, as the pre-screen routed
-            it. ``"auto"`` (default), on the training split: ``"adaptive"`` where
-            the decoders do not share hardware (DALI on a GPU, or its CPU threads plus the workers
+            it. ``"auto"`` (default), when the loader trains (shuffles or augments): ``"adaptive"``
+            where the decoders do not share hardware (DALI on a GPU, or its CPU threads plus the workers
             no more than the cores), else each codec to the decoder measured faster in the run
-            (``stats().decoders`` says which and why); ``"static"`` on the other splits (their figures
+            (``stats().decoders`` says which and why); ``"static"`` when it evaluates (its figures
             then come out the same, bit for bit, on every run and world size). Either way each clip is
             the plan's (window, crop, flip) and batches keep plan order; except with
             ``"static"``, which decoder made a clip can differ between runs,
@@ -160,17 +159,26 @@ class DecodeSpec:
         fill = -(-TASKS_AHEAD_PER_WORKER * self.fallback_workers // videos_per_batch)
         return max(self.prefetch_batches, pipelines, fill)
 
-    def dali_pipelines_for(self, device: str, nvdec_engines: int | None) -> int:
-        """DALI pipelines: as given, else (``"auto"``) ``nvdec_engines`` on a GPU (1 when unknown), 1 on the CPU."""
+    def dali_pipelines_for(self, device: str, nvdec_engines: int | None, *, gpu_name: str | None = None) -> int:
+        """DALI pipelines: as given, else (``"auto"``) ``nvdec_engines`` on a GPU (1 when unknown), 1 on the CPU.
+
+        With ``gpu_name`` (the GPU's description), an ``"auto"`` count on a GPU is logged with why.
+        """
         if self.dali_pipelines != "auto":
             return self.dali_pipelines
-        return (nvdec_engines or 1) if device == "gpu" else 1
+        pipelines = (nvdec_engines or 1) if device == "gpu" else 1
+        if gpu_name is not None and device == "gpu":
+            logger.info("%d DALI pipeline(s): %s", pipelines, f"one per NVDEC engine of {gpu_name}" if nvdec_engines
+                        else f"the NVDEC engines of {gpu_name} are not in daliload.prescreen.gpus")
+        return pipelines
 
-    def routing_for(self, split: str, device: str, batch_size: int) -> Literal["adaptive", "static", "measured"]:
-        """The routing policy on ``split`` with DALI on ``device``: as given, else (``"auto"``) on ``"train"``
-        adaptive where the two decoders have hardware of their own, measured where they share the cores.
+    def routing_for(self, training: bool | str, device: str,
+                    batch_size: int) -> Literal["adaptive", "static", "measured"]:
+        """The routing policy of a loader that trains (shuffles or augments; a split name: ``"train"`` trains)
+        with DALI on ``device``: as given, else (``"auto"``) for training adaptive where the two decoders have
+        hardware of their own, measured where they share the cores.
 
-        Static without fallback workers (nothing to share with), and on the other splits (their figures
+        Static without fallback workers (nothing to share with), and when evaluating (its figures
         then come out the same on every run). DALI on the CPU with more threads and workers than cores
         shares them with the fallback: moving clips between the two adds no decoder, and which is faster
         depends on the codec, batch, crop and machine, so each codec goes to the one measured faster
@@ -181,7 +189,8 @@ class DecodeSpec:
         if self.routing != "auto":
             return self.routing
         shared = device == "cpu" and self.dali_threads_for(device, batch_size) + self.fallback_workers > usable_cores()
-        return "static" if split != "train" else "measured" if shared else "adaptive"
+        trains = training if isinstance(training, bool) else training == "train"
+        return "static" if not trains else "measured" if shared else "adaptive"
 
     def dali_threads_for(self, device: str, batch_size: int) -> int:
         """DALI threads: as given, else ``min(batch_size, 16)`` on a GPU and one per core on the CPU."""
@@ -196,11 +205,9 @@ _DATALOADER_EQUIVALENTS = {
                    "DALI's own threads: DecodeSpec(dali_threads=N))",
     "pin_memory": "nothing: batches come on the GPU of this rank (device='gpu'), and the fallback's transfers are "
                   "pinned when they go there",
-    "shuffle": "split='train' (a new shuffle every epoch, seeded: call set_epoch(epoch)); other splits are never "
-               "shuffled",
     "drop_last": "last_batch='drop' (or 'pad', the default, or 'partial')",
-    "collate_fn": "nothing: batches are (videos, labels) tensors; transform them in the training step, or set "
-                  "augment=AugmentSpec(...) and output=OutputSpec(...)",
+    "collate_fn": "nothing: batches are (videos, labels) tensors (or a dict: batch_format='dict'); transform them "
+                  "in the training step, or set augment=AugmentSpec(...) and output=OutputSpec(...)",
     "sampler": "nothing: the loader's epoch plan shards the split over the ranks itself (seed=, set_epoch())",
     "batch_sampler": "batch_size= and last_batch=",
     "persistent_workers": "nothing: the fallback's workers always persist across epochs",
@@ -227,56 +234,43 @@ def refuse_unknown_options(unknown: dict[str, object], known: Sequence[str]) -> 
     raise TypeError("KineticsDALILoader() got " + "; ".join(advice))
 
 
-def check_clip_fits(videos: VideoIndex, clip: ClipSpec, split: str) -> None:
-    """Refuse a clip longer than every video of the split: each clip would be mostly repeats of a last frame.
+def checked_switches(shuffle: object, augment: object, split: str) -> tuple[bool, bool, AugmentSpec | None]:
+    """``(shuffle, augmentation on, the AugmentSpec given)`` from the loader's ``shuffle`` and ``augment``.
 
-    A few short videos are normal (their clips repeat the last frame, counted
-    in ``stats().clips_past_end``); a span that fits no video is a mistake
-    (``clip_len=10000``) that would otherwise show up as very slow decodes.
-    Vectorised over the split's columns (650k videos: milliseconds).
+    ``shuffle=None`` follows the split (on for ``"train"``); ``augment`` is ``True`` / ``False`` (on or off,
+    default settings), an :class:`AugmentSpec` (its settings, on when the loader shuffles) or ``None`` (on
+    when the loader shuffles). ``bool("no")`` is ``True``: anything else is refused, not read as a truth value.
     """
-    with warnings.catch_warnings():  # the plan warns about unusable frame rates, once
-        warnings.simplefilter("ignore")
-        stride = strides(videos.columns, clip)
-    span = (clip.clip_len - 1) * stride + 1
-    if (videos.num_frames >= span).any():
-        return
-    longest = int(np.argmax(videos.num_frames))
-    raise ValueError(
-        f"clip_len={clip.clip_len} with frame_stride={int(stride[longest])} spans {int(span[longest])} frames, more "
-        f"than any video of split {split!r} has (the longest, {videos.paths[longest]}, has "
-        f"{int(videos.num_frames[longest])}): lower clip_len or frame_stride")
+    if shuffle is None:
+        shuffle = split == "train"
+    elif not isinstance(shuffle, bool):
+        raise TypeError(f"shuffle must be True, False or None (the default: on for split='train'), got "
+                        f"{type(shuffle).__name__} {shuffle!r}")
+    if isinstance(augment, bool):
+        return shuffle, augment, None
+    spec = checked_spec("augment", augment, AugmentSpec, None, also="True, False")
+    return shuffle, shuffle, spec
 
 
-def warn_upscaled(videos: VideoIndex, output_size: tuple[int, int], split: str) -> None:
-    """Warn once when some videos are smaller than the crop, so that their clips are upscaled."""
-    out_h, out_w = output_size
-    known = (videos.width > 0) & (videos.height > 0)
-    small = np.flatnonzero(known & ((videos.height < out_h) | (videos.width < out_w)))
-    if small.size:
-        first = int(small[0])
-        warnings.warn(f"{small.size} of {len(videos)} videos of split {split!r} are smaller than the crop "
-                      f"{out_h}x{out_w} (height x width; first: {videos.paths[first]}, {int(videos.width[first])}x"
-                      f"{int(videos.height[first])}); their clips are upscaled", UserWarning, stacklevel=3)
-
-
-def checked_views(views: object, split: str) -> tuple[int, int] | None:
-    """``views`` checked: two integers >= 1, and only on an evaluation split."""
+def checked_views(views: object, augmenting: bool) -> tuple[int, int] | None:
+    """``views`` checked: two integers >= 1, and only without augmentation (each view is a fixed window and crop)."""
     if views is None:
         return None
-    if split == "train":
-        raise ValueError(f"views={views!r} is for evaluation splits (e.g. split='val'); split='train' takes "
-                         "one random clip per video and epoch")
+    if augmenting:
+        raise ValueError(f"views={views!r} is for evaluation splits (e.g. split='val'), or a loader given "
+                         "augment=False: each view is a fixed window and crop, where augmentation draws one random "
+                         "clip per video and epoch")
     return check_views(views)
 
 
-def checked_clips_per_video(clips: object, split: str, batch_size: int) -> int:
-    """``clips_per_video`` checked: an integer >= 1; above 1 only for training, and dividing ``batch_size``."""
+def checked_clips_per_video(clips: object, augmenting: bool, batch_size: int) -> int:
+    """``clips_per_video`` checked: an integer >= 1; above 1 only with augmentation, and dividing ``batch_size``."""
     if not isinstance(clips, int) or isinstance(clips, bool) or clips < 1:
         raise ValueError(f"clips_per_video must be an integer >= 1, got {clips!r}")
-    if clips > 1 and split != "train":
-        raise ValueError(f"clips_per_video={clips} is for split='train' (repeated sampling); an evaluation split "
-                         f"takes several clips of a video with views=(T, S)")
+    if clips > 1 and not augmenting:
+        raise ValueError(f"clips_per_video={clips} is for split='train' (repeated sampling), or a loader given "
+                         f"shuffle=True or augment=True: its clips differ by their random windows and crops; "
+                         f"without augmentation, take several clips of a video with views=(T, S)")
     if batch_size % clips:
         raise ValueError(f"batch_size={batch_size} must be a multiple of clips_per_video={clips}, so that a video's "
                          f"clips share a batch and one decode (batches count clips): use batch_size="
@@ -295,7 +289,7 @@ def check_options(*, batch_size: object, last_batch: object, device: object, see
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
 
 
-def checked_spec(name: str, value: object, spec: type, default: object) -> object:
+def checked_spec(name: str, value: object, spec: type, default: object, *, also: str = "") -> object:
     """``value`` when it is a ``spec`` (``default`` for ``None``), else a ``TypeError`` with the call to write.
 
     A dict of fields (``decode={"timeout_s": 1}``) reads naturally but would fail far from here, on the
@@ -309,20 +303,36 @@ def checked_spec(name: str, value: object, spec: type, default: object) -> objec
     if isinstance(value, dict) and all(isinstance(key, str) for key in value):
         fields = ", ".join(f"{key}={field!r}" for key, field in value.items())
         raise TypeError(f"{name} must be {kind}, got a dict {value!r}: use {name}={spec.__name__}({fields})")
+    if also:
+        raise TypeError(f"{name} must be {also}, {kind} or None, got {type(value).__name__} {value!r}")
     raise TypeError(f"{name} must be {kind} or None, got {type(value).__name__} {value!r}")
 
 
-def checked_label_padding(label_padding: object, split: str) -> bool:
-    """``label_padding``: ``True``, ``False`` or ``None`` (on for splits other than ``"train"``).
+def checked_label_padding(label_padding: object, evaluating: bool) -> bool | Literal["drop"]:
+    """``label_padding``: ``True``, ``False``, ``"drop"`` or ``None`` (``"drop"`` when evaluating, else ``False``).
 
     ``bool("x")`` is ``True``: a string would silently turn masking on, and ``"false"`` too.
     """
     if label_padding is None:
-        return split != "train"
-    if not isinstance(label_padding, bool):
-        raise TypeError(f"label_padding must be True, False or None (the default: on for splits other than "
-                        f"'train'), got {label_padding!r}")
+        return "drop" if evaluating else False
+    if not isinstance(label_padding, bool) and label_padding != "drop":
+        raise TypeError(f"label_padding must be True, False, 'drop' or None (the default: 'drop' when the loader "
+                        f"neither shuffles nor augments, as on splits other than 'train'), got {label_padding!r}")
     return label_padding
+
+
+def checked_batch_format(batch_format: object, batch_keys: object) -> tuple[str, str] | None:
+    """The dict keys of the videos and the labels, or ``None`` for tuples: ``batch_format`` ``"tuple"`` or
+    ``"dict"`` (``None``: ``"dict"`` when ``batch_keys`` are given), ``batch_keys`` the keys (default
+    ``("videos", "labels")``)."""
+    if batch_format not in (None, "tuple", "dict"):
+        raise ValueError(f"batch_format must be 'tuple' or 'dict', got {batch_format!r}")
+    if batch_format == "tuple" and batch_keys is not None:
+        raise ValueError(f"batch_keys={batch_keys!r} names the keys of dict batches, but batch_format='tuple': "
+                         "use batch_format='dict' (or leave batch_format out)")
+    if batch_format == "dict" and batch_keys is None:
+        return ("videos", "labels")
+    return checked_batch_keys(batch_keys)
 
 
 def checked_batch_keys(batch_keys: object) -> tuple[str, str] | None:
@@ -345,107 +355,19 @@ def checked_padding_label(padding_label: object) -> int:
     return padding_label
 
 
-def check_batch_fits(batch_size: int, samples: int, *, last_batch: str, label_padding: bool, split: str,
-                     manifest: object, videos: int, world_size: int, unit: str = "samples") -> None:
-    """Warn when ``batch_size`` is larger than this rank's share of the split with ``last_batch="pad"``.
-
-    The epoch is then one batch, mostly repeats (``batch_size=1000`` on 24
-    videos: 976), which no one asking for 1000 clips expects, and which used
-    to pass without a word. A warning, not an error: the batch is still what
-    the options say (padding that keeps ranks equal, as every padded last
-    batch is; labelled -1 and masked on evaluation splits, where the results
-    stay right), and the usual way to get here is a smoke test of a
-    training script on a tiny dataset at its real batch size (the README's
-    snippet runs ``batch_size=32`` on 6 videos in its test), which should
-    run. On a training split the repeats are trained on as real samples
-    (the plan's first videos count many times), so the warning says so,
-    with both numbers and the fix. ``"drop"`` is refused elsewhere (no batch
-    at all) and ``"partial"`` makes one short batch: nothing to say.
-    """
-    if last_batch != "pad" or batch_size <= samples:
-        return
-    repeats = batch_size - samples
-    what = "labelled -1 (masked), but decoded" if label_padding else "trained on as real samples"
-    warnings.warn(f"batch_size={batch_size} with last_batch='pad' is larger than the split: split {split!r} of "
-                  f"{manifest} has {videos} decodable video(s), {samples} {unit} per rank of {world_size}, so each "
-                  f"epoch is one batch of {samples} and {repeats} repeats, {what}; use batch_size <= {samples}, or "
-                  f"last_batch='partial' for one batch of {samples}", UserWarning, stacklevel=4)
-
-
-def refuse_disagreeing_ranks(settings: dict[str, object], videos: tuple | None,
-                             error: BaseException | None) -> None:
-    """Every rank's loader built from the same options and videos, or every rank raises: one collective.
-
-    Under ``torch.distributed``, each rank's ``settings`` (what its plan and
-    batch count follow: root, split, batch size, seed, clip and crop ...),
-    ``videos`` (``(manifest path, VideoIndex.fingerprint())`` of its split,
-    ``None`` when it failed before reading them) and the error its construction
-    raised, if any, go to every rank in one ``all_gather_object``. Ranks that
-    disagree would not fail on their own: their ``len()`` differ and DDP's
-    collectives pair unequal batches until the job hangs, or their shards
-    overlap; so every rank raises the same ``ValueError``, naming each option
-    that differs with each rank's value. A rank whose construction failed
-    (``error``) makes the others raise a ``RuntimeError`` naming it, instead of
-    waiting for it at the next collective. Every rank calls this at the same
-    point, failed or not, so a refused construction leaves the process group
-    in step (the next loader can be built). Without a process group: nothing.
-
-    Raises:
-        ValueError: the ranks' settings, or their lists of videos, differ.
-        RuntimeError: another rank's construction failed (this rank's own
-            error is for the caller to raise).
-    """
-    if not runtime.is_distributed():
-        return
-    failed = None if error is None else f"{type(error).__name__}: {error}"
-    gathered = runtime.all_gather_object((settings, videos, failed))
-    differ = [key for key in settings if any(entry[0].get(key) != settings.get(key) for entry in gathered)]
-    if differ:
-        raise ValueError(
-            "the ranks were given different options: " + "; ".join(
-                f"{key}: {_by_rank([entry[0].get(key) for entry in gathered], key)}" for key in differ)
-            + ". Every rank must construct its loader with the same values (the plan, the shards and len() "
-              "follow them: ranks that disagree overlap or hang at DDP's next collective)") from error
-    failures = [(rank, entry[2]) for rank, entry in enumerate(gathered) if entry[2] is not None]
-    if error is not None:
-        return  # this rank's own error: the caller raises it
-    if failures:
-        raise RuntimeError("the loader failed on " + "; ".join(f"rank {rank}: {why}" for rank, why in failures)
-                           + " (this rank stops too, instead of waiting for it at the next collective)")
-    lists = [entry[1] for entry in gathered]
-    if any(fingerprint != lists[0][1] for _, fingerprint in lists):
-        raise ValueError(
-            f"the ranks read different lists of videos for split {settings.get('split')!r}: "
-            + "; ".join(f"rank {rank}: {fingerprint['videos']} videos from {manifest}"
-                        + _differs_from(fingerprint, lists[0][1]) for rank, (manifest, fingerprint) in enumerate(lists))
-            + ". Every rank must read the same manifest (the same dataset and pre-screen, routed for the same "
-              "GPU generation): scan once, then pass that manifest, or one root, to every rank")
-
-
-def _differs_from(fingerprint: dict, first: dict) -> str:
-    """What differs between two ``VideoIndex.fingerprint()`` s, as `` (other files, labels than rank 0)``."""
-    names = {"paths": "files", "labels": "labels", "facts": "frame counts, rates or sizes"}
-    differ = [name for key, name in names.items() if fingerprint.get(key) != first.get(key)]
-    return f" (other {', '.join(differ)} than rank 0)" if differ else ""
-
-
-def _by_rank(values: list[object], key: str) -> str:
-    """``key=A on rank 0, key=B on ranks 1-3``: each value once, with the ranks that have it (many ranks stay short)."""
-    ranks: dict[str, list[int]] = {}
-    for rank, value in enumerate(values):
-        ranks.setdefault(repr(value), []).append(rank)
-    return ", ".join(f"{key}={value} on {_ranks(numbers)}" for value, numbers in ranks.items())
-
-
-def _ranks(numbers: list[int]) -> str:
-    runs: list[list[int]] = []
-    for number in numbers:
-        if runs and number == runs[-1][1] + 1:
-            runs[-1][1] = number
-        else:
-            runs.append([number, number])
-    spans = [str(a) if a == b else f"{a}-{b}" for a, b in runs]
-    return ("rank " if len(numbers) == 1 else "ranks ") + ", ".join(spans)
+def plan_settings(*, split: str, seed: int, batch_size: int, last_batch: str, views: tuple[int, int] | None,
+                  clips_per_video: int, clip: ClipSpec, augment: AugmentSpec, shuffle: bool, augmentation: bool,
+                  label_padding: bool | str) -> dict:
+    """The options a plan and its batches follow, besides the videos and the world size, as plain values (lists,
+    not tuples, as a state saved as JSON reads back): what ``state_dict()`` records and ``load_state_dict()`` and
+    the ranks (at construction) compare."""
+    return {"split": split, "shuffle": shuffle, "augmentation": augmentation, "label_padding": label_padding,
+            "seed": seed, "batch_size": batch_size, "last_batch": last_batch,
+            "views": list(views) if views else None, "clips_per_video": clips_per_video,
+            "clip_len": clip.clip_len, "frame_stride": clip.frame_stride, "target_fps": clip.target_fps,
+            "crop_size": list(augment.output_size), "crop_mode": augment.crop_mode,
+            "short_side_range": list(augment.short_side_range), "area_range": list(augment.area_range),
+            "aspect_range": list(augment.aspect_range), "flip_prob": augment.flip_prob}
 
 
 def augment_and_output(crop_size, augment: AugmentSpec | None,

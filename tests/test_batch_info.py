@@ -56,7 +56,7 @@ def test_each_training_row_names_its_video_and_clip_as_the_plan_has_them(dataset
 
 
 def test_evaluation_rows_mark_padding_and_views_keep_one_row_per_video(dataset):
-    loader = KineticsDALILoader(dataset, "val", batch_size=3, with_info=True, **SMALL)
+    loader = KineticsDALILoader(dataset, "val", batch_size=3, with_info=True, label_padding=True, **SMALL)
     try:
         for (_, labels, info), batch in zip(loader, loader.plan()):
             assert info.is_padding.tolist() == [s.is_padding for s in batch]

@@ -95,7 +95,7 @@ def test_same_plan_dali_and_fallback_agree(request, device):
 
 
 def test_val_plan_marks_padding_and_is_deterministic(dataset):
-    loader = make_loader(dataset, "val", batch_size=3)
+    loader = make_loader(dataset, "val", batch_size=3, label_padding=True)  # padding yielded, labelled
     first = [(v.clone(), lab.clone()) for v, lab in loader]
     again = list(loader)
     for (v1, l1), (v2, l2) in zip(first, again):
@@ -113,7 +113,7 @@ def test_padding_label_minus_100_is_what_an_unchanged_loss_ignores(dataset):
     unchanged validation step scores the real rows only; with -1 the same step raises (the reported crash)."""
     import torch.nn.functional as F
 
-    loader = make_loader(dataset, "val", batch_size=3, padding_label=-100, with_info=True)
+    loader = make_loader(dataset, "val", batch_size=3, padding_label=-100, with_info=True, label_padding=True)
     flat = [s for b in loader.plan() for s in b]
     labels, masks = [], []
     for _videos, batch_labels, info in loader:
@@ -123,7 +123,7 @@ def test_padding_label_minus_100_is_what_an_unchanged_loss_ignores(dataset):
         masks += info.mask.tolist()
     assert labels == [-100 if s.is_padding else s.label for s in flat] and -100 in labels
     assert masks == [not s.is_padding for s in flat]
-    videos, minus_one = next(iter(make_loader(dataset, "val", batch_size=3)))
+    videos, minus_one = next(iter(make_loader(dataset, "val", batch_size=3, label_padding=True)))
     if (minus_one == PADDING_LABEL).any():
         with pytest.raises(IndexError):
             F.cross_entropy(torch.zeros(len(minus_one), 10), minus_one)
@@ -430,7 +430,7 @@ def test_a_test_split_is_scanned_on_demand(small_kinetics, tmp_path):
 @pytest.mark.parametrize("keyword, advice", [
     ("num_workers", r"'num_workers' is a torch DataLoader option; here use decode=DecodeSpec\(fallback_workers=N\)"),
     ("drop_last", r"'drop_last' is a torch DataLoader option; here use last_batch='drop'"),
-    ("shuffle", r"'shuffle' is a torch DataLoader option; here use split='train'"),
+    ("shuffle", r"shuffle must be True, False or None \(the default: on for split='train'\), got int 2"),
     ("pin_memory", r"'pin_memory' is a torch DataLoader option; here use nothing: batches come on the GPU"),
     ("collate_fn", r"'collate_fn' is a torch DataLoader option; here use nothing: batches are \(videos, labels\)"),
     ("batchsize", r"unexpected keyword argument 'batchsize' \(did you mean 'batch_size'\?\)"),
@@ -508,8 +508,8 @@ def test_options_of_the_wrong_type_are_refused_naming_the_fix(dataset):
         make_loader(dataset, augment={"crop_size": 48})
     with pytest.raises(TypeError, match=r"scan must be a ScanSpec or None, got str 'deep'"):
         make_loader(dataset, scan="deep")
-    with pytest.raises(TypeError, match=r"label_padding must be True, False or None \(the default: on for splits "
-                                        r"other than 'train'\), got 'x'"):
+    with pytest.raises(TypeError, match=r"label_padding must be True, False, 'drop' or None \(the default: 'drop' "
+                                        r"when the loader neither shuffles nor augments, .+\), got 'x'"):
         make_loader(dataset, label_padding="x")
 
 
@@ -546,9 +546,10 @@ def test_a_batch_larger_than_the_split_with_pad_warns_naming_both_numbers(datase
         loader = make_loader(dataset, batch_size=1000)
     assert len(loader) == 1
     with pytest.warns(UserWarning, match=r"and 996 repeats, labelled -1 \(masked\), but decoded"):
-        make_loader(dataset, "val", batch_size=1000)  # 4 val videos
+        make_loader(dataset, "val", batch_size=1000, label_padding=True)  # 4 val videos
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        make_loader(dataset, "val", batch_size=1000)  # padding left out: one batch of the 4 videos
         make_loader(dataset, batch_size=1000, last_batch="partial")
         make_loader(dataset, batch_size=videos)  # exactly the split: no repeat
 

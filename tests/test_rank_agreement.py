@@ -78,7 +78,7 @@ FINGERPRINT = {"videos": 12, "paths": "p", "labels": "l", "facts": "f"}
 
 
 def test_a_rank_whose_construction_failed_stops_the_others_naming_it(monkeypatch):
-    from daliload.options import refuse_disagreeing_ranks
+    from daliload.epoch import refuse_disagreeing_ranks
 
     _ranks_of(monkeypatch, [(SETTINGS, None, "ValueError: split 'val' of m.sqlite has no decodable video")])
     with pytest.raises(RuntimeError, match=r"the loader failed on rank 1: ValueError: split 'val' of m.sqlite has "
@@ -89,7 +89,7 @@ def test_a_rank_whose_construction_failed_stops_the_others_naming_it(monkeypatch
 
 
 def test_ranks_that_read_different_lists_of_videos_refuse_naming_what_differs(monkeypatch):
-    from daliload.options import refuse_disagreeing_ranks
+    from daliload.epoch import refuse_disagreeing_ranks
 
     other = {**FINGERPRINT, "videos": 11, "paths": "q"}
     _ranks_of(monkeypatch, [(SETTINGS, ("/node1/m.sqlite", FINGERPRINT), None),
@@ -102,7 +102,7 @@ def test_ranks_that_read_different_lists_of_videos_refuse_naming_what_differs(mo
 
 
 def test_many_ranks_are_named_by_runs(monkeypatch):
-    from daliload.options import refuse_disagreeing_ranks
+    from daliload.epoch import refuse_disagreeing_ranks
 
     _ranks_of(monkeypatch, [(SETTINGS, None, None)] * 5 + [({**SETTINGS, "batch_size": 4}, None, None)]
               + [(SETTINGS, None, None)])

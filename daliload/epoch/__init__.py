@@ -37,24 +37,34 @@ Modules, by concept:
 * :mod:`._setup`: what a pass is given (:class:`PassSetup`) and counts
   (:class:`EpochCounters`), and :data:`PADDING_LABEL`;
 * :mod:`._plans`: :class:`EpochPlans`, a rank's plans by epoch, the next one
-  drawn ahead;
+  drawn ahead (its draw held by :func:`weakly`);
+* :mod:`._agree`: :func:`refuse_disagreeing_ranks`, every rank's loader
+  built from the same options and videos, or every rank raises;
+* :mod:`._fits`: the checks of the options against the split once read
+  (:func:`check_batches`, :func:`warn_upscaled`);
+* :mod:`._format`: :class:`BatchFormat`, what a batch becomes for the caller
+  (a tuple, with ``info``, or a dict of named keys);
 * :mod:`._sources`: :class:`ClipSources`, the loader's two clip sources
   (built from its split and settings, kept as long as it), and the per-path
   lookups they need (:func:`stream_hint`: a manifest row's seek hint), and
   where the fallback normalises (:func:`fallback_normalizes_on`).
 """
 
+from daliload.epoch._agree import refuse_disagreeing_ranks
+from daliload.epoch._fits import check_batches, warn_upscaled
+from daliload.epoch._format import BatchFormat
 from daliload.epoch._merge import (HOST_TRANSFER, BatchInfo, HeldOutputs, HostTransfer, HostTransferMode,
                                    RegisteredBuffers)
 from daliload.epoch._pass import EpochPass
-from daliload.epoch._plans import EpochPlans
+from daliload.epoch._plans import EpochPlans, weakly
 from daliload.epoch._progress import EpochProgress, EpochSampler
 from daliload.epoch._routes import DALI_FAILURE_STREAK, Routes, dali_videos, explicit_choice
 from daliload.epoch._speed import CodecRoute
 from daliload.epoch._setup import PADDING_LABEL, EpochCounters, PassSetup
 from daliload.epoch._sources import ClipSources, DaliSetup, fallback_normalizes_on, stream_hint
 
-__all__ = ["DALI_FAILURE_STREAK", "HOST_TRANSFER", "PADDING_LABEL", "BatchInfo", "ClipSources", "CodecRoute",
-           "DaliSetup", "EpochCounters", "EpochPass", "EpochPlans", "EpochProgress", "EpochSampler", "HeldOutputs",
-           "HostTransfer", "HostTransferMode", "PassSetup", "RegisteredBuffers", "Routes", "dali_videos",
-           "explicit_choice", "fallback_normalizes_on", "stream_hint"]
+__all__ = ["BatchFormat", "BatchInfo", "ClipSources", "CodecRoute", "DALI_FAILURE_STREAK", "DaliSetup",
+           "EpochCounters", "EpochPass", "EpochPlans", "EpochProgress", "EpochSampler", "HOST_TRANSFER",
+           "HeldOutputs", "HostTransfer", "HostTransferMode", "PADDING_LABEL", "PassSetup", "RegisteredBuffers",
+           "Routes", "check_batches", "dali_videos", "explicit_choice", "fallback_normalizes_on",
+           "refuse_disagreeing_ranks", "stream_hint", "warn_upscaled", "weakly"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from typing import Callable
 
@@ -79,3 +80,15 @@ class EpochPlans:
         except BaseException as err:  # noqa: BLE001 - kept for get(), which draws again and raises there
             plan = err
         self._keep(epoch, plan)
+
+
+def weakly(method: Callable) -> Callable:
+    """``method`` of an object, holding the object weakly (a callable kept by the object itself makes no cycle)."""
+    ref, name = weakref.WeakMethod(method), method.__qualname__
+
+    def call(*args, **kwargs):
+        bound = ref()
+        if bound is None:
+            raise ReferenceError(f"{name}: its object is gone")
+        return bound(*args, **kwargs)
+    return call

@@ -56,3 +56,33 @@ def split_batches(plan: Sequence[Sample], batch_size: int, last_batch: LastBatch
                      for i in range(missing)]
             batches[-1].extend(extra)
     return batches
+
+
+def drop_padding(batches: list[list[Sample]], group: int = 1) -> list[list[Sample]]:
+    """The same batches without their padding samples (``is_padding``), none left empty.
+
+    A batch that would hold only padding takes the last video of the batch
+    before it (``group`` samples: a video's views or clips stay together), so
+    the batch count stays what :func:`num_batches` says and every rank still
+    yields as many batches. Where the batch before has a single video too
+    (``batch_size=1``), or there is none (a rank whose share is all padding:
+    fewer videos than ranks), the batch keeps its first padding video.
+
+    Worked example, two ranks' plans of 5 videos (rank 1: ``[1, 3, 0*]``,
+    ``0*`` padding), ``batch_size=2``, ``last_batch="pad"``::
+
+        split_batches:  [1 3] [0* 1*]
+        drop_padding:   [1]   [3]         (the last batch took video 3)
+    """
+    if group < 1:
+        raise ValueError(f"group must be >= 1, got {group}")
+    kept = [[sample for sample in batch if not sample.is_padding] for batch in batches]
+    for i, batch in enumerate(kept):
+        if batch:
+            continue
+        if i > 0 and len(kept[i - 1]) > group:
+            kept[i] = kept[i - 1][-group:]
+            del kept[i - 1][-group:]
+        else:
+            kept[i] = list(batches[i][:group])
+    return kept

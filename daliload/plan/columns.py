@@ -30,9 +30,8 @@ from typing import Sequence
 
 import numpy as np
 
-from daliload.plan.sampling import (VideoLike, check_int, check_rank, check_specs, sample_crop_box,
-                                    samples_per_rank, spatial_view_boxes, temporal_view_starts)
-from daliload.plan.specs import AugmentSpec, ClipSpec, CropBox, Sample, check_views, is_int, usable_fps
+from daliload.plan.sampling import VideoLike, check_int, check_rank, check_specs, sample_crop_box
+from daliload.plan.specs import AugmentSpec, ClipSpec, CropBox, Sample, is_int, usable_fps
 from daliload.plan.streams import (DRAWS_PER_CROP, PURPOSE_CROP, PURPOSE_FLIP, PURPOSE_START, SHUFFLE_STREAM, Draws,
                                    keyed_uniform_array, sample_key)
 
@@ -158,20 +157,23 @@ class EpochDraws:
 
 
 def epoch_slots(num_videos: int, *, seed: int, epoch: int, world_size: int,
-                rank: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """``(slots, videos)`` of one training epoch: every slot, or rank ``rank``'s.
+                rank: int | None = None, shuffle: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """``(slots, videos)`` of one epoch: every slot, or rank ``rank``'s.
 
     The permutation is drawn from ``(seed, epoch)`` alone, so every rank
     computes the same one; slot ``k`` holds ``order[k % num_videos]``.
+    Without ``shuffle`` the order is the videos' own.
     """
-    order = np.random.default_rng([seed, epoch, SHUFFLE_STREAM]).permutation(num_videos)
+    order = (np.random.default_rng([seed, epoch, SHUFFLE_STREAM]).permutation(num_videos) if shuffle
+             else np.arange(num_videos))
     total = -(-num_videos // world_size) * world_size
     slots = np.arange(0 if rank is None else rank, total, 1 if rank is None else world_size, dtype=np.int64)
     return slots, order[slots % num_videos]
 
 
 def draw_train_epoch(videos: Sequence | VideoColumns, *, seed: int, epoch: int, world_size: int, clip: ClipSpec,
-                     augment: AugmentSpec, rank: int | None = None, clips_per_video: int = 1) -> EpochDraws:
+                     augment: AugmentSpec, rank: int | None = None, clips_per_video: int = 1,
+                     shuffle: bool = True) -> EpochDraws:
     """One training epoch's samples, as columns: every rank's (``rank=None``), or one rank's.
 
     The same samples, sample for sample, as :func:`~daliload.plan.make_train_plan`
@@ -185,15 +187,16 @@ def draw_train_epoch(videos: Sequence | VideoColumns, *, seed: int, epoch: int, 
         seed, epoch, world_size, clip, augment: as in :func:`~daliload.plan.make_train_plan`.
         rank: this rank's slots only; ``None``: all slots of all ranks.
         clips_per_video: clips drawn for each slot (repeated sampling).
+        shuffle: as in :func:`~daliload.plan.make_train_plan`.
 
     Raises:
         ValueError: as :func:`~daliload.plan.make_train_plan`.
     """
     return _draw(videos, seed=seed, epoch=epoch, world_size=world_size, clip=clip, augment=augment, rank=rank,
-                 clips_per_video=clips_per_video, stacklevel=3)
+                 clips_per_video=clips_per_video, shuffle=shuffle, stacklevel=3)
 
 
-def _draw(videos, *, seed, epoch, world_size, clip, augment, rank, clips_per_video: int = 1,
+def _draw(videos, *, seed, epoch, world_size, clip, augment, rank, clips_per_video: int = 1, shuffle: bool = True,
           stacklevel: int) -> EpochDraws:
     """:func:`draw_train_epoch`; a warning about fps points ``stacklevel`` frames above this one's caller."""
     check_int("seed", seed, minimum=0)
@@ -206,7 +209,8 @@ def _draw(videos, *, seed, epoch, world_size, clip, augment, rank, clips_per_vid
     columns = VideoColumns.of(videos)
     columns.check()
     num_videos = len(columns)
-    slots, video = epoch_slots(num_videos, seed=seed, epoch=epoch, world_size=world_size, rank=rank)
+    slots, video = epoch_slots(num_videos, seed=seed, epoch=epoch, world_size=world_size, rank=rank,
+                               shuffle=shuffle)
     repeat = slots // num_videos
     k = clips_per_video
     if k > 1:  # each slot's k clips in a row; clip j of repeat r draws as "repeat" r * k + j (r itself for k = 1)
@@ -354,8 +358,9 @@ def make_train_plan(
     clip: ClipSpec,
     augment: AugmentSpec,
     clips_per_video: int = 1,
+    shuffle: bool = True,
 ) -> list[Sample]:
-    """This rank's ordered training samples for one epoch.
+    """This rank's ordered training samples for one epoch (random windows, crops and flips).
 
     The videos are shuffled by a permutation drawn from ``(seed, epoch)`` alone,
     so every rank computes the same one. The permuted list is padded by
@@ -404,6 +409,9 @@ def make_train_plan(
             crop and flip, drawn by the same rule and keyed by the clip too (so
             the same on any world size); 1 (default) is the plan above, sample
             for sample.
+        shuffle: ``False`` keeps the videos' order (rank ``r`` takes videos
+            ``r, r + world_size, ...``, as :func:`make_val_plan`); each
+            sample's window, crop and flip are the same as when shuffled.
 
     Returns:
         ``samples_per_rank(len(videos), world_size) * clips_per_video``
@@ -415,75 +423,5 @@ def make_train_plan(
             or world size out of range.
     """
     draws = _draw(videos, seed=seed, epoch=epoch, world_size=world_size, clip=clip, augment=augment, rank=rank,
-                  clips_per_video=clips_per_video, stacklevel=3)
+                  clips_per_video=clips_per_video, shuffle=shuffle, stacklevel=3)
     return samples_of(draws, videos, clip)
-
-
-def make_val_plan(
-    videos: Sequence[VideoLike] | VideoColumns,
-    *,
-    rank: int,
-    world_size: int,
-    clip: ClipSpec,
-    augment: AugmentSpec,
-    views: tuple[int, int] | None = None,
-) -> list[Sample]:
-    """This rank's validation samples: deterministic, in video order, centred.
-
-    Videos keep their order (no shuffle); the list is padded by repeating its
-    head to a multiple of ``world_size`` and rank ``r`` takes items ``r, r +
-    world_size, ...``, exactly as in :func:`make_train_plan`. Repeats carry
-    ``is_padding=True`` so metrics can drop them. Each sample is the centred
-    window (:func:`center_start_frame`), the centre crop
-    (:func:`center_crop_box` for ``augment.output_size``; the other fields of
-    ``augment`` are not used) and no flip.
-
-    Worked example: 5 videos, ``world_size=2``: rank 0 gets videos
-    ``[0, 2, 4]``, rank 1 gets ``[1, 3, 0]`` with the last marked padding. A
-    100-frame video with ``clip_len=16, frame_stride=4`` (span 61) starts at
-    frame 19.
-
-    With ``views=(T, S)`` each video gets ``V = T * S`` samples in a row
-    (``view`` 0..V-1, temporal-major): the windows of
-    :func:`temporal_view_starts` times the crops of :func:`spatial_view_boxes`.
-    Videos are sharded exactly as without views; a video's views never
-    straddle two ranks. ``views=(1, 1)`` gives the single-view samples.
-
-    Args:
-        videos: per-video facts (:class:`VideoColumns`, or any sequence of :class:`VideoLike`).
-        rank: this rank, ``0 <= rank < world_size``.
-        world_size: number of ranks (>= 1).
-        clip: clip length, stride and optional target frame rate.
-        augment: only ``output_size`` is used.
-        views: ``(num_temporal, num_spatial)`` views per video, or ``None`` (one).
-
-    Returns:
-        ``samples_per_rank(len(videos), world_size) * V`` samples.
-
-    Raises:
-        ValueError: as :func:`make_train_plan`; ``views`` that are not two integers >= 1.
-    """
-    check_rank(rank, world_size)
-    check_specs(clip, augment)
-    columns = VideoColumns.of(videos)
-    columns.check()
-    num_temporal, num_spatial = check_views(views) if views is not None else (1, 1)
-    num_views = num_temporal * num_spatial
-    num_videos = len(columns)
-    stride = strides(columns, clip, stacklevel=2)
-    slots = np.arange(rank, samples_per_rank(num_videos, world_size) * world_size, world_size)
-    video = slots % num_videos
-    facts = zip(slots.tolist(), video.tolist(), columns.num_frames[video].tolist(), columns.width[video].tolist(),
-                columns.height[video].tolist(), columns.label[video].tolist(), stride[video].tolist())
-    samples = []
-    for number, (slot, v, num_frames, width, height, label, frame_stride) in enumerate(facts):
-        starts = temporal_view_starts(num_frames, clip.span(frame_stride), num_temporal)
-        crops = spatial_view_boxes(width, height, augment.output_size, num_spatial)
-        path = columns.paths[v]
-        for view in range(num_views):
-            samples.append(Sample(
-                position=number * num_views + view, video_index=v, path=path, label=label,
-                start_frame=starts[view // num_spatial], frame_stride=frame_stride, clip_len=clip.clip_len,
-                crop=crops[view % num_spatial], flip=False, is_padding=slot >= num_videos, view=view,
-            ))
-    return samples

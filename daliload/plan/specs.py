@@ -25,6 +25,8 @@ OutputDType = Literal["float32", "float16", "bfloat16", "uint8"]
 #: Every OutputDType, in the order the docs list them.
 OUTPUT_DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16", "uint8")
 OutputLayout = Literal["CTHW", "TCHW"]
+#: The units of :class:`OutputSpec` ``mean`` and ``std``: pixel levels, fractions of 255, or detected.
+NormUnits = Literal["auto", "0..255", "0..1"]
 
 
 @dataclass(frozen=True)
@@ -86,8 +88,19 @@ class OutputSpec:
         size: output ``(height, width)`` in pixels after crop and resize.
             ``None`` (default): the loader's crop size (``crop_size`` /
             ``AugmentSpec.crop_size``); a decoder built on its own needs it set.
-        mean, std: per-channel RGB normalisation in 0..255 units:
-            ``out = (pixel - mean) / std``. Use mean 0 and std 1 for raw pixels.
+        mean, std: per-channel RGB normalisation: ``out = (pixel - mean) /
+            std``, in 0..255 units (pixel levels: the default Kinetics
+            constants; mean 0 and std 1 for raw pixels) or in 0..1 units (what
+            torchvision's and Hugging Face's processors pass, e.g. ImageNet's
+            ``(0.485, 0.456, 0.406)``, ``(0.229, 0.224, 0.225)``, with pixels
+            read as fractions of 255). Values in 0..1 units are stored times 255,
+            so ``OutputSpec(mean=m, std=s) == OutputSpec(mean=m * 255, std=s *
+            255)`` and both give the same output, bit for bit.
+        units: ``"auto"`` (default) tells the units from the values: every
+            std below 1 and every mean at most 1 is 0..1, every std at least 1
+            is 0..255 (with a mean that is 0 or above 1); a mean and a std that
+            look like different units raise a ``ValueError`` saying which
+            looks like which. ``"0..255"`` or ``"0..1"`` says it outright.
         dtype: ``float32`` (default: what a float32 model takes as it is, and
             what ``torch.autocast`` casts from), ``float16`` or ``bfloat16``
             (half the bytes of a batch; feed them to a model of that dtype or
@@ -103,14 +116,25 @@ class OutputSpec:
     std: tuple[float, float, float] = KINETICS_STD
     dtype: OutputDType = "float32"
     layout: OutputLayout = "CTHW"
+    units: NormUnits = "auto"
 
     def __post_init__(self) -> None:
         if self.size is not None and (len(self.size) != 2 or min(self.size) < 1):
             raise ValueError(f"size must be (height, width) with both >= 1, or None (the crop size), got {self.size}")
-        if len(self.mean) != 3 or len(self.std) != 3:
-            raise ValueError(f"mean and std need 3 values (RGB), got {self.mean}, {self.std}")
+        for name in ("mean", "std"):
+            values = getattr(self, name)
+            if (not isinstance(values, (tuple, list, np.ndarray)) or len(values) != 3
+                    or not all(isinstance(v, (int, float, np.number)) and not isinstance(v, bool) for v in values)):
+                raise ValueError(f"mean and std need 3 numbers (RGB), got {name}={values!r}")
         if any(s <= 0 for s in self.std):
             raise ValueError(f"std values must be > 0, got {self.std}")
+        if self.units not in ("auto", "0..255", "0..1"):
+            raise ValueError(f"units must be 'auto', '0..255' or '0..1', got {self.units!r}")
+        scale = 255 if _norm_units(self.mean, self.std, self.units) == "0..1" else 1
+        # Stored in pixel levels, whatever the units given: one spec, one output, for both decoders.
+        object.__setattr__(self, "mean", tuple(float(m) * scale for m in self.mean))
+        object.__setattr__(self, "std", tuple(float(s) * scale for s in self.std))
+        object.__setattr__(self, "units", "0..255")
         if self.dtype not in OUTPUT_DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(map(repr, OUTPUT_DTYPES))}, got {self.dtype!r}")
         if self.layout not in ("CTHW", "TCHW"):
@@ -128,6 +152,24 @@ class OutputSpec:
             raise ValueError("OutputSpec.size is not set: a decoder used on its own needs the output size, "
                              "e.g. OutputSpec(size=(224, 224)) (the loader sets it from crop_size)")
         return self
+
+
+def _norm_units(mean: Sequence[float], std: Sequence[float], units: str) -> str:
+    """``"0..255"`` or ``"0..1"``: ``units`` unless ``"auto"``, else what the values look like (:class:`OutputSpec`)."""
+    if units != "auto":
+        return units
+    std_units = "0..1" if all(s < 1 for s in std) else "0..255" if all(s >= 1 for s in std) else None
+    mean_units = "0..255" if any(m > 1 for m in mean) else "either" if not any(mean) else "0..1"
+    if std_units is None:
+        raise ValueError(f"std={tuple(std)} mixes units: values below 1 look like 0..1 units, values of 1 and "
+                         "above like 0..255 units (pixel levels); give all three in one unit")
+    if mean_units not in ("either", std_units):
+        raise ValueError(
+            f"mean={tuple(mean)} looks like {mean_units} units but std={tuple(std)} looks like {std_units} units; "
+            "give both in one unit: 0..1 (torchvision's and Hugging Face's, e.g. ImageNet's mean (0.485, 0.456, "
+            "0.406), std (0.229, 0.224, 0.225)) or 0..255 (pixel levels: those times 255), or say which with "
+            "OutputSpec(units='0..1') or units='0..255'")
+    return std_units
 
 
 @dataclass(frozen=True)
