@@ -104,10 +104,11 @@ def normalization(model: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
 def build_loaders(args: argparse.Namespace) -> tuple[KineticsDALILoader, KineticsDALILoader | None]:
     """The only data code: two loaders whose batches are what VideoMAE's ``forward`` takes."""
     mean, std = normalization(args.model)
-    # TODO(lead): OutputSpec(mean=mean, std=std) as they are (0..1 units) once `semantics` merges.
-    output = OutputSpec(layout="TCHW", mean=tuple(255 * m for m in mean), std=tuple(255 * s for s in std))
+    output = OutputSpec(layout="TCHW", mean=mean, std=std)  # the processor's 0..1 units, taken as they are
+    # The Trainer gathers every rank's evaluation batch into one tensor, so evaluation batches keep their size:
+    # padding rows stay, labelled -100 (label_padding=True), which its loss and compute_metrics leave out.
     options = dict(batch_size=args.batch_size, clip_len=args.clip_len, frame_stride=args.frame_stride,
-                   crop_size=args.crop_size, seed=args.seed, output=output, padding_label=-100,
+                   crop_size=args.crop_size, seed=args.seed, output=output, padding_label=-100, label_padding=True,
                    batch_keys=("pixel_values", "labels"), device="cpu" if args.cpu else "auto",
                    decode=DecodeSpec(fallback_workers=args.fallback_workers, routing=args.routing))
     train = KineticsDALILoader(args.root, "train", **options)

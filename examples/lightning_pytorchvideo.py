@@ -35,14 +35,15 @@ The tutorial's choices, as the loader's arguments:
   ``ShortSideScale(256)`` + ``CenterCrop(224)`` keeps a little less of the
   frame.
 - ``x / 255`` + ``Normalize((0.45,) * 3, (0.225,) * 3)``:
-  ``OutputSpec(mean=(0.45 * 255,) * 3, std=(0.225 * 255,) * 3)``.
+  ``OutputSpec(mean=(0.45,) * 3, std=(0.225,) * 3)`` (0..1 units, as the tutorial writes them).
 - Dict batches with ``"video"`` (B, C, T, H, W) and ``"label"``:
   ``batch_keys=("video", "label")``.
-- ``padding_label=-100``: the val split's padding rows (repeats that keep the
-  ranks' batch counts equal) carry the label ``F.cross_entropy`` ignores by
-  default, so the tutorial's ``validation_step`` runs unchanged; it logs with
-  ``batch_size=`` the rows that count, so Lightning weights each batch's mean
-  loss by them.
+- The val split's padding rows (repeats that keep the ranks' batch counts
+  equal) are left out of its batches (``label_padding="drop"``, the default
+  when a loader evaluates), so the tutorial's ``validation_step`` runs
+  unchanged and Lightning, which weights a logged mean by the batch's size,
+  counts every video once. Where a padding row must stay (``batch_size=1``),
+  it carries ``padding_label=-100``, which ``F.cross_entropy`` ignores.
 
 Lightning calls ``loader.sampler.set_epoch`` before each epoch and saves the
 loader's ``state_dict`` in every checkpoint (see
@@ -63,8 +64,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from daliload import AugmentSpec, DecodeSpec, KineticsDALILoader, OutputSpec, load_index
 from daliload.examples.models import Small3DCNN
 
-# TODO(lead): OutputSpec(mean=(0.45,) * 3, std=(0.225,) * 3) in 0..1 units once `semantics` merges.
-PYTORCHVIDEO_NORMALIZE = OutputSpec(mean=(0.45 * 255,) * 3, std=(0.225 * 255,) * 3)
+#: The tutorial's Normalize((0.45, 0.45, 0.45), (0.225, 0.225, 0.225)), in its 0..1 units.
+PYTORCHVIDEO_NORMALIZE = OutputSpec(mean=(0.45,) * 3, std=(0.225,) * 3)
 
 
 class KineticsDataModule(L.LightningDataModule):
@@ -89,8 +90,10 @@ class KineticsDataModule(L.LightningDataModule):
         return self._keep(KineticsDALILoader(self.data_path, "train", augment=augment, **self.options))
 
     def val_dataloader(self) -> KineticsDALILoader:
-        # The centre window and the largest centred crop. TODO(lead): with `semantics`' augmentation switch, a
-        # fixed short side of short_side[0] (the tutorial's ShortSideScale(256) + CenterCrop(224)) if it offers one.
+        # The centre window and the largest centred crop (the tutorial's ShortSideScale(256) + CenterCrop(224)
+        # crops a fixed short side; AugmentSpec(crop_mode="center") keeps the whole short side). Padding rows,
+        # which only keep the ranks' batch counts equal, are left out of evaluation batches by default, so the
+        # tutorial's validation step and Lightning's weighting by batch size count every video once.
         return self._keep(KineticsDALILoader(self.data_path, "val", crop_size=self.crop_size, **self.options))
 
     def _keep(self, loader: KineticsDALILoader) -> KineticsDALILoader:
@@ -123,13 +126,9 @@ class VideoClassificationLightningModule(L.LightningModule):
         return loss
 
     def validation_step(self, batch, batch_idx):
-        counted = int((batch["label"] != -100).sum())  # padding rows carry -100: cross_entropy ignores them
-        if counted == 0:  # a batch of padding only (a rank's share rounded up)
-            return None
         y_hat = self.model(batch["video"])
         loss = F.cross_entropy(y_hat, batch["label"])
-        # TODO(lead): drop batch_size= if `semantics` makes Lightning weight padded batches right by itself.
-        self.log("val_loss", loss, batch_size=counted, sync_dist=True)
+        self.log("val_loss", loss, sync_dist=True)
         return loss
 
     def configure_optimizers(self):
