@@ -876,7 +876,8 @@ def test_the_peers_json_keeps_each_loaders_row_and_says_which_a_cut_off_left_unm
     monkeypatch.setattr(harness, "_fill_ratios", lambda result: None)
     monkeypatch.setattr(harness, "_why_not_measured", lambda cls, job, state: None)
     monkeypatch.setattr(harness, "_print_record", lambda *args: None)
-    monkeypatch.setattr("benchmarks.loaders.load_adapter", lambda name: SimpleNamespace(name=name, knob=None))
+    monkeypatch.setattr("benchmarks.loaders.load_adapter",
+                        lambda name: SimpleNamespace(name=name, knob=None, sweep_only=False))
     monkeypatch.setattr(harness, "_new_record",
                         lambda cls, job: {"loader": cls.name, "status": "ok", "reason": None, "figures": None})
     state = SimpleNamespace(args=SimpleNamespace(warmup=1), setup=SimpleNamespace(runs=1))

@@ -225,11 +225,14 @@ def _lightning_mean(loader_per_rank: list[KineticsDALILoader]) -> tuple[float, i
 
 
 def test_lightning_weights_evaluation_batches_right_with_padding_left_out(dataset, monkeypatch):
-    """Two ranks (torchrun's variables, no process group), batch size 4: the default leaves padding out, so the
+    """Two ranks (torchrun's variables, no process group), a batch size with padding: the default leaves it out, so the
     logged accuracy is the split's; ``label_padding=True`` (the old default) logs a biased figure."""
     pytest.importorskip("lightning")
-    kw = dict(batch_size=4, shuffle=False, augment=False, **SMALL)
-    KineticsDALILoader(dataset, "train", **kw).close()  # scanned once, before the ranks read the manifest
+    first = KineticsDALILoader(dataset, "train", shuffle=False, augment=False, **SMALL)  # scanned once, up front
+    per_rank = -(-len(first.videos) // 2)
+    first.close()
+    # a batch size that leaves the last batch of each rank short: padding to leave out
+    kw = dict(batch_size=next(b for b in (4, 3, 5, 6, 7) if per_rank % b), shuffle=False, augment=False, **SMALL)
     figures = {}
     for label_padding in (None, True):
         loaders = []
