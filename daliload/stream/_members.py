@@ -18,12 +18,12 @@ Its size is the member's, its modification time the shard's
 
 from __future__ import annotations
 
-import io
 import os
 import re
 import threading
 from typing import NamedTuple
 
+from daliload.stream._remote import RangeReader
 from daliload.stream._tar import TarMember
 
 #: ``<shard ending .tar>#<offset>:<size>:<member name>``
@@ -61,7 +61,7 @@ def member_of(uri: str | os.PathLike) -> MemberAddress | None:
     return MemberAddress(found["shard"], int(found["offset"]), int(found["size"]), found["name"])
 
 
-class LocalSlice(io.RawIOBase):
+class LocalSlice(RangeReader):
     """A member of a local shard as a seekable binary file: reads are ``pread`` s within its range.
 
     Args:
@@ -72,40 +72,18 @@ class LocalSlice(io.RawIOBase):
 
     def __init__(self, fd: int, member: MemberAddress, where: str) -> None:
         super().__init__()
-        self._fd, self._member, self.name = fd, member, where
-        self._pos = 0
-        self._failed = False
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._member.size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
+        self._fd, self._member, self.name, self.size = fd, member, where, member.size
 
     def read(self, n: int = -1) -> bytes:
-        left = self._member.size - self._pos
-        n = left if n is None or n < 0 else min(n, left)
-        if n <= 0 or self._failed:
-            return b""  # after an error FFmpeg reads again: the first error is the one PyAV raises
+        n = self._wanted(n)
+        if n <= 0:
+            return b""
         data = os.pread(self._fd, n, self._member.offset + self._pos)
         if not data:
             self._failed = True
             raise OSError(f"{self.name}: shard is shorter than its index says (rewritten since the scan?)")
         self._pos += len(data)
         return data
-
-    def readinto(self, buffer) -> int:
-        data = self.read(len(buffer))
-        buffer[:len(data)] = data
-        return len(data)
 
     def close(self) -> None:
         if not self.closed:

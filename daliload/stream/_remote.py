@@ -368,7 +368,48 @@ def _with_retries(uri: str, what: str, policy: ReadPolicy, deadline: float | Non
                           code=code) from last
 
 
-class RangeFile(io.RawIOBase):
+class RangeReader(io.RawIOBase):
+    """A read-only, seekable binary file of ``size`` bytes whose reads a subclass makes (``read(n)``), for PyAV.
+
+    After a read fails it reads as ended: FFmpeg reads again after an error,
+    and the first error is the one PyAV raises (a second one it would print
+    as "dropped").
+    """
+
+    size: int
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._pos = 0
+        self._failed = False
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def _wanted(self, n: int | None) -> int:
+        """How many of ``n`` bytes (all, for ``None`` or negative) a read at the position can give; 0 once failed."""
+        left = self.size - self._pos
+        n = left if n is None or n < 0 else min(n, left)
+        return 0 if self._failed else max(n, 0)
+
+    def readinto(self, buffer) -> int:
+        data = self.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+
+class RangeFile(RangeReader):
     """A remote video as a seekable binary file for PyAV: each read is one ranged request (see the module doc).
 
     Args:
@@ -390,32 +431,12 @@ class RangeFile(io.RawIOBase):
         # A member of a shard is the range [base, base + size) of its object: no size request.
         self.base = base
         self.size = size_of(uri, policy=policy, deadline=deadline) if size is None else size
-        self._pos = 0
         self._cached_at, self._cached = 0, b""
-        self._failed = False
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
 
     def read(self, n: int = -1) -> bytes:
-        if n is None or n < 0:
-            n = self.size - self._pos
-        n = min(n, self.size - self._pos)
+        n = self._wanted(n)
         if n <= 0:
             return b""
-        if self._failed:
-            return b""  # FFmpeg reads again after an error: the first error is the one PyAV raises
         offset = self._pos - self._cached_at
         if not 0 <= offset or offset + n > len(self._cached):
             end = min(self.size, self._pos + max(n, self.block))
@@ -429,8 +450,3 @@ class RangeFile(io.RawIOBase):
         data = self._cached[offset:offset + n]
         self._pos += len(data)
         return data
-
-    def readinto(self, buffer) -> int:
-        data = self.read(len(buffer))
-        buffer[:len(data)] = data
-        return len(data)
