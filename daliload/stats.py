@@ -69,11 +69,10 @@ class LoaderStats:
             bytes received from remote stores (videos named by URI), requests
             made (retries included), retries of transient errors, reads that
             failed for good: in this process since it started, not per epoch
-            (:func:`daliload.stream.transfer_counts`). Reads in the fallback's
-            and the cutter's worker processes are not counted here: on the CPU
-            that is every read of a fallback clip and of a DALI clip's cut;
-            DALI's whole-file reads (``dali_feed="file"``, and files no cut is
-            made of) are.
+            (:func:`daliload.stream.transfer_counts`), with the reads the
+            fallback's workers made for it. Reads in the processes that cut
+            windows for DALI are not counted yet; DALI's whole-file reads
+            (``dali_feed="file"``, and files no cut is made of) are.
     """
 
     epoch: int

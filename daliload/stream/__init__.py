@@ -34,13 +34,13 @@ from daliload.stream._files import (NotARegularFile, check_stores, open_video, r
                                     stat_video)
 from daliload.stream._members import MemberAddress, member_address, member_of
 from daliload.stream._remote import (RangeFile, ReadPolicy, RemoteObject, RemoteReadError, TransferCounts,
-                                     fetch, list_objects, transfer_counts)
+                                     add_transfer_counts, fetch, list_objects, transfer_counts)
 from daliload.stream._tar import (NotAnUncompressedTar, TarMember, is_compressed_name, read_member, shard_paths,
                                   tar_members)
 from daliload.stream._uri import SecretInURIError, is_remote, redact, refuse_secrets
 
 __all__ = ["MemberAddress", "NotARegularFile", "NotAnUncompressedTar", "RangeFile", "ReadPolicy", "RemoteObject",
-           "RemoteReadError", "SecretInURIError", "TarMember", "TransferCounts", "check_stores", "fetch",
-           "is_compressed_name", "is_remote", "list_objects", "member_address", "member_of", "open_video",
-           "read_member", "read_video_file", "redact", "refuse_secrets", "require_regular_file", "shard_paths",
-           "stat_video", "tar_members", "transfer_counts"]
+           "RemoteReadError", "SecretInURIError", "TarMember", "TransferCounts", "add_transfer_counts",
+           "check_stores", "fetch", "is_compressed_name", "is_remote", "list_objects", "member_address", "member_of",
+           "open_video", "read_member", "read_video_file", "redact", "refuse_secrets", "require_regular_file",
+           "shard_paths", "stat_video", "tar_members", "transfer_counts"]

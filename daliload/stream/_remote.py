@@ -96,7 +96,7 @@ def _rebuild(uri, reason, number, transient, code) -> RemoteReadError:
 
 
 class TransferCounts(NamedTuple):
-    """What this process read from remote stores since it started.
+    """What this process read from remote stores since it started (with what its workers reported to it).
 
     Attributes:
         remote_bytes: bytes received (bodies only).
@@ -121,8 +121,13 @@ def _count(**add: int) -> None:
             _counts[i] += add.get(name, 0)
 
 
+def add_transfer_counts(counts: TransferCounts) -> None:
+    """Count reads another process made for this one (a worker's, sent back with its result) as this process's."""
+    _count(**counts._asdict())
+
+
 def transfer_counts() -> TransferCounts:
-    """This process's remote reads so far (see :class:`TransferCounts`)."""
+    """This process's remote reads so far, with those its workers reported (see :class:`TransferCounts`)."""
     with _counts_lock:
         return TransferCounts(*_counts)
 
