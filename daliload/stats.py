@@ -69,10 +69,9 @@ class LoaderStats:
             bytes received from remote stores (videos named by URI), requests
             made (retries included), retries of transient errors, reads that
             failed for good: in this process since it started, not per epoch
-            (:func:`daliload.stream.transfer_counts`), with the reads the
-            fallback's workers made for it. Reads in the processes that cut
-            windows for DALI are not counted yet; DALI's whole-file reads
-            (``dali_feed="file"``, and files no cut is made of) are.
+            (:func:`daliload.stream.transfer_counts`), with the reads its
+            worker processes made for it (the fallback's decodes, the cuts of
+            DALI's windows), each sent back with its task's result.
     """
 
     epoch: int

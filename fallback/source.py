@@ -67,7 +67,6 @@ from daliload.clips import TASKS_AHEAD_PER_WORKER, Decoded, LoadMeter, SourceLoa
 from daliload.runtime import TaskOutcome, WorkerPool
 from fallback.decode import DecodeError, decode_window
 from daliload.stream.numbering import StreamHint
-from daliload.stream import TransferCounts, add_transfer_counts, transfer_counts
 from fallback.options import FallbackOptions
 from fallback.transform import apply_plan, clip_shape, output_dtype, pixel_spec
 from fallback.views import decode_views
@@ -134,15 +133,8 @@ def _decode_one(sample: Sample, output: OutputSpec, decode: FallbackOptions, hin
     return apply_plan(clip.frames, sample, output, out=out), clip.num_frames_decoded
 
 
-class RowsDecoded(list):
-    """:func:`decode_rows`' per-sample results, and ``transfers``: what a worker read from remote stores for them
-    (``None`` when nothing, or when they were decoded in the process that counts them)."""
-
-    transfers: TransferCounts | None = None
-
-
 def decode_rows(task: _Task, fds: Sequence[int] = (), *, output: OutputSpec, decode: FallbackOptions,
-                videos: torch.Tensor | None = None) -> RowsDecoded:
+                videos: torch.Tensor | None = None) -> list[tuple[int, tuple[str, FailureKind] | None]]:
     """Decode one video's samples of a group into their rows; a worker runs this (or the source, ``workers=0``).
 
     Args:
@@ -155,20 +147,8 @@ def decode_rows(task: _Task, fds: Sequence[int] = (), *, output: OutputSpec, dec
         videos: the group buffer itself (in the calling process).
 
     Returns:
-        Per sample, ``(frames_decoded, None)`` or ``(0, (reason, kind))``; in a worker, with the remote reads
-        it made for them (:class:`RowsDecoded`), which the training process adds to its own.
+        Per sample, ``(frames_decoded, None)`` or ``(0, (reason, kind))``.
     """
-    if videos is not None:
-        return RowsDecoded(_decode_rows(task, fds, output, decode, videos))
-    before = transfer_counts()
-    results = RowsDecoded(_decode_rows(task, fds, output, decode, None))
-    read = TransferCounts(*(now - then for now, then in zip(transfer_counts(), before)))
-    results.transfers = read if any(read) else None
-    return results
-
-
-def _decode_rows(task: _Task, fds: Sequence[int], output: OutputSpec, decode: FallbackOptions,
-                 videos: torch.Tensor | None) -> list[tuple[int, tuple[str, FailureKind] | None]]:
     rows, samples, hint, shape, dtype, num_frames = task
     if torch.get_num_threads() != 1:
         torch.set_num_threads(1)  # one decode per worker process; the workers are the parallelism
@@ -423,8 +403,6 @@ class FallbackSource:
             return  # a cancelled group's task
         rows = group.waiting.pop(outcome.task_id)
         if outcome.ok:
-            if getattr(outcome.value, "transfers", None) is not None:
-                add_transfer_counts(outcome.value.transfers)  # the worker's remote reads, in stats()
             group.results.update(zip(rows, outcome.value))
             return
         if outcome.status == "timeout":

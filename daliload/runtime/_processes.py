@@ -50,6 +50,7 @@ from types import FrameType
 from typing import Iterator, Literal
 
 from daliload.runtime._native_logs import configure_worker
+from daliload.stream import transfer_counts
 
 logger = logging.getLogger(__name__)
 
@@ -217,6 +218,7 @@ def _serve(conn: Connection) -> None:
             sock = sock or socket.fromfd(conn.fileno(), socket.AF_UNIX, socket.SOCK_STREAM)
             _, fds, _, _ = socket.recv_fds(sock, 1, num_fds)
         conn.send((STARTED, task_id))  # so that a death from now on is this task's, and its time runs
+        before = transfer_counts()
         try:
             reply = (task_id, "ok", fn(item, fds) if num_fds else fn(item), "")
         except Exception as err:  # the task's outcome, reported to the supervisor, not swallowed
@@ -224,10 +226,14 @@ def _serve(conn: Connection) -> None:
         finally:
             for fd in fds:
                 os.close(fd)
+        # What the task read from remote stores goes back with it: the training process counts it (stats()).
+        read = [now - then for now, then in zip(transfer_counts(), before)]
+        reply += (tuple(read) if any(read) else None,)
         try:
             conn.send(reply)
         except (TypeError, AttributeError, ValueError) as err:  # result not picklable
-            conn.send((task_id, "error", None, f"result could not be sent back: {type(err).__name__}: {err}"))
+            conn.send((task_id, "error", None, f"result could not be sent back: {type(err).__name__}: {err}",
+                       reply[-1]))
 
 
 def _let_go_of_the_forkserver() -> None:

@@ -78,6 +78,7 @@ from multiprocessing.connection import wait
 from typing import Any, Callable, Deque, Generic, Iterable, Iterator, Sequence
 
 from daliload.runtime._processes import FAILED, READY, STARTED, StartMethod, main_script_hidden, mp_context, worker_main
+from daliload.stream import TransferCounts, add_transfer_counts
 from daliload.runtime._workers import (R, T, TaskOutcome, _close_worker,
                                        _exit_description, _join_killed, _queued_ns, _send, _stopped,
                                        _Task, _Worker)
@@ -387,7 +388,9 @@ class WorkerPool(Generic[T, R]):
             worker.running_since = time.monotonic()
             worker.queued_ns_then = _queued_ns(worker.process.pid)
             return
-        task_id, status, value, error = message
+        task_id, status, value, error, read = message
+        if read is not None:  # the task's reads from remote stores, counted as this process's
+            add_transfer_counts(TransferCounts(*read))
         head_id, item, _ = worker.queue.popleft()
         if head_id != task_id:  # cannot happen: workers run their queue in order
             raise RuntimeError(f"worker pid {worker.process.pid} answered task {task_id}, expected {head_id}")
