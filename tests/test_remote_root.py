@@ -119,3 +119,22 @@ def test_a_root_uri_with_a_secret_is_refused_and_shown_redacted(store):
         make_loader("https://user:hunter2@host/k700")
     assert "hunter2" not in str(caught.value)
     assert not any("hunter2" in p for p in os.listdir(Path(os.environ["XDG_CACHE_HOME"])))
+
+
+def test_an_endpoint_that_does_not_answer_is_one_error_naming_the_root_and_nothing_is_left(store, monkeypatch):
+    import socket
+
+    from daliload.stream import _remote
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")  # nothing listens there
+    _remote._filesystems.clear()
+    try:
+        with pytest.raises(RemoteReadError, match=r"s3://kin-elsewhere: listing failed") as caught:
+            make_loader("s3://kin-elsewhere")
+    finally:
+        _remote._filesystems.clear()
+    assert "AWS_ENDPOINT_URL" in str(caught.value)
+    assert not remote_root.mirror_path("s3://kin-elsewhere").exists()

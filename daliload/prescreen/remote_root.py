@@ -29,6 +29,7 @@ import fcntl
 import hashlib
 import io
 import os
+import shutil
 import tarfile
 import time
 from pathlib import Path
@@ -70,7 +71,12 @@ def mirror_root(uri: str, *, fresh_s: float | None = None) -> Path:
         try:
             if stamp.exists() and time.time() - stamp.stat().st_mtime < fresh_s:
                 return mirror
-            _refresh(uri, mirror)
+            try:
+                _refresh(uri, mirror)
+            except BaseException:
+                if not stamp.exists():  # never listed: leave nothing behind
+                    shutil.rmtree(mirror, ignore_errors=True)
+                raise
             (mirror / _SOURCE).write_text(uri, encoding="utf-8")
             stamp.touch()
         finally:

@@ -235,6 +235,9 @@ def _reason(kind: str, err: BaseException, code: str | None) -> str:
                 "AWS_SECRET_ACCESS_KEY or AWS_PROFILE (and AWS_ENDPOINT_URL for the endpoint)")
     if kind == "timeout":
         return "the store did not answer in time"
+    if kind == "connection":
+        return (f"the store could not be reached ({type(err).__name__}: {text}): check its endpoint "
+                "(AWS_ENDPOINT_URL for an S3-compatible store) and the network")
     return f"{type(err).__name__}: {text}" + (f" ({code})" if code and code not in text else "")
 
 
