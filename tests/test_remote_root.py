@@ -138,3 +138,21 @@ def test_an_endpoint_that_does_not_answer_is_one_error_naming_the_root_and_nothi
         _remote._filesystems.clear()
     assert "AWS_ENDPOINT_URL" in str(caught.value)
     assert not remote_root.mirror_path("s3://kin-elsewhere").exists()
+
+
+def test_object_keys_that_would_climb_out_of_the_mirror_are_left_out_and_nothing_is_written_outside(
+        store, small_kinetics, tmp_path, caplog):
+    client, _, _ = store
+    client.create_bucket(Bucket="odd")
+    for path in sorted((small_kinetics / "val").rglob("*.*")):
+        client.upload_file(str(path), "odd", path.relative_to(small_kinetics).as_posix())
+    for key in ("val/../../../escaped.mp4", "val/./dot.mp4", "val//twice.mp4"):
+        client.put_object(Bucket="odd", Key=key, Body=b"not a video")
+    cache = Path(os.environ["XDG_CACHE_HOME"])
+    before = {p for p in cache.parent.rglob("*escaped*")}
+    loader = make_loader("s3://odd", "val")
+    paths = [v.path for v in loader.videos]
+    loader.close()
+    assert paths and not any("escaped" in p or "dot.mp4" in p or "twice" in p for p in paths)
+    assert {p for p in cache.parent.rglob("*escaped*")} == before
+    assert "left out of its listing" in caplog.text

@@ -28,6 +28,7 @@ import errno
 import fcntl
 import hashlib
 import io
+import logging
 import os
 import shutil
 import tarfile
@@ -36,6 +37,8 @@ from pathlib import Path
 
 from daliload.dataset import VIDEO_EXTENSIONS
 from daliload.stream import RangeFile, fetch, list_objects, redact, refuse_secrets
+
+logger = logging.getLogger(__name__)
 
 #: Side files at most this large are fetched into the mirror (a Kinetics-700 CSV is about 30 MB).
 SIDE_FILE_MAX_BYTES = 256 << 20
@@ -98,8 +101,20 @@ def to_uri(path: str, root: str, uri: str) -> str:
     return uri + "/" + path[len(prefix):] if path.startswith(prefix) else path
 
 
+def _mirrorable(key: str) -> bool:
+    """Whether an object's key can be a path under the mirror: none of its parts empty, ``.`` or ``..`` (so no
+    key, whatever it holds, names a file outside the mirror), and not the mirror's own ``.daliload``."""
+    parts = key.split("/")
+    return parts[0] != ".daliload" and all(part not in ("", ".", "..") for part in parts)
+
+
 def _refresh(uri: str, mirror: Path) -> None:
-    listed = {obj.key: obj for obj in list_objects(uri) if not obj.key.startswith(".daliload/")}
+    objects = list_objects(uri)
+    listed = {obj.key: obj for obj in objects if _mirrorable(obj.key)}
+    left_out = [obj.key for obj in objects if not _mirrorable(obj.key) and not obj.key.startswith(".daliload/")]
+    if left_out:
+        logger.warning("%d object(s) of %s left out of its listing: their keys cannot be paths (an empty, '.' or "
+                       "'..' part), first: %r", len(left_out), redact(uri), left_out[0])
     for key, obj in listed.items():
         local = mirror.joinpath(*key.split("/"))
         try:
@@ -108,7 +123,12 @@ def _refresh(uri: str, mirror: Path) -> None:
                 continue  # as listed last time
         except FileNotFoundError:
             pass
-        local.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            local.parent.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):  # "a" and "a/b" both objects: "a" cannot be a folder too
+            logger.warning("object %s/%s left out of the listing: a prefix of its key is an object too",
+                           redact(uri), key)
+            continue
         suffix = os.path.splitext(key)[1].lower()
         tmp = local.with_name(local.name + ".mirroring")
         with open(tmp, "wb") as out:
