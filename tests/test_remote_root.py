@@ -156,3 +156,31 @@ def test_object_keys_that_would_climb_out_of_the_mirror_are_left_out_and_nothing
     assert paths and not any("escaped" in p or "dot.mp4" in p or "twice" in p for p in paths)
     assert {p for p in cache.parent.rglob("*escaped*")} == before
     assert "left out of its listing" in caplog.text
+
+
+def test_webdataset_shards_in_s3_as_a_root_keep_their_cls_and_json_labels(store, small_kinetics, tmp_path):
+    """The mirror holds a shard's label members (``.cls``, ``.json``), which the layout reads, not only headers."""
+    import io
+    import json
+    import tarfile
+
+    client, _, _ = store
+    files = make_loader(small_kinetics, "val")
+    videos = [(Path(v.path), v.label) for v in files.videos]
+    files.close()
+    shard = tmp_path / "train-000000.tar"
+    with tarfile.open(shard, "w") as tar:
+        for i, (path, label) in enumerate(videos):
+            key = f"clip{i:03d}"
+            label_member = (f"{key}.cls", str(label).encode()) if i % 2 else \
+                (f"{key}.json", json.dumps({"label": label}).encode())
+            for name, data in ((f"{key}{path.suffix}", path.read_bytes()), label_member):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    client.create_bucket(Bucket="wds")
+    client.upload_file(str(shard), "wds", "train-000000.tar")
+    loader = make_loader("s3://wds", "train")
+    labels = sorted(v.label for v in loader.videos)
+    loader.close()
+    assert labels == sorted(label for _, label in videos)

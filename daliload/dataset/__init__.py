@@ -28,6 +28,7 @@ nothing here writes under it. Imports neither torch nor a decoder.
 from daliload.dataset._index import (CSV_REQUIRED, SPLITS, VIDEO_EXTENSIONS, DatasetIndex, Layout, Skipped,
                                      VideoRecord, layout_of, load_classes, load_index, save_classes)
 from daliload.dataset._pathlabel import write_pairs
+from daliload.dataset._shards import is_label_member
 from daliload.dataset._registry import (LAYOUTS, DatasetLayout, check_split, get_layout, register_layout,
                                         rewrite_video_names, side_files)
 from daliload.dataset._paths import decoded_path, printable_path
@@ -38,7 +39,7 @@ from daliload.dataset._videoindex import ROUTE_CODES, ROUTE_NAMES, IndexBuilder,
 __all__ = [
     "ALL_FILES", "CSV_REQUIRED", "LAYOUTS", "ROUTE_CODES", "ROUTE_NAMES", "SPLITS", "VIDEO_EXTENSIONS",
     "DatasetIndex", "DatasetLayout", "IndexBuilder", "Layout", "Shard", "Skipped", "StringColumn", "VideoIndex",
-    "VideoRecord", "VideoRow", "check_split", "decoded_path", "get_layout", "layout_of", "load_classes",
-    "load_index", "parse_shard", "printable_path", "register_layout", "rewrite_video_names", "save_classes",
-    "side_files", "unindexed", "write_pairs",
+    "VideoRecord", "VideoRow", "check_split", "decoded_path", "get_layout", "is_label_member", "layout_of",
+    "load_classes", "load_index", "parse_shard", "printable_path", "register_layout", "rewrite_video_names",
+    "save_classes", "side_files", "unindexed", "write_pairs",
 ]

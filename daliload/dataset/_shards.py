@@ -41,6 +41,13 @@ from daliload.stream import member_address, read_member, shard_paths, tar_member
 
 #: Members that carry a webdataset key's label.
 _LABEL_SUFFIXES = (".cls", ".json")
+#: The largest label member read (a class index or a small JSON object).
+_LABEL_MAX_BYTES = 1 << 16
+
+
+def is_label_member(name: str, size: int) -> bool:
+    """Whether a shard's member ``name`` of ``size`` bytes is a label the layout reads (``<key>.cls``/``.json``)."""
+    return name.endswith(_LABEL_SUFFIXES) and size <= _LABEL_MAX_BYTES
 
 
 def _mark(root: Path, split: str, fold: int | None) -> Path:
@@ -58,7 +65,7 @@ def _members(shard: str):
         members = tar_members(f, shard)
         labels = {}
         for member in members:
-            if member.name.endswith(_LABEL_SUFFIXES) and member.size <= 1 << 16:
+            if is_label_member(member.name, member.size):
                 labels[member.name] = read_member(f, member)
     return members, labels
 

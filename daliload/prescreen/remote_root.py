@@ -35,7 +35,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from daliload.dataset import VIDEO_EXTENSIONS
+from daliload.dataset import VIDEO_EXTENSIONS, is_label_member
 from daliload.stream import RangeFile, fetch, list_objects, redact, refuse_secrets
 
 logger = logging.getLogger(__name__)
@@ -150,14 +150,17 @@ def _refresh(uri: str, mirror: Path) -> None:
 
 
 def _headers_into(uri: str, size: int, out: io.BufferedWriter) -> None:
-    """Copy the member headers of the remote tar ``uri`` to ``out`` at their offsets (data left as holes)."""
+    """Copy the member headers of the remote tar ``uri`` to ``out`` at their offsets, and the data of its label
+    members (``<key>.cls``/``.json``, which the shards layout reads); videos' data is left as holes."""
     source = RangeFile(uri, size=size)
     try:
         with tarfile.open(fileobj=source, mode="r:") as tar:
             for info in tar:
                 start = info.offset
+                end = info.offset_data + (info.size if info.isreg() and is_label_member(info.name, info.size)
+                                          else 0)
                 source.seek(start)
-                header = source.read(info.offset_data - start)
+                header = source.read(end - start)
                 out.seek(start)
                 out.write(header)
     except tarfile.ReadError:
