@@ -144,3 +144,16 @@ def test_a_member_named_by_its_range_reads_and_decodes_as_its_file(small_kinetic
         decoded += 1
     assert decoded >= 2
     assert member_of(str(small_kinetics / "a.mp4")) is None and member_of("s3://b/x.tar") is None
+
+
+def test_a_shards_members_that_are_not_videos_are_reported_skipped(small_kinetics, tmp_path):
+    pack_dataset(small_kinetics, tmp_path, splits=("val",), progress=False)
+    shard = tmp_path / "val-000000.tar"
+    with tarfile.open(shard, "a") as tar:
+        info = tarfile.TarInfo("abseiling/notes.txt")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"hi"))
+    index = load_index(tmp_path, "val")
+    assert index.layout == "shards"
+    assert [s.reason for s in index.skipped] == ["not a video extension: .txt"]
+    assert index.skipped[0].path.endswith(":abseiling/notes.txt")

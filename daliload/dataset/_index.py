@@ -85,10 +85,6 @@ logger = logging.getLogger(__name__)
 Layout = str
 
 
-def _root_list_files(root: Path) -> list[str]:
-    return [p.name for p in sorted(root.glob("*list.txt")) if p.is_file()] if root.is_dir() else []
-
-
 # The registry, in detection order: today's three first (a Kinetics root keeps the layout it always had).
 for _layout in (
     DatasetLayout("csv", lambda root, split, fold: default_csv(root, split),
@@ -100,7 +96,8 @@ for _layout in (
                   describe="ROOT/<split>/<class name>/<video>"),
     DatasetLayout("list", lambda root, split, fold: root / f"{split}list.txt",
                   lambda root, split, fold, classes: load_list(root, split, root / f"{split}list.txt", classes),
-                  _root_list_files, rewrite=True, describe="ROOT/<split>list.txt of '<path> <label index>' lines"),
+                  lambda root: list_files(root, "*list.txt"), rewrite=True,
+                  describe="ROOT/<split>list.txt of '<path> <label index>' lines"),
     PATH_LABEL, UCF101, HMDB51, SSV2, SHARDS,
 ):
     register_layout(_layout)
@@ -166,7 +163,7 @@ def load_index(
         index = load_list(root_path, split, Path(list_file), classes)
     else:
         index = chosen.read(root_path, split, fold, classes)
-    if index.layout != "folders":  # the folders layout collects what it skips while listing
+    if index.layout not in ("folders", "shards"):  # these collect what they skip while listing
         index = replace(index, skipped=unindexed(root_path / split, index))
     if index.skipped:
         logger.info("%d entries of %s are not indexed (see DatasetIndex.skipped)", len(index.skipped),
