@@ -251,10 +251,8 @@ def run(args: argparse.Namespace) -> int:
                 layout=args.layout,
                 fold=fold,
             )
-    except (ValueError, FileNotFoundError) as err:  # refused options, a damaged manifest, a root that is a file
-        print(f"daliload scan: {err}", file=sys.stderr)
-        return 2
-    except RemoteReadError as err:  # a root in a store that cannot be listed: the message names it and the fix
+    # Refused options, a damaged manifest, a root that is a file, a root in a store that cannot be listed.
+    except (ValueError, FileNotFoundError, RemoteReadError) as err:
         print(f"daliload scan: {err}", file=sys.stderr)
         return 2
     except PermissionError as err:  # no manifest can be written where it goes: the message names the option

@@ -95,10 +95,8 @@ def read_video_file(uri: str | os.PathLike, *, policy: ReadPolicy = DEFAULT_POLI
             raise RemoteReadError(os.fspath(uri), "object is empty")
         return np.frombuffer(data, dtype=np.uint8)
     name = local_path(uri)
-    fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    fd = _open_regular(name)
     try:
-        info = os.fstat(fd)
-        _check(info.st_mode, name)
         # O_NONBLOCK changes nothing for a regular file; read it whole, tolerating one that changes size.
         with os.fdopen(fd, "rb", closefd=False) as handle:
             data = handle.read()
