@@ -197,20 +197,20 @@ def test_no_batch_of_a_pass_start_or_a_switch_is_counted():
     speed.pass_started()
     for _ in range(4):
         speed.decoder_for(0)
-        speed.submitted({0}, {0: {"dali": 4, "fallback": 0}})
+        speed.submitted({0})
     for _ in range(2):  # the pass's first two: not counted
         clock.now += 1.0
         speed.batch_done(4)
     assert speed.counted == 0
     for _ in range(2):  # counted (MEASURE_CLIPS, 16, make a measurement)
-        speed.submitted({0}, {0: {"dali": 4, "fallback": 0}})
+        speed.submitted({0})
         clock.now += 1.0
         speed.batch_done(4)
     assert speed.counted == 2 and speed.codecs[0].rates == {}  # 8 clips: not a measurement yet
     # a later pass: only its first batch is left out (small epochs are measured too)
     speed.pass_started()
     for _ in range(4):
-        speed.submitted({0}, {0: {"dali": 4, "fallback": 0}})
+        speed.submitted({0})
     for _ in range(4):
         clock.now += 1.0
         speed.batch_done(4)

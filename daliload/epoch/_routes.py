@@ -170,7 +170,7 @@ class Routes:
         codes, speed = self.codec_groups(), self.speed
         able = set(eligible)
         to_dali, to_fallback = [], []
-        given: dict[int, dict[str, int]] = {}
+        measured: set[int] = set()  # only codecs both decoders may take are measured
         for k in rows:
             video = batch[k].video_index
             group = int(codes[video]) if video < len(codes) else 0  # (no codec read: one codec, "")
@@ -178,8 +178,8 @@ class Routes:
             (to_dali if decoder == "dali" else to_fallback).append(k)
             self._clips_by_codec[group, decoder] += 1
             if k in able:
-                given.setdefault(group, {"dali": 0, "fallback": 0})[decoder] += 1
-        speed.submitted(set(given), given)  # only codecs both decoders may take are measured
+                measured.add(group)
+        speed.submitted(measured)
         self.last_moved = len(able) - len(to_dali)
         return to_dali, to_fallback
 

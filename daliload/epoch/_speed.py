@@ -100,14 +100,12 @@ class _Codec:
     chosen_rate: float | None = None  # the chosen decoder's rate when it was chosen
     next_trial: int | None = None  # counted batches at which the other is tried again
     trials: int = 0
-    clips: dict[str, int] = field(default_factory=lambda: {"dali": 0, "fallback": 0})
 
 
 @dataclass
 class _Window:
     clips: int = 0
     seconds: float = 0.0
-    batches: int = 0
     codecs: set[int] = field(default_factory=set)
 
 
@@ -141,13 +139,9 @@ class SpeedRouter:
             return self.trial[1]
         return self.codecs.setdefault(group, _Codec()).choice
 
-    def submitted(self, groups: set[int], given: dict[int, dict[str, int]]) -> None:
-        """A batch went out with clips of codec ``groups`` (``given``: group -> decoder -> clips)."""
+    def submitted(self, groups: set[int]) -> None:
+        """A batch went out with clips of codec ``groups`` (those both decoders may take: the ones measured)."""
         self._pass.append((self._setting, set(groups)))
-        for group, counts in given.items():
-            codec = self.codecs.setdefault(group, _Codec())
-            for decoder, n in counts.items():
-                codec.clips[decoder] += n
 
     # -- as the pass yields ----------------------------------------------------------------------
 
@@ -172,7 +166,7 @@ class SpeedRouter:
         if starting or setting != self._setting or any(s != setting for s, _ in around):
             return  # a pass (or the run) starting, a switch between settings, or a batch of an older setting
         w = self._window
-        w.clips, w.seconds, w.batches = w.clips + clips, w.seconds + seconds, w.batches + 1
+        w.clips, w.seconds = w.clips + clips, w.seconds + seconds
         w.codecs |= groups
         self.counted += 1
         if w.clips >= MEASURE_CLIPS and w.seconds > 0:
