@@ -68,8 +68,9 @@ def _lines(path: Path) -> list[tuple[int, str]]:
         return [(n, line.strip()) for n, line in enumerate(f, start=1) if line.strip()]
 
 
-def _finish(root: Path, split: str, layout: str, source: Path, classes: tuple[str, ...],
-            records: list[VideoRecord], missing: list[str]) -> DatasetIndex:
+def finish_split(root: Path, split: str, layout: str, source: Path, classes: tuple[str, ...],
+                 records: list[VideoRecord], missing: list[str]) -> DatasetIndex:
+    """A split file's index: its records sorted by path, what it names that is missing; refused when empty."""
     if not records:
         raise empty_split(split, layout, source, root, len(missing))
     records.sort(key=lambda r: r.path)
@@ -142,7 +143,7 @@ def read_ucf101(root: Path, split: str, fold: int | None, classes: tuple[str, ..
             missing.append(str(video))
             continue
         records.append(VideoRecord(str(video), label, found[label], split))
-    return _finish(root, split, "ucf101", path, classes, records, missing)
+    return finish_split(root, split, "ucf101", path, classes, records, missing)
 
 
 UCF101 = DatasetLayout(
@@ -188,7 +189,7 @@ def read_hmdb51(root: Path, split: str, fold: int | None, classes: tuple[str, ..
                 missing.append(str(video))
                 continue
             records.append(VideoRecord(str(video), label, found[label], split))
-    return _finish(root, split, "hmdb51", folder, classes, records, missing)
+    return finish_split(root, split, "hmdb51", folder, classes, records, missing)
 
 
 HMDB51 = DatasetLayout(
@@ -253,7 +254,7 @@ def read_ssv2(root: Path, split: str, fold: int | None, classes: tuple[str, ...]
             missing.append(str(root / SSV2_VIDEOS / f"{entry['id']}.webm"))
             continue
         records.append(VideoRecord(video, lookup[template], template, split))
-    return _finish(root, split, "ssv2", path, classes, records, missing)
+    return finish_split(root, split, "ssv2", path, classes, records, missing)
 
 
 SSV2 = DatasetLayout(

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Sequence
 
 from daliload.dataset._layouts import SPLITS, DatasetIndex, VideoRecord
-from daliload.dataset._official import empty_split
+from daliload.dataset._official import finish_split
 from daliload.dataset._registry import DatasetLayout
 
 logger = logging.getLogger(__name__)
@@ -176,10 +176,7 @@ def read_path_label(root: Path, split: str, fold: int | None, classes: tuple[str
             missing.append(str(video))
             continue
         records.append(VideoRecord(os.path.abspath(video), label, found[label], split))
-    if not records:
-        raise empty_split(split, "path_label", path, root, len(missing))
-    records.sort(key=lambda r: r.path)
-    return DatasetIndex(str(root), split, "path_label", tuple(found), tuple(records), tuple(sorted(missing)))
+    return finish_split(root, split, "path_label", path, tuple(found), records, missing)
 
 
 def save_classes(classes: Sequence[str], path: str | os.PathLike) -> None:
