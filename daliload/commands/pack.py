@@ -116,10 +116,12 @@ def pack_dataset(root: str | os.PathLike, out: str | os.PathLike, *, splits: tup
     summary = PackSummary()
     first = next(iter(indexes.values()))
     save_classes(first.classes, out / "classes.txt")
-    total = sum(os.path.getsize(r.path) for index in indexes.values() for r in index.records)
+    sizes = {split: [os.path.getsize(r.path) for r in index.records] for split, index in indexes.items()}
+    total = sum(map(sum, sizes.values()))
     with tqdm(total=total, unit="B", unit_scale=True, desc="pack", disable=not progress) as bar:
         for split, index in indexes.items():
-            summary.shards[split] = _write_split(index, member_names(index), out, split, shard_bytes, bar)
+            summary.shards[split] = _write_split(index, member_names(index), sizes[split], out, split, shard_bytes,
+                                                 bar)
             summary.members[split] = len(index.records)
     summary.bytes_packed = total
     return summary
@@ -138,26 +140,24 @@ def _indexes(root: Path, splits: tuple[str, ...]) -> dict[str, DatasetIndex]:
     return indexes
 
 
-def _write_split(index: DatasetIndex, names: list[str], out: Path, split: str, shard_bytes: int,
+def _write_split(index: DatasetIndex, names: list[str], sizes: list[int], out: Path, split: str, shard_bytes: int,
                  bar: tqdm) -> list[str]:
     shards: list[str] = []
     tar: tarfile.TarFile | None = None
-    written = 0
     try:
-        for record, name in zip(index.records, names):
-            size = os.path.getsize(record.path)
-            if tar is not None and written + size + 1024 > shard_bytes:
+        for record, name, size in zip(index.records, names, sizes):
+            # tar.offset: the shard's bytes so far, headers and padding included; a member adds a header and
+            # padding (up to 1024 bytes) to its own.
+            if tar is not None and tar.offset + size + 1024 > shard_bytes:
                 shards.append(_close(tar))
                 tar = None
             if tar is None:
                 final = out / f"{split}-{len(shards):06d}.tar"
                 tar = tarfile.open(final.with_suffix(".tar.partial"), "w", format=tarfile.PAX_FORMAT)
-                written = 0
             info = tarfile.TarInfo(name)
             info.size, info.mode, info.mtime = size, 0o644, 0
             with open(record.path, "rb") as data:
                 tar.addfile(info, data)
-            written += size + 512
             bar.update(size)
         if tar is not None:
             shards.append(_close(tar))
