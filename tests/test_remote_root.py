@@ -184,3 +184,18 @@ def test_webdataset_shards_in_s3_as_a_root_keep_their_cls_and_json_labels(store,
     labels = sorted(v.label for v in loader.videos)
     loader.close()
     assert labels == sorted(label for _, label in videos)
+
+
+def test_the_mirror_reads_only_the_first_bytes_of_a_compressed_shard(store):
+    """A ``.tar.gz`` is no shard a loader reads by range: its listing fetches 512 bytes of it, not the object."""
+    import gzip
+
+    from daliload.stream import transfer_counts
+
+    client, _, _ = store
+    client.create_bucket(Bucket="gzipped")
+    client.put_object(Bucket="gzipped", Key="train-000000.tar.gz", Body=gzip.compress(os.urandom(200_000)))
+    before = transfer_counts()
+    mirror = remote_root.mirror_root("s3://gzipped", fresh_s=0)
+    assert transfer_counts().remote_bytes - before.remote_bytes == 512
+    assert (mirror / "train-000000.tar.gz").read_bytes()[:2] == b"\x1f\x8b"

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 from daliload.dataset import VIDEO_EXTENSIONS, is_label_member
-from daliload.stream import RangeFile, fetch, list_objects, redact, refuse_secrets
+from daliload.stream import RangeFile, fetch, is_compressed_name, list_objects, redact, refuse_secrets
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +134,8 @@ def _refresh(uri: str, mirror: Path) -> None:
         with open(tmp, "wb") as out:
             if suffix == ".tar":
                 _headers_into(f"{uri}/{key}", obj.size, out)
+            elif is_compressed_name(key):  # a compressed shard: its first bytes say what it is, and it is refused
+                out.write(fetch(f"{uri}/{key}", 0, min(obj.size, 512)))
             elif suffix not in VIDEO_EXTENSIONS and obj.size <= SIDE_FILE_MAX_BYTES:
                 out.write(fetch(f"{uri}/{key}"))
             out.truncate(obj.size)  # a sparse file of the object's size: nothing fetched
