@@ -45,6 +45,7 @@ from daliload.options import (DecodeSpec, augment_and_output, check_options, che
 from daliload.plan import (AugmentSpec, ClipSpec, LastBatch, OutputSpec, Sample, drop_padding, make_train_plan,
                            make_val_plan, num_batches, samples_per_rank, split_batches)
 from daliload.prescreen import ScanSpec, loader_source, split_codecs, split_videos
+from daliload.prescreen.byte_indexes import ByteIndexes
 from daliload.prescreen.gpus import detect_gpu
 from daliload.runtime import refuse_bootstrapping_main
 from daliload.stats import LoaderStats
@@ -276,7 +277,8 @@ class KineticsDALILoader(LoaderState):
                            num_threads=self.decode.dali_threads_for(self.device, self.clips_per_batch),
                            prefetch=prefetch, pipelines=self.dali_pipelines,
                            cut_windows=self.decode.dali_feed == "window") if self.dali_enabled else None,
-            keep_buffers=prefetch + 2)  # the batches ahead, and about two whose copies to the GPU still run
+            keep_buffers=prefetch + 2,  # the batches ahead, and about two whose copies to the GPU still run
+            reads_of=ByteIndexes(self.manifest_path))
         # A loader dropped without close() (a rebuilt evaluation loader, a `del`) stops its workers and threads
         # and releases its pipelines as it goes: at once, as the loader is in no reference cycle. Not at
         # interpreter exit, where the exit hooks of the waits for DALI order that themselves.

@@ -48,14 +48,12 @@ file truncated since the scan to 120 frames raises ``DecodeError`` ("decoded onl
 where without the count it would give 16 copies of frame 119. Padding past the scan's count stays the plan's
 own (``[292, 296, 300, 304] -> 292, 296, 299, 299``).
 
-A :class:`StreamHint` (keyframes and frame rate, from the pre-screen) enters a long constant-rate file by a seek.
-A file with a display rotation comes out upright (FFmpeg's rule, quarter turns).
-
-The numbering and random-access rules (and :class:`StreamHint`, and
-:func:`~daliload.stream.numbering.probe_hint`) live in :mod:`daliload.stream.numbering`, the
-error a failed decode raises in :mod:`daliload.stream.errors`; here are the three
-strategies (hint, packet table, counting) and their shared decode loop and
-assembly step.
+A :class:`StreamHint` (keyframes and frame rate, from the pre-screen) enters a long constant-rate file by a
+seek; with a byte index (a remote video) the header and the window's bytes come in one go
+(:func:`daliload.stream.open_window`) and the packets stop at the window's last. A rotated file comes out
+upright (FFmpeg's rule, quarter turns). Numbering, random access and :class:`StreamHint` live in
+:mod:`daliload.stream.numbering`, :class:`DecodeError` in :mod:`daliload.stream.errors`; here are the three
+strategies (hint, packet table, counting), their decode loop and assembly.
 """
 
 from __future__ import annotations
@@ -63,7 +61,6 @@ from __future__ import annotations
 import bisect
 import itertools
 import logging
-import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -76,9 +73,9 @@ import numpy as np
 from av.video.reformatter import Colorspace, VideoReformatter
 
 from daliload.plan import clamp_frame_indices
-from daliload.stream import open_video
+from daliload.stream import PacketsUntil, WindowFile, open_video, open_window
 from daliload.stream.errors import DecodeError, describe
-from daliload.stream.numbering import FrameTable, StreamHint, first_output_pts, timestamps_rank_frames
+from daliload.stream.numbering import FrameTable, StreamHint, first_output_pts, seek_target, timestamps_rank_frames
 
 logger = logging.getLogger(__name__)
 
@@ -183,7 +180,7 @@ def decode_window(
                   deadline=None if timeout_s is None else time.monotonic() + timeout_s,
                   timeout_s=timeout_s,
                   unsafe_seek=(hint is not None and hint.unsafe_seek) or path_str in _UNSAFE_SEEK,
-                  scanned_frames=num_frames)
+                  scanned_frames=num_frames, reads=hint)
     # Each strategy gets a fresh container: a seek back to the start is not
     # exact with edit lists. A hint that cannot skip anything (the window's
     # keyframe is the first, or the file is unsafe to seek) opens none: an
@@ -212,13 +209,16 @@ def decode_window(
 # internals
 
 
+
 class _Window:
     """One window request and the three ways to serve it (see the module docstring)."""
 
     def __init__(self, path: str, wanted: list[int], *, threads: int = 1, skip_nonref: bool = True,
                  deadline: float | None = None, timeout_s: float | None = None,
-                 unsafe_seek: bool = False, scanned_frames: int | None = None) -> None:  # fmt: skip
+                 unsafe_seek: bool = False, scanned_frames: int | None = None,
+                 reads: StreamHint | None = None) -> None:  # fmt: skip
         self.path = path
+        self.reads, self.window_file = None if unsafe_seek else reads, None  # a remote window: read in one go
         self.wanted = wanted
         self.threads = threads
         self.skip_nonref = skip_nonref
@@ -232,10 +232,12 @@ class _Window:
 
     def open(self):
         try:
-            # A local path is checked first (a FIFO put in its place would block the open past any time limit);
-            # a URI becomes ranged reads, each bounded by what is left of this decode's time limit.
-            container = av.open(open_video(self.path, deadline=self.deadline), metadata_errors="ignore",
+            # A local path is checked first (a FIFO would block the open); a URI is read in ranges, timed.
+            window = self._window_file()
+            container = av.open(window or open_video(self.path, deadline=self.deadline), metadata_errors="ignore",
                                 timeout=self.timeout_s)
+            if window is not None:
+                window.opened()
         except av.error.ExitError as err:
             raise DecodeError(self.path, self.timeout_reason(), "timeout") from err
         except (av.error.FFmpegError, OSError, ValueError) as err:
@@ -249,6 +251,14 @@ class _Window:
         if self.threads > 1:
             ctx.thread_type = "FRAME"  # slice threading never helps these streams (docs/architecture.md, Facts)
         return container
+
+    def _window_file(self) -> WindowFile | None:
+        """A remote video with a byte index: its header and window, fetched once for every strategy; else None."""
+        if self.window_file is None and self.reads is not None:
+            self.window_file = open_window(self.path, self.reads, self.wanted, deadline=self.deadline)
+        if self.window_file is not None:
+            self.window_file.seek(0)
+        return self.window_file
 
     # -- strategy 1: timestamps ranked from the demuxed packets (exact) ------------
 
@@ -304,18 +314,25 @@ class _Window:
             # arithmetic took ~10 us a call, and it is called once per packet and per frame.
             return None if pts is None else (2 * (pts - first_pts) * den + num) // (2 * num)
 
-        packets = (p for p in container.demux(stream) if p.size > 0)
-        first_pts = first_output_pts(stream.codec_context, packets, self._check_deadline)
+        window = self.window_file
+        if window is not None:
+            first_pts = hint.reads.first_pts  # the scan's: no decode of the file's first frame
+        else:
+            packets = (p for p in container.demux(stream) if p.size > 0)
+            first_pts = first_output_pts(stream.codec_context, packets, self._check_deadline)
         if first_pts is None:
             return None
-        container.seek(first_pts + math.floor(key * ticks_per_frame), stream=stream, backward=True)
+        container.seek(seek_target(first_pts, key, ticks_per_frame), stream=stream, backward=True)
         stream.codec_context.flush_buffers()
-        packets = (p for p in container.demux(stream) if p.size > 0)
+        packets = PacketsUntil((p for p in container.demux(stream) if p.size > 0),
+                         window.stop_at if window is not None else None)
         try:
             decoded = self._decode(stream, packets, index_of, wanted, must_enter_by=min(wanted), checked=True)
             if decoded is None:
                 return None
             got, last_frame, reached_end = decoded
+            if reached_end and packets.stopped:
+                return None  # the byte index ended the packets before the window's last frame: the exact way
             frames, end = self._assemble(wanted, got, last_frame, reached_end, checked=True)
         except _UnsafeEntry as unsafe:
             logger.info("%s: decoding from keyframe %d is not exact (%s)", self.path, key, unsafe)

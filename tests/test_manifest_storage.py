@@ -13,6 +13,8 @@ import pytest
 from daliload.cli import main
 from daliload.prescreen import Manifest, scan
 from daliload.prescreen import sqlite_file
+from daliload.prescreen.byte_indexes import ByteIndexes
+from daliload.prescreen.manifest_store import SCHEMA_VERSION
 from daliload.prescreen.sqlite_file import ManifestDamagedError
 from daliload.prescreen.probe import ProbeResult
 from daliload.prescreen.rows import FileRecord, Probed, ProbeRows
@@ -99,6 +101,7 @@ def test_a_manifest_an_older_daliload_left_in_wal_mode_is_switched_back(scanned,
 def test_a_version_2_manifest_is_read_as_it_is_and_upgraded_in_place_without_probing(small_kinetics, scanned):
     conn = sqlite3.connect(scanned)
     conn.execute("DROP TABLE video_index")
+    conn.execute("DROP TABLE byte_index")
     conn.execute("DELETE FROM meta WHERE key IN ('generation', 'video_index')")
     conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     conn.commit()
@@ -109,8 +112,35 @@ def test_a_version_2_manifest_is_read_as_it_is_and_upgraded_in_place_without_pro
     again = scan(small_kinetics, manifest_path=scanned, device="cpu", workers=0, progress=False)
     assert again.probed == 0
     with Manifest(scanned) as manifest:
-        assert manifest._meta("schema_version") == "3" and manifest._read_stored_index("train", "cpu") is not None
+        assert manifest._meta("schema_version") == str(SCHEMA_VERSION)
+        assert manifest._read_stored_index("train", "cpu") is not None
         assert list(manifest.video_index("train", device="cpu")) == rows
+
+
+def test_a_version_3_manifest_is_read_without_byte_indexes_and_upgraded_in_place(small_kinetics, scanned):
+    """Version 4 added byte indexes: an older manifest reads as it is (remote windows read without them), and
+    the next scan adds the table without probing again; a file probed again gets its index."""
+    paths = [path for path, in sqlite3.connect(scanned).execute("SELECT path FROM byte_index")]
+    assert paths  # the scan recorded them
+    conn = sqlite3.connect(scanned)
+    conn.execute("DROP TABLE byte_index")
+    conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+    assert ByteIndexes(scanned)(paths[0]) is None
+    with Manifest(scanned) as manifest:
+        assert list(manifest.video_index("train", device="cpu"))
+    again = scan(small_kinetics, manifest_path=scanned, device="cpu", workers=0, progress=False)
+    assert again.probed == 0
+    assert ByteIndexes(scanned)(paths[0]) is None  # not probed again: none yet
+    with Manifest(scanned) as manifest:
+        assert manifest._meta("schema_version") == str(SCHEMA_VERSION)
+    with sqlite3.connect(scanned) as conn:  # as if new (a changed file is probed again too): it gets one
+        conn.execute("DELETE FROM files WHERE path = ?", (paths[0],))
+        conn.execute("DELETE FROM meta WHERE key = 'listing'")  # else the same listing skips the scan
+    conn.close()
+    assert scan(small_kinetics, manifest_path=scanned, device="cpu", workers=0, progress=False).probed == 1
+    assert ByteIndexes(scanned)(paths[0]) is not None
 
 
 def _big_manifest(path: Path, files: int = 2000) -> None:

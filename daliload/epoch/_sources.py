@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Callable, Literal, Sequence
 
 from daliload.dataset import VideoIndex, VideoRow
 from daliload.plan import OutputSpec
+from daliload.stream import is_remote, member_of
+from daliload.stream.byteindex import ByteIndex
 from daliload.stream.cut import cut_task
 from daliload.stream.numbering import StreamHint
 from fallback.options import FallbackOptions
@@ -76,14 +78,16 @@ class ClipSources:
         keep_buffers: on a GPU host, the fallback's page-locked buffers kept
             for reuse (:class:`RegisteredBuffers`): the batches a pass has in
             flight at once, ahead and held for their copies.
+        reads_of: ``path -> its byte index`` (the manifest's), for remote videos.
     """
 
     def __init__(self, index: VideoIndex, output: OutputSpec, options: FallbackOptions, *, workers: int,
                  timeout_s: float, device: "torch.device", dali: DaliSetup | None = None,
-                 keep_buffers: int = 4) -> None:
+                 keep_buffers: int = 4, reads_of: Callable[[str], ByteIndex | None] | None = None) -> None:
         #: ``path -> frames in the file`` (the manifest's), what the plan was drawn from
         self.frames_of = frames_lookup(index)
-        self._hint_of = hint_lookup(index)
+        self._hint_of = hint_lookup(index, reads_of)
+        self._reads_of = reads_of
         self._output, self._workers, self._timeout_s, self._dali_setup = output, workers, timeout_s, dali
         #: on a GPU host, the fallback's shared buffers: page-locked once and reused (None on the CPU, where a
         #: group that is the whole batch is handed out as the batch and so cannot be reused)
@@ -125,6 +129,7 @@ class ClipSources:
     def close(self) -> None:
         """Stop the fallback's workers and release DALI's pipelines (the next pass starts them again)."""
         self.fallback.close()
+        getattr(self._reads_of, "close", lambda: None)()  # the manifest's connection; opened again when next read
         if self.buffers is not None:
             self.buffers.close()
         if self._dali is not None:
@@ -155,11 +160,16 @@ def frames_lookup(index: VideoIndex) -> Callable[[str], int | None]:
     return frames_of
 
 
-def hint_lookup(index: VideoIndex) -> Callable[[str], StreamHint | None]:
-    """``path -> the fallback's seek hint`` over ``index``, made when a video is sent to a worker."""
+def hint_lookup(index: VideoIndex, reads_of: Callable[[str], ByteIndex | None] | None = None,
+                ) -> Callable[[str], StreamHint | None]:
+    """``path -> the fallback's seek hint`` over ``index``, made when a video is sent to a worker; a remote
+    video's carries its byte index from ``reads_of`` (its header and window are then read in one go)."""
     def hint_of(path: str) -> StreamHint | None:
         i = index.find(path)
-        return stream_hint(index[i]) if i >= 0 else None
+        if i < 0:
+            return None
+        reads = reads_of(path) if reads_of is not None and is_remote_video(path) else None
+        return stream_hint(index[i], reads)
     return hint_of
 
 
@@ -177,7 +187,13 @@ def cut_item(hint_of: Callable[[str], StreamHint | None]) -> Callable[[str, Sequ
     return item_of
 
 
-def stream_hint(entry: VideoRow) -> StreamHint | None:
+def is_remote_video(path: str) -> bool:
+    """Whether ``path`` names a video in a store (a URI, or a member of a shard in one)."""
+    member = member_of(path) if "#" in path else None
+    return is_remote(member.shard if member is not None else path)
+
+
+def stream_hint(entry: VideoRow, reads: ByteIndex | None = None) -> StreamHint | None:
     """A seek hint for the fallback from the manifest: constant-frame-rate files with keyframes,
     and every file the deep check found unsafe to seek (decoded from its start)."""
     if entry.unsafe_seek:
@@ -186,6 +202,7 @@ def stream_hint(entry: VideoRow) -> StreamHint | None:
     if entry.vfr or not entry.keyframes or entry.keyframes[0] != 0 or not entry.fps:
         return None
     try:
-        return StreamHint(keyframe_indices=entry.keyframes, fps=entry.fps, num_frames=entry.num_frames or None)
+        return StreamHint(keyframe_indices=entry.keyframes, fps=entry.fps, num_frames=entry.num_frames or None,
+                          reads=reads)
     except ValueError:
         return None

@@ -7,7 +7,7 @@ it, meta, upgrades, the per-file lists a scan compares with), and
 :mod:`.manifest_routes` the routes read per target (:class:`ManifestEntry`,
 route totals, the NVDEC classes confirmed on a GPU).
 
-Schema (version :data:`SCHEMA_VERSION`; a version-2 manifest is read as it
+Schema (version :data:`SCHEMA_VERSION`; a version-2 or -3 manifest is read as it
 is and upgraded in place by the next scan, one of another version is rebuilt
 by it and refused by readers)::
 
@@ -27,6 +27,9 @@ by it and refused by readers)::
            route,                        'dali' | 'fallback' | 'bad'
            reason,                       why not 'dali' ('' if dali)
            deep)                         1 if the --deep check decoded it on this device
+
+    byte_index(path PRIMARY KEY, data)   where each video's packets lie (daliload.stream.byteindex): a remote
+                                         window read in one request; read one video at a time (ByteIndexes)
 
     video_index(target, name, data)      every file's facts and routes as columns (zlib-compressed
                                          numpy arrays), what loaders read: target '' for the facts,
@@ -186,6 +189,10 @@ class Manifest(RoutedManifest):
         with self._transaction() as conn:
             conn.executemany(f"INSERT OR REPLACE INTO files VALUES ({marks})", files)
             conn.executemany("INSERT OR REPLACE INTO routes VALUES (?, ?, ?, ?, ?)", routes)
+            conn.executemany("DELETE FROM byte_index WHERE path = ?",
+                             [(p.record.path,) for p in probed if p.rows.byte_index is None])
+            conn.executemany("INSERT OR REPLACE INTO byte_index VALUES (?, ?)",
+                             [(p.record.path, p.rows.byte_index) for p in probed if p.rows.byte_index is not None])
 
     def update_meta(self, records: Iterable[FileRecord]) -> int:
         """Rewrite the index metadata (split, label, class, ...) of unchanged files; count them."""
@@ -219,6 +226,7 @@ class Manifest(RoutedManifest):
                 marks = ", ".join("?" * len(chunk))
                 conn.execute(f"DELETE FROM files WHERE path IN ({marks})", chunk)
                 conn.execute(f"DELETE FROM routes WHERE path IN ({marks})", chunk)
+                conn.execute(f"DELETE FROM byte_index WHERE path IN ({marks})", chunk)
         return len(stale)
 
     def set_classes(self, classes: Sequence[str]) -> None:

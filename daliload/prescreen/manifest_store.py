@@ -31,10 +31,11 @@ logger = logging.getLogger("daliload.prescreen.manifest")
 
 #: Bump on any change to the tables below (or to the columns :mod:`.rows` fills). 3 added ``video_index``
 #: and meta ``generation``: a daliload that does not bump it must not write a manifest that has them.
-SCHEMA_VERSION = 3
+#: 4 added ``byte_index`` (files probed before have no row: their remote windows are read without one).
+SCHEMA_VERSION = 4
 #: Versions :meth:`ManifestStore._prepare_schema` upgrades in place, and readers read as they are (their tables
 #: are a subset of this one's; without stored columns, a reader reads the rows).
-_UPGRADABLE = ("2",)
+_UPGRADABLE = ("2", "3")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -86,6 +87,10 @@ CREATE TABLE IF NOT EXISTS nvdec_classes (
     reason TEXT NOT NULL,
     PRIMARY KEY (target, class)
 );
+CREATE TABLE IF NOT EXISTS byte_index (
+    path TEXT PRIMARY KEY,
+    data BLOB NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS video_index (
     target TEXT NOT NULL,
     name TEXT NOT NULL,
@@ -305,7 +310,7 @@ class ManifestStore:
                     version[0],
                     SCHEMA_VERSION,
                 )
-                for table in ("meta", "classes", "files", "routes", "nvdec_classes", "video_index"):
+                for table in ("meta", "classes", "files", "routes", "nvdec_classes", "video_index", "byte_index"):
                     conn.execute(f"DROP TABLE IF EXISTS {table}")
             conn.executescript_in_transaction(_SCHEMA)
             conn.execute(

@@ -124,6 +124,8 @@ def _copy_rows(merged: Manifest, part: Path) -> None:
                 raise ValueError(f"{path} is in {part} and in another part: the parts are not the shards of one "
                                  "scan") from err
             conn.execute("INSERT INTO routes SELECT * FROM part.routes")
+            if conn.execute("SELECT 1 FROM part.sqlite_master WHERE name = 'byte_index'").fetchone():
+                conn.execute("INSERT OR REPLACE INTO byte_index SELECT * FROM part.byte_index")
             conn.execute("INSERT OR REPLACE INTO nvdec_classes SELECT * FROM part.nvdec_classes")
     finally:
         merged._conn.execute("DETACH DATABASE part")

@@ -47,7 +47,10 @@ those, and finds files where seeking to a keyframe gives wrong frames
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
+import os
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
@@ -56,6 +59,7 @@ import av
 from av.stream import Discard
 
 from daliload.stream import open_video
+from daliload.stream.byteindex import build_byte_index
 from daliload.stream.numbering import (
     first_output_pts,
     frames_from,
@@ -129,6 +133,7 @@ class ProbeResult:
     num_frames: int = 0
     duration_s: float | None = None
     keyframes: tuple[int, ...] = ()
+    byte_index: bytes | None = None
     vfr: bool = False
     num_packets: int = 0
     unsafe_seek: bool = False
@@ -231,11 +236,21 @@ def probe_file(path: str | Path) -> ProbeResult:
         Never raises for a broken file: failures become the ``reason``.
     """
     path_str = str(path)
+    source = None
     try:
-        container = av.open(open_video(path_str), metadata_errors="ignore", container_options=_OPEN_OPTIONS)
+        source = open_video(path_str)
+        container = av.open(source, metadata_errors="ignore", container_options=_OPEN_OPTIONS)
     except (av.FFmpegError, OSError) as err:  # OSError: not a regular file, or a remote read that failed
+        if isinstance(source, io.IOBase):
+            source.close()
         return ProbeResult(path_str, reason=f"cannot open: {describe_error(err)}")
     with container:
+        return _probe_open(path_str, source, container)
+
+
+def _probe_open(path_str: str, source, container: av.container.InputContainer) -> ProbeResult:
+    """The facts of an open container (:func:`probe_file`); its file object, if any, is closed after."""
+    with source if isinstance(source, io.IOBase) else contextlib.nullcontext():
         stream = _video_stream(container)
         if stream is None:
             return ProbeResult(path_str, reason="no video stream", container=container.format.name)
@@ -249,7 +264,25 @@ def probe_file(path: str | Path) -> ProbeResult:
         damage = _damage(packets, container, stream)
         if damage:
             return replace(facts, num_frames=len(packets.keys), reason=damage)
-        return _with_stream_facts(facts, packets, container, stream)
+        facts = _with_stream_facts(facts, packets, container, stream)
+        return replace(facts, byte_index=_byte_index(source, packets, facts))
+
+
+def _byte_index(source, found: _Packets, facts: ProbeResult) -> bytes | None:
+    """Where the packets lie (:mod:`daliload.stream.byteindex`), for reading a remote window in one request;
+    ``None`` when the numbering needed more than timestamps (no first pts to store) or the packets do not allow it."""
+    keys = found.keys
+    if (not facts.keyframes or facts.vfr or not keys or any(k is None for k in keys) or facts.num_frames != len(keys)
+            or found.first_frame is None or found.first_frame.pts != min(keys)
+            or not timestamps_rank_frames(facts.container or "")):
+        return None  # frames not numbered by their timestamps from the first packet on: no first pts to store
+    try:
+        size = os.stat(source).st_size if isinstance(source, str) else source.size
+    except OSError:
+        return None
+    order = sorted(range(len(found.keys)), key=found.keys.__getitem__)
+    index = build_byte_index(size, found.positions, found.sizes, order, facts.keyframes, found.keys[order[0]])
+    return None if index is None else index.encode()
 
 
 def _video_stream(container: av.container.InputContainer) -> av.video.stream.VideoStream | None:
@@ -296,6 +329,8 @@ class _Packets:
     keys: list[int | None] = field(default_factory=list)  # pts (else dts) of each frame
     keyflags: list[bool] = field(default_factory=list)  # whether a decode may start at each frame
     durations: list[int] = field(default_factory=list)  # packet duration of each frame
+    positions: list[int] = field(default_factory=list)  # byte offset of each frame's packet (-1: unknown)
+    sizes: list[int] = field(default_factory=list)  # bytes of each frame's packet
     packets: int = 0  # non-empty packets, shown or not
     corrupt_at: int | None = None  # index of the first packet the demuxer flagged corrupt
     first_frame: av.VideoFrame | None = None
@@ -326,6 +361,8 @@ def _read_packets(container: av.container.InputContainer,
             found.keys.append(packet.pts if packet.pts is not None else packet.dts)
             found.keyflags.append(is_random_access(codec, packet, length_size))
             found.durations.append(packet.duration or 0)
+            found.positions.append(packet.pos if packet.pos is not None else -1)
+            found.sizes.append(packet.size)
     except av.FFmpegError as err:
         found.demux_error = err
     return found

@@ -66,10 +66,12 @@ class ProbeRows:
     Attributes:
         facts: the fact columns (``FACT_COLUMNS`` order).
         routes: one :data:`RouteRow` per device.
+        byte_index: where the packets lie (:meth:`daliload.stream.byteindex.ByteIndex.encode`), or ``None``.
     """
 
     facts: tuple
     routes: tuple[RouteRow, ...]
+    byte_index: bytes | None = None
 
     @classmethod
     def of(cls, facts: ProbeResult, deep: Sequence[RouteRow] = ()) -> "ProbeRows":
@@ -77,10 +79,10 @@ class ProbeRows:
         by_device = {row[0]: row for row in deep}
         routes = tuple(by_device.get(device) or (device, *route_for(facts, device), 0)
                        for device in DEVICES)  # fmt: skip
-        return cls(fact_values(facts), routes)
+        return cls(fact_values(facts), routes, facts.byte_index)
 
     def as_tuple(self) -> tuple:
-        return (self.facts, self.routes)
+        return (self.facts, self.routes, self.byte_index)
 
 
 @dataclass(frozen=True)

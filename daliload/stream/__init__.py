@@ -14,6 +14,9 @@ the pre-screen: everything that knows about containers and bytes.
   and retries (:class:`ReadPolicy`), counted per process
   (:func:`transfer_counts`); :func:`open_video` gives PyAV a path or a
   ranged file object, :func:`check_stores` reaches each store once up front.
+* :mod:`.byteindex`: where a video's packets lie (recorded by the scan), and
+  :mod:`._window`: :func:`open_window`, a remote window read in one request
+  with the file's header cached per process.
 * :mod:`.numbering`: which packets become frames and where a decode may
   start (:class:`~daliload.stream.numbering.StreamHint`).
 * :mod:`.cut`: the packets a window needs, as a small file for DALI.
@@ -38,9 +41,11 @@ from daliload.stream._remote import (RangeFile, ReadPolicy, RemoteObject, Remote
 from daliload.stream._tar import (NotAnUncompressedTar, TarMember, is_compressed_name, read_member, shard_paths,
                                   tar_members)
 from daliload.stream._uri import SecretInURIError, is_remote, redact, refuse_secrets
+from daliload.stream._window import PacketsUntil, WindowFile, clear_header_cache, open_window
 
-__all__ = ["MemberAddress", "NotARegularFile", "NotAnUncompressedTar", "RangeFile", "ReadPolicy", "RemoteObject",
-           "RemoteReadError", "SecretInURIError", "TarMember", "TransferCounts", "add_transfer_counts",
+__all__ = ["MemberAddress", "NotARegularFile", "NotAnUncompressedTar", "PacketsUntil", "RangeFile", "ReadPolicy",
+           "RemoteObject", "RemoteReadError", "SecretInURIError", "TarMember", "TransferCounts", "WindowFile",
+           "add_transfer_counts", "clear_header_cache",
            "check_stores", "fetch", "is_compressed_name", "is_remote", "list_objects", "member_address", "member_of",
            "open_video", "read_member", "read_video_file", "redact", "refuse_secrets", "require_regular_file",
-           "shard_paths", "stat_video", "tar_members", "transfer_counts"]
+           "open_window", "shard_paths", "stat_video", "tar_members", "transfer_counts"]

@@ -177,7 +177,8 @@ def _causes(err: BaseException):
 
 def classify(err: BaseException) -> tuple[str, bool, str | None]:
     """``(kind, transient, code)`` of a client library's error: kind is ``"missing"``, ``"credentials"``,
-    ``"timeout"``, ``"connection"``, ``"server"`` or ``"other"``; code the store's code or HTTP status."""
+    ``"range"``, ``"timeout"``, ``"connection"``, ``"server"`` or ``"other"``; code the store's code or HTTP
+    status."""
     import asyncio
 
     code, status = None, None
@@ -193,6 +194,8 @@ def classify(err: BaseException) -> tuple[str, bool, str | None]:
         return "credentials", False, code or (str(status) if status else None)
     if code in ("NoSuchKey", "NoSuchBucket", "404") or status == 404 or isinstance(err, FileNotFoundError):
         return "missing", False, code or (str(status) if status else None)
+    if code == "InvalidRange" or status == 416:
+        return "range", False, code or str(status)
     if code in _TRANSIENT_CODES or (status is not None and (status >= 500 or status == 429)):
         return "server", True, code or str(status)
     if any(isinstance(c, (TimeoutError, asyncio.TimeoutError)) for c in _causes(err)) or "Timeout" in name:
@@ -233,6 +236,9 @@ def _reason(kind: str, err: BaseException, code: str | None) -> str:
     if kind == "credentials":
         return (f"the store refused the credentials ({code or text}): check AWS_ACCESS_KEY_ID/"
                 "AWS_SECRET_ACCESS_KEY or AWS_PROFILE (and AWS_ENDPOINT_URL for the endpoint)")
+    if kind == "range":
+        return (f"the object is shorter than when scanned ({code}: replaced since the scan? "
+                "run `daliload scan` again)")
     if kind == "timeout":
         return "the store did not answer in time"
     if kind == "connection":

@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import bisect
 import io
-import math
 import os
 from dataclasses import dataclass
 from fractions import Fraction
@@ -61,7 +60,9 @@ from typing import Sequence
 import av
 
 from daliload.stream._files import open_video
-from daliload.stream.numbering import (StreamHint, first_output_pts, is_random_access, nal_length_size, shows_frame,
+from daliload.stream._window import PacketsUntil, open_window
+from daliload.stream.numbering import (StreamHint, first_output_pts, is_random_access, nal_length_size, seek_target,
+                                       shows_frame,
                                 timestamps_rank_frames, with_parameter_sets)
 
 #: Packets read past the window's last frame, before the cut is closed: B-frames stored after a later
@@ -106,14 +107,19 @@ def cut_window(path: str | os.PathLike, first: int, last: int, hint: StreamHint 
     keys = hint.keyframe_indices
     if keys[bisect.bisect_right(keys, first) - 1] == 0:
         return None  # decoding starts at the file's start anyway
-    # a local path is checked (a FIFO put in its place would block the open); a URI is read in ranges
-    with av.open(open_video(path), metadata_errors="ignore") as src:
+    # A remote video with a byte index: its header (cached) and the window's bytes, fetched at once. Else a
+    # local path, checked (a FIFO put in its place would block the open), or a URI read in ranges.
+    window = open_window(path, hint, (first, last))
+    stop_at = window.stop_at if window is not None else None
+    with av.open(window or open_video(path), metadata_errors="ignore") as src:
+        if window is not None:
+            window.opened()
         stream = src.streams.video[0]
         if not stream.time_base or not timestamps_rank_frames(src.format.name):
             return None
         codec = stream.codec_context.codec.canonical_name
         length_size = nal_length_size(codec, stream.codec_context.extradata)
-        first_pts = _first_pts(src, stream, codec, length_size)
+        first_pts = hint.reads.first_pts if window is not None else _first_pts(src, stream, codec, length_size)
         if first_pts is None:
             return None
         ticks = 1 / (Fraction(hint.fps) * stream.time_base)  # stream ticks per frame
@@ -123,8 +129,8 @@ def cut_window(path: str | os.PathLike, first: int, last: int, hint: StreamHint 
             return (2 * (pts - first_pts) * den + num) // (2 * num)
 
         key = keys[bisect.bisect_right(keys, first) - 1]
-        src.seek(first_pts + math.floor(key * ticks), stream=stream, backward=True)
-        kept = _window_packets(src, stream, codec, length_size, index_of, first, last)
+        src.seek(seek_target(first_pts, key, ticks), stream=stream, backward=True)
+        kept = _window_packets(src, stream, codec, length_size, index_of, first, last, stop_at)
         if not kept:
             return None
         base = kept[0][0]
@@ -177,13 +183,18 @@ def _first_pts(src, stream, codec: str, length_size: int | None) -> int | None:
 
 
 def _window_packets(src, stream, codec: str, length_size: int | None, index_of, first: int,
-                    last: int) -> list[tuple[int, av.Packet]]:
+                    last: int, stop_at: int | None = None) -> list[tuple[int, av.Packet]]:
     """``(frame, packet)`` in decode order from the latest clean entry at or before ``first`` to the last
-    packet whose frame is at or before ``last``; empty when the demuxer starts after ``first``."""
+    packet whose frame is at or before ``last``; empty when the demuxer starts after ``first``.
+
+    ``stop_at``: the byte index's end of the window's last packet; demuxing stops at the packet ending there
+    (the packets after it are not needed, and are not fetched). The checks of :func:`cut_window` still
+    decide whether the cut holds every frame.
+    """
     kept: list[tuple[int, av.Packet]] = []
     base = None
     past = 0
-    for packet in src.demux(stream):
+    for packet in PacketsUntil(src.demux(stream), stop_at):
         if packet.size == 0:
             continue
         if packet.pts is None:

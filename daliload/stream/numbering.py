@@ -58,6 +58,7 @@ pre-screen records the same facts in the manifest).
 from __future__ import annotations
 
 import bisect
+import math
 import os
 from dataclasses import dataclass
 from fractions import Fraction
@@ -67,6 +68,7 @@ import av
 import av.error
 
 from daliload.stream._files import open_video
+from daliload.stream.byteindex import ByteIndex
 from daliload.stream.errors import DecodeError, describe
 
 #: VOP start code of MPEG-4 Part 2; a packet without one yields no frame.
@@ -366,6 +368,19 @@ class FrameTable:
         return usable[::-1][:2] + [0]
 
 
+def seek_target(first_pts: int, key: int, ticks: Fraction) -> int:
+    """The timestamp to seek to (backward) to land on keyframe ``key``: the latest one frame ``key`` may have.
+
+    Frame ``n`` is the frame whose pts is nearest ``first_pts + n * ticks``
+    (``ticks``: stream ticks per frame), so its pts is below
+    ``first_pts + (n + 1/2) * ticks``. Seeking to the largest such pts lands
+    on keyframe ``key`` even where the time base does not hold a frame's
+    duration exactly (Matroska's milliseconds: frame 128 at 30 fps is at
+    4267, past ``floor(128 * 33.3) = 4266``, where a seek lands a whole GOP earlier).
+    """
+    return first_pts + math.ceil((key + Fraction(1, 2)) * ticks) - 1
+
+
 @dataclass(frozen=True)
 class StreamHint:
     """What the pre-screen knows about a video stream, to seek without demuxing it all.
@@ -383,12 +398,16 @@ class StreamHint:
         unsafe_seek: decoding from a keyframe after the start gives wrong
             frames (the pre-screen's ``--deep`` check found it): every window
             is decoded from the start of the file.
+        reads: where the packets lie (:class:`~daliload.stream.byteindex.ByteIndex`,
+            from the manifest), so a remote window is read in one request;
+            ``None``: none was recorded, or the video is local.
     """
 
     keyframe_indices: tuple[int, ...]
     fps: Fraction | float
     num_frames: int | None = None
     unsafe_seek: bool = False
+    reads: ByteIndex | None = None
 
     def __post_init__(self) -> None:
         keys = tuple(int(k) for k in self.keyframe_indices)
@@ -400,6 +419,8 @@ class StreamHint:
         if self.num_frames is not None and self.num_frames < 1:
             raise ValueError(f"num_frames must be >= 1 or None, got {self.num_frames}")
         object.__setattr__(self, "keyframe_indices", keys)
+        if self.reads is not None and len(self.reads.key_offsets) != len(keys):
+            object.__setattr__(self, "reads", None)  # not this keyframe list's: read without it
 
 
 def probe_hint(path: str | os.PathLike) -> StreamHint:

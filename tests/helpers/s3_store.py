@@ -74,7 +74,7 @@ def uri_manifest(manifest: Path, root: Path, prefix: str, out: Path) -> Path:
     shutil.copy(manifest, out)
     old = str(root.resolve()) + "/"
     with sqlite3.connect(out) as conn:
-        for table in ("files", "routes"):
+        for table in ("files", "routes", "byte_index"):
             conn.execute(f"UPDATE {table} SET path = ? || substr(path, ?) WHERE substr(path, 1, ?) = ?",
                          (prefix, len(old) + 1, len(old), old))
     conn.close()
