@@ -267,6 +267,6 @@ def test_a_root_in_s3_reads_each_window_in_about_one_request_and_gives_the_local
         assert stats.failures == () and stats.clips_dali == local.clips_dali
         clips = stats.clips_dali + stats.clips_fallback
         # each file's header and its window at once (a window whose entry is frame 0: DALI reads the file
-        # whole); without the byte index this epoch made 29 requests and read 1.3x the files (measured)
+        # whole); without the byte index this epoch made 37 requests and read 0.82x the files (measured once)
         assert requests <= 3 * clips, (where, requests, clips)
         assert received < 0.6 * size, (where, received, size)
