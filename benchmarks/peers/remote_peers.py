@@ -20,7 +20,8 @@ Rows:
   torchcodec's documented way to decode from a file-like object, with its
   defaults (exact seek mode: it scans the file first) and s3fs's defaults for
   the file (block size 50 MiB, ``readahead`` cache), in spawned DataLoader workers.
-- ``whole object``: the object read whole (one GET, ``fs.cat_file``), then
+- ``whole object``: the object read whole (``fs.cat_file``: one GET, after
+  the HEAD s3fs sends first for its size), then
   decoded from memory with PyAV, frames from 0 through the window's last
   (how a webdataset pipeline gets a video: the whole sample, then a decoder).
 
@@ -102,7 +103,7 @@ class TorchcodecFsspec(DataLoaderAdapter):
 
 class WholeObject(DataLoaderAdapter):
     name = "whole object"
-    summary = ("the object read whole (one GET, s3fs cat_file), PyAV decoding it from memory from frame 0 "
+    summary = ("the object read whole (s3fs cat_file: a HEAD, then one GET), PyAV decoding it from memory from frame 0 "
                "through the window's last (webdataset's way), in spawned DataLoader workers")
     counts_frames = True
     decode = staticmethod(decode_whole_object)

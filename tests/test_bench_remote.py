@@ -1,0 +1,101 @@
+"""``python -m benchmarks.bench_remote`` runs every row against a throttled S3 store and writes its figures.
+
+Counts, bytes and the targets' presence are asserted, never a speed.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks.remote_least import PacketMap, window_bytes
+from benchmarks.remote_store import StoreConfig, parse_stores
+
+
+def test_store_configurations_parse_and_bad_ones_are_named():
+    assert parse_stores("0, 20,50@20") == [StoreConfig(0, None), StoreConfig(20, None), StoreConfig(50, 20)]
+    assert StoreConfig(20, 20).name == "20 ms, 20 MB/s"
+    with pytest.raises(ValueError, match=r"--stores: bad item '20@fast'.*LATENCY_MS@CAP_MB_S"):
+        parse_stores("0,20@fast")
+    with pytest.raises(ValueError, match=r"cap_mb_s must be > 0 MB/s.*got 0"):
+        parse_stores("20@0")
+    with pytest.raises(ValueError, match=r"no configuration in ' , '"):
+        parse_stores(" , ")
+
+
+def test_the_least_runs_from_the_entry_keyframe_to_the_last_packet_the_window_needs():
+    # 8 frames in two GOPs with B-frames: in decode order the frames are 0 (key), 2, 1, 3, 4 (key), 6, 5, 7
+    frames = (0, 2, 1, 3, 4, 6, 5, 7)
+    keys = (True, False, False, False, True, False, False, False)
+    starts = tuple(100 + 10 * n for n in range(8))  # 100-byte header, 10-byte packets
+    packets = PacketMap(size_bytes=200, header_bytes=100 + 20, starts=starts, ends=tuple(s + 10 for s in starts),
+                        frames=frames, keys=keys)
+    assert window_bytes(packets, [5, 6]) == 30  # enters at frame 4 (packet 4), ends with packet 6 (frame 5)
+    assert window_bytes(packets, [1, 2]) == 30  # frame 1 is decoded after frame 2: packets 0..2
+    assert window_bytes(packets, [3, 5]) == 70  # enters at frame 0: packets 0..6
+
+
+@pytest.mark.slow
+def test_the_remote_benchmark_measures_every_row_on_one_plan_and_writes_its_sections(tmp_path):
+    pytest.importorskip("moto.server")
+    pytest.importorskip("s3fs")
+    from benchmarks import bench_remote
+    from benchmarks.remote_report import CHAPTER
+
+    out, md, page = tmp_path / "remote.json", tmp_path / "RESULTS.md", tmp_path / "remote.md"
+    page.write_text("before\n<!-- remote:begin: generated -->\nold figures\n<!-- remote:end -->\nafter\n")
+    assert bench_remote.main(["--classes", "2", "--clips-per-class", "2", "--duration", "3", "--size", "64x48",
+                              "--clip-len", "8", "--frame-stride", "2", "--rounds", "1", "--stores", "20,20@20",
+                              "--data-dir", str(tmp_path / "data"), "--json", str(out), "--results-md", str(md),
+                              "--readme", str(page)]) == 0
+    result = json.loads(out.read_text())
+    assert {"date_utc", "package_commit", "cpu_cores_usable"} <= result["machine"].keys()
+    assert len(result["load_average"]) == 2
+    least = result["least"]
+    assert least["clips"] == 4 and 0 < least["windows_per_clip"] < least["per_clip"] <= least["file_per_clip"]
+    assert list(result["stores"]) == ["20 ms", "20 ms, 20 MB/s"]
+    for store in result["stores"].values():
+        rows = store["rows"]
+        assert list(rows) == list(bench_remote.ROWS)
+        for name, row in rows.items():
+            if name == "torchcodec" and row["status"] == "unavailable":
+                continue  # torchcodec needs FFmpeg's libraries; its reason is in the row
+            assert row["status"] == "ok", (name, row.get("reason"))
+            assert [run["clips"] for run in row["runs"]] == [4]
+            f = row["figures"]
+            assert f["clips"] == 4 and f["clips_per_s"]["n"] == 1
+            if name == "daliload local":
+                assert f["requests_per_clip"] == 0 and f["bytes_per_clip"] == 0  # nothing from the store
+                continue
+            assert f["requests_per_clip"] > 0 and f["bytes_per_clip"] > 0
+            assert f["bytes_over_file"] == pytest.approx(f["bytes_per_clip"] / least["file_per_clip"])
+            assert f["bytes_over_least"] == pytest.approx(f["bytes_per_clip"] / least["per_clip"])
+            if name.startswith("daliload"):
+                # daliload's own counters saw the same reads as the proxy (its requests may count retries
+                # and a size look-up differently: bytes only)
+                assert f["daliload_bytes_per_clip"] > 0
+                assert f["daliload_over_proxy_bytes"] == pytest.approx(1.0, rel=0.25)
+        # the whole object: one GET (and no more than a size look-up) per clip, the file's bytes
+        assert rows["whole object"]["figures"]["bytes_over_file"] == pytest.approx(1.0, rel=0.05)
+    targets = result["targets"]
+    assert [(t["target"].split(",")[0], t["row"]) for t in targets] == [
+        ("bytes per clip over the least", "daliload s3"), ("bytes per clip over the least", "daliload s3 shards"),
+        ("clips/s over daliload local", "daliload s3"), ("clips/s over daliload local", "daliload s3 shards"),
+        ("clips/s over torchcodec", "daliload s3")]
+    evaluated = targets if result["stores"]["20 ms, 20 MB/s"]["rows"]["torchcodec"]["status"] == "ok" else targets[:4]
+    assert all(t["pass"] in (True, False) and t["measured"] > 0 for t in evaluated)
+    text = md.read_text()
+    assert CHAPTER in text and "| 20 ms, 20 MB/s | daliload s3 shards |" in text
+    assert text.count("- PASS ") + text.count("- FAIL ") == len(evaluated)
+    figures = page.read_text()
+    assert figures.startswith("before\n<!-- remote:begin: generated -->\nWritten by") and "old" not in figures
+    assert figures.endswith("<!-- remote:end -->\nafter\n")
+
+
+def test_an_unknown_row_is_refused_naming_the_rows(capsys):
+    from benchmarks import bench_remote
+
+    with pytest.raises(SystemExit):
+        bench_remote.main(["--rows", "daliload local,decord"])
+    assert "unknown row(s) ['decord']; choose from daliload local, daliload s3" in capsys.readouterr().err
