@@ -99,3 +99,57 @@ def test_an_unknown_row_is_refused_naming_the_rows(capsys):
     with pytest.raises(SystemExit):
         bench_remote.main(["--rows", "daliload local,decord"])
     assert "unknown row(s) ['decord']; choose from daliload local, daliload s3" in capsys.readouterr().err
+
+
+def _normal_clips(root):
+    from daliload.synth.dataset import read_report
+
+    clips = [c for c in read_report(root) if c.broken is None and c.codec in ("h264", "vp9")]
+    return [next(c for c in clips if c.codec == codec) for codec in ("h264", "vp9")]
+
+
+def test_the_peers_decode_the_windows_frames_from_the_objects(small_kinetics, monkeypatch):
+    """Both peers, given the objects as ``file://`` URIs, return the frames the window names (the frame code)."""
+    from benchmarks.peers.remote_peers import decode_torchcodec_fsspec, decode_whole_object
+    from daliload.framecode import read_clip
+
+    monkeypatch.setenv("BENCH_REMOTE_ROOT", str(small_kinetics))
+    monkeypatch.setenv("BENCH_REMOTE_PREFIX", f"file://{small_kinetics}")
+    decoders = [decode_whole_object]
+    try:
+        from benchmarks.peers.torchcodec_peer import _probe
+
+        decoders += [decode_torchcodec_fsspec] if _probe("cpu") is None else []
+    except ImportError:
+        pass
+    for clip in _normal_clips(small_kinetics):
+        window = [clip.num_frames - 30, clip.num_frames - 17, clip.num_frames - 1, clip.num_frames - 1]
+        for decode in decoders:
+            frames, _ = decode(str(small_kinetics / clip.path), window)
+            got = frames.numpy() if hasattr(frames, "numpy") else frames
+            assert read_clip(got) == window, (decode.__name__, clip.path)
+
+
+def test_the_least_of_a_real_file_is_its_windows_packets_plus_its_header(tmp_path):
+    from benchmarks.remote_least import least_for_plan, packet_map
+    from daliload.synth.dataset import generate_dataset
+    from daliload.synth.spec import SynthSpec
+
+    spec = SynthSpec(num_classes=1, clips_per_class=2, val_fraction=0.0, width=64, height=48, duration_s=2.0,
+                     fps_mix={30: 1.0}, codec_mix={"h264": 1.0, "vp9": 1.0}, gop=8)
+    report = generate_dataset(tmp_path, spec, progress=False)
+    assert {c.codec for c in report.clips} == {"h264", "vp9"}
+    for clip in report.clips:
+        path = str(tmp_path / clip.path)
+        packets = packet_map(path)
+        assert sorted(packets.frames) == list(range(60))
+        assert [f for f, key in zip(packets.frames, packets.keys) if key] == list(range(0, 60, 8))
+        assert 0 < packets.header_bytes < packets.size_bytes
+        whole = window_bytes(packets, [0, 59])
+        assert whole == packets.size_bytes - packets.header_bytes  # one video stream: its packets are contiguous
+        entry = packets.frames.index(56)  # the keyframe at or before frame 58
+        assert window_bytes(packets, [58, 59]) == packets.ends[-1] - packets.starts[entry] < whole
+        least = least_for_plan([(path, [0, 5]), (path, [58, 59])])
+        assert least.clips == 2 and least.header_bytes == packets.header_bytes  # the header once per file
+        assert least.file_bytes == 2 * packets.size_bytes
+        assert least.window_bytes == window_bytes(packets, [0, 5]) + window_bytes(packets, [58, 59])
