@@ -205,7 +205,7 @@ def measure_store(proxy: ThrottledProxy, rows: list[str], files: Path, plan: Pat
                     continue
                 if timed:
                     records[row]["runs"].append(answer["run"] | {
-                        "round": round_number - args.warmup, "requests": served.requests,
+                        "round": round_number - args.warmup, "requests": served.requests, "heads": served.heads,
                         "body_bytes": served.body_bytes, "daliload_stats": _last_stats(work, row)})
     finally:
         for process in processes.values():

@@ -7,7 +7,8 @@ Per row and store configuration (:func:`figures`):
   epochs, per clip (median over rounds), and that over the plan's file size
   per clip (``x file``: 1.0 is every file read whole once) and over the least
   (``x least``: :mod:`benchmarks.remote_least`);
-- requests per clip: requests the proxy served (every method), per clip;
+- requests per clip: requests the proxy served (every method), per clip, and
+  of them the HEAD requests (size look-ups);
 - for daliload, its own ``stats()`` counters per clip and their ratio to the
   proxy's (close to 1 when both count the same reads).
 
@@ -48,7 +49,7 @@ def figures(row: dict, least: dict) -> dict | None:
     per_clip = lambda key: statistics.median(r[key] / r["clips"] for r in runs)  # noqa: E731
     served = per_clip("body_bytes")
     out = {"clips": runs[0]["clips"], "clips_per_s": asdict(summarize([r["clips"] / r["wall_s"] for r in runs])),
-           "bytes_per_clip": served, "requests_per_clip": per_clip("requests"),
+           "bytes_per_clip": served, "requests_per_clip": per_clip("requests"), "heads_per_clip": per_clip("heads"),
            "bytes_over_file": served / least["file_per_clip"], "bytes_over_least": served / least["per_clip"],
            "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
            "cores_busy": statistics.median(r["cpu_s"] / r["wall_s"] for r in runs)}
@@ -142,7 +143,7 @@ def _clips(f: dict) -> str:
 
 def table(result: dict, *, full: bool = True) -> list[str]:
     """The rows of every store configuration as one markdown table."""
-    header = ["store", "row", "clips/s", "x local", "KB/clip", "x file", "x least", "requests/clip"]
+    header = ["store", "row", "clips/s", "x local", "KB/clip", "x file", "x least", "requests/clip (HEAD)"]
     if full:
         header += ["daliload's own KB/clip, requests/clip", "peak RSS MiB"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -156,7 +157,8 @@ def table(result: dict, *, full: bool = True) -> list[str]:
                 continue
             ratio = _ratio(_speeds(record), local) if row != "daliload local" else None
             cells = [name, row, _clips(f), _fmt(ratio and ratio["median"], 2), _fmt(f["bytes_per_clip"] / 1e3),
-                     _fmt(f["bytes_over_file"], 2), _fmt(f["bytes_over_least"], 2), _fmt(f["requests_per_clip"])]
+                     _fmt(f["bytes_over_file"], 2), _fmt(f["bytes_over_least"], 2),
+                     f"{_fmt(f['requests_per_clip'])} ({_fmt(f['heads_per_clip'])})"]
             if full:
                 own = ("–" if "daliload_bytes_per_clip" not in f else
                        f"{_fmt(f['daliload_bytes_per_clip'] / 1e3)}, {_fmt(f['daliload_requests_per_clip'])}")
@@ -188,7 +190,8 @@ def markdown(result: dict) -> str:
     lines = run_heading("Remote", result["name"], "python -m benchmarks.bench_remote", result, description)
     lines += ["", _least_line(result), ""] + table(result)
     lines += ["", "`x local`: clips/s over daliload local's in the same rounds (median of the rounds' ratios). "
-              "`x file`: bytes served per clip over the file's size; `x least`: over the least. daliload's own "
+              "`x file`: bytes served per clip over the file's size; `x least`: over the least. `requests/clip`: every "
+              "request the store served (listings, HEADs, GETs), in brackets the HEADs. daliload's own "
               "counters are `loader.stats().remote_bytes` / `remote_requests` over the same epochs.", "",
               "Targets:", ""] + [f"- {line}" for line in target_lines(result)]
     return "\n".join(lines) + "\n"

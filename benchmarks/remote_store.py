@@ -83,13 +83,14 @@ def parse_stores(text: str) -> list[StoreConfig]:
 
 
 class Counts(NamedTuple):
-    """What a proxy served: requests (every method) and response body bytes."""
+    """What a proxy served: requests (every method), response body bytes, and of the requests the HEADs."""
 
     requests: int = 0
     body_bytes: int = 0
+    heads: int = 0
 
     def __sub__(self, other: "Counts") -> "Counts":  # type: ignore[override]
-        return Counts(self.requests - other.requests, self.body_bytes - other.body_bytes)
+        return Counts(*(a - b for a, b in zip(self, other)))
 
 
 class _Link:
@@ -139,7 +140,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_error(502, f"upstream {proxy.upstream}: {err}")
             return
         head = self.command == "HEAD"
-        proxy.count(0 if head else len(data))
+        proxy.count(0 if head else len(data), head=head)
         self.send_response(answer.status, answer.reason)
         for key, value in answer.getheaders():
             if key.lower() not in _NOT_FORWARDED:
@@ -183,9 +184,10 @@ class ThrottledProxy:
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
-    def count(self, body_bytes: int) -> None:
+    def count(self, body_bytes: int, *, head: bool = False) -> None:
         with self._lock:
-            self._counts = Counts(self._counts.requests + 1, self._counts.body_bytes + body_bytes)
+            self._counts = Counts(self._counts.requests + 1, self._counts.body_bytes + body_bytes,
+                                  self._counts.heads + head)
 
     def counts(self) -> Counts:
         """Requests and body bytes served since the proxy started (subtract two to get an interval's)."""

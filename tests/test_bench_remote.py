@@ -69,6 +69,7 @@ def test_the_remote_benchmark_measures_every_row_on_one_plan_and_writes_its_sect
                 assert f["requests_per_clip"] == 0 and f["bytes_per_clip"] == 0  # nothing from the store
                 continue
             assert f["requests_per_clip"] > 0 and f["bytes_per_clip"] > 0
+            assert 0 <= f["heads_per_clip"] < f["requests_per_clip"]  # a HEAD has no body: some GET had
             assert f["bytes_over_file"] == pytest.approx(f["bytes_per_clip"] / least["file_per_clip"])
             assert f["bytes_over_least"] == pytest.approx(f["bytes_per_clip"] / least["per_clip"])
             if name.startswith("daliload"):
