@@ -174,6 +174,19 @@ def _least_line(result: dict) -> str:
             f"average {_fmt(least['file_per_clip'] / 1e3)} KB.")
 
 
+def agreement_line(result: dict) -> str:
+    """How daliload's own ``stats()`` counters compare with the proxy's over its rows that read the store."""
+    pairs = [(f["daliload_over_proxy_bytes"], f["daliload_over_proxy_requests"])
+             for store in result["stores"].values() for row in store["rows"].values()
+             if (f := row.get("figures")) and f.get("daliload_over_proxy_bytes") is not None]
+    if not pairs:
+        return "No daliload row read from the store: its own counters were not compared with the proxy's."
+    span = lambda values: f"{min(values):.2f}-{max(values):.2f}x"  # noqa: E731
+    requests = [r for _, r in pairs if r is not None]
+    return (f"daliload's own counters over the proxy's, on its {len(pairs)} measurements from the store: bytes "
+            f"{span([b for b, _ in pairs])}" + (f", requests {span(requests)}." if requests else "."))
+
+
 def markdown(result: dict) -> str:
     """The run's section of ``benchmarks/RESULTS.md``."""
     s = result["settings"]
@@ -193,6 +206,7 @@ def markdown(result: dict) -> str:
               "`x file`: bytes served per clip over the file's size; `x least`: over the least. `requests/clip`: every "
               "request the store served (listings, HEADs, GETs), in brackets the HEADs. daliload's own "
               "counters are `loader.stats().remote_bytes` / `remote_requests` over the same epochs.", "",
+              agreement_line(result), "",
               "Targets:", ""] + [f"- {line}" for line in target_lines(result)]
     return "\n".join(lines) + "\n"
 

@@ -88,6 +88,7 @@ def test_the_remote_benchmark_measures_every_row_on_one_plan_and_writes_its_sect
     assert all(t["pass"] in (True, False) and t["measured"] > 0 for t in evaluated)
     text = md.read_text()
     assert CHAPTER in text and "| 20 ms, 20 MB/s | daliload s3 shards |" in text
+    assert "daliload's own counters over the proxy's, on its 4 measurements from the store: bytes" in text
     assert text.count("- PASS ") + text.count("- FAIL ") == len(evaluated)
     figures = page.read_text()
     assert figures.startswith("before\n<!-- remote:begin: generated -->\nWritten by") and "old" not in figures
