@@ -14,7 +14,7 @@ RESULTS = REPO / "benchmarks" / "results"
 
 def _writers():
     from benchmarks import (bench_dali_window, bench_lean_fallback, bench_repeated, bench_routing, bench_transcode,
-                            bench_views, demo_section, scale_report)
+                            bench_views, demo_section, remote_report, scale_report)
     from benchmarks import summary
 
     return [("demo.md", "demo", demo_section.readme_section, "demo.json"),
@@ -23,6 +23,7 @@ def _writers():
             ("performance.md", "dali-window", bench_dali_window.readme_figures, "dali_window.json"),
             ("performance.md", "routing", bench_routing.readme_figures, "routing.json"),
             ("performance.md", "lean-fallback", bench_lean_fallback.readme_figures, "lean_fallback.json"),
+            ("remote.md", "remote", remote_report.readme_figures, "remote.json"),
             ("scale.md", "scale", scale_report.readme_figures, "scale-650000.json"),
             ("transcode.md", "transcode", bench_transcode.readme_figures, "transcode.json"),
             ("using.md", "repeated", bench_repeated.readme_figures, "repeated.json")]

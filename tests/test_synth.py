@@ -109,10 +109,23 @@ def test_parse_fps_keeps_ntsc_rates_exact():
     (dict(width=127), r"even and at least 32x32.*got 127x256"),
     (dict(duration_s=200.0), r"200.0 s at 30 fps is more than the 4096 frames"),
     (dict(num_classes=0), r"need at least one class"),
+    (dict(gop=0), r"gop must be >= 1 frame between keyframes .*got 0"),
 ])
 def test_spec_rejects_bad_options(changes, message):
     with pytest.raises(ValueError, match=message):
         SynthSpec(**changes)
+
+
+def test_gop_sets_the_keyframe_interval_of_every_codec(tmp_path):
+    spec = SynthSpec(num_classes=1, clips_per_class=2, val_fraction=0.0, width=64, height=48, duration_s=1.0,
+                     fps_mix={30: 1.0}, codec_mix={"h264": 1.0, "vp9": 1.0}, gop=8)
+    report = generate_dataset(tmp_path, spec, progress=False)
+    assert {c.codec for c in report.clips} == {"h264", "vp9"}
+    for clip in report.clips:
+        with av.open(str(tmp_path / clip.path)) as container:
+            keys = sorted(p.pts for p in container.demux(video=0) if p.size and p.is_keyframe)
+            time_base = container.streams.video[0].time_base
+        assert [round(float(pts * time_base) * 30) for pts in keys] == [0, 8, 16, 24], clip.path
 
 
 # ---------------------------------------------------------------- what is written

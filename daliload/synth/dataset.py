@@ -95,7 +95,8 @@ def _write_clip(root: str, spec: SynthSpec, clip: SynthClip) -> str:
         if clip.broken is not None:
             write_broken(path, clip.broken, content)
             return clip.path
-        written = write_video(path, content.frames(), default_spec(clip.codec, fps=clip.fps))
+        gop = {} if spec.gop is None else {"gop": spec.gop}
+        written = write_video(path, content.frames(), default_spec(clip.codec, fps=clip.fps, **gop))
     except (av.FFmpegError, OSError) as err:
         raise RuntimeError(f"could not write {path}: {err}") from err
     if written != clip.num_frames:

@@ -83,6 +83,9 @@ class SynthSpec:
             gives at least 8 broken files writes every kind).
         seed: decides ids, times, splits, which files get which codec/fps/kind,
             and every clip's content.
+        gop: frames between keyframes in every encoded file; default ``None``:
+            the codec preset's (250; every frame for MJPEG).
+            ``benchmarks.bench_remote`` writes 16, a short GOP for seeking.
     """
 
     num_classes: int = 8
@@ -96,8 +99,12 @@ class SynthSpec:
     broken_fraction: float = 0.0
     broken_kinds: tuple[BrokenKind, ...] = BROKEN_KINDS
     seed: int = 0
+    gop: int | None = None
 
     def __post_init__(self) -> None:
+        if self.gop is not None and self.gop < 1:
+            raise ValueError(f"gop must be >= 1 frame between keyframes (or None: the codec's default), "
+                             f"got {self.gop}")
         if self.num_classes < 1 or self.clips_per_class < 1:
             raise ValueError(f"need at least one class and one clip per class, got num_classes="
                              f"{self.num_classes}, clips_per_class={self.clips_per_class}")
