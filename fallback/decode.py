@@ -73,7 +73,7 @@ import numpy as np
 from av.video.reformatter import Colorspace, VideoReformatter
 
 from daliload.plan import clamp_frame_indices
-from daliload.stream import PacketsUntil, WindowFile, open_video, open_window
+from daliload.stream import PacketsUntil, WindowFile, open_video, open_window, remote_window
 from daliload.stream.errors import DecodeError, describe
 from daliload.stream.numbering import FrameTable, StreamHint, first_output_pts, seek_target, timestamps_rank_frames
 
@@ -181,12 +181,11 @@ def decode_window(
                   timeout_s=timeout_s,
                   unsafe_seek=(hint is not None and hint.unsafe_seek) or path_str in _UNSAFE_SEEK,
                   scanned_frames=num_frames, reads=hint)
-    # Each strategy gets a fresh container: a seek back to the start is not
-    # exact with edit lists. A hint that cannot skip anything (the window's
-    # keyframe is the first, or the file is unsafe to seek) opens none: an
-    # open costs a few milliseconds, as much as RGB-converting a whole clip.
-    use_hint = hint is not None and job.hint_window(hint)[1] > 0 and not job.unsafe_seek
-    strategies = ([job.by_hint] if use_hint else []) + [job.by_index, job.by_counting]
+    # Each strategy gets a fresh container: a seek back to the start is not exact with edit lists. A hint that
+    # cannot skip anything (the window's keyframe is the first of a local file, or the file is unsafe to seek)
+    # opens none: an open costs a few milliseconds, as much as RGB-converting a whole clip.
+    skips = job.hint_window(hint)[1] > 0 or remote_window(path_str, hint) if hint is not None else False
+    strategies = ([job.by_hint] if skips and not job.unsafe_seek else []) + [job.by_index, job.by_counting]
     for strategy in strategies:
         try:
             with job.open() as container:
@@ -304,7 +303,8 @@ class _Window:
     def by_hint(self, container, hint: StreamHint) -> DecodedClip | None:
         stream = container.streams.video[0]
         wanted, key = self.hint_window(hint)
-        if key == 0 or self.unsafe_seek or not stream.time_base or not timestamps_rank_frames(container.format.name):
+        if (key == 0 and self.window_file is None) or self.unsafe_seek or not stream.time_base \
+                or not timestamps_rank_frames(container.format.name):
             return None  # nothing to skip, seeking is unsafe, or no usable timestamps
         ticks_per_frame = 1 / (Fraction(hint.fps) * stream.time_base)
         num, den = ticks_per_frame.numerator, ticks_per_frame.denominator

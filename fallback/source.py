@@ -62,10 +62,11 @@ from typing import Callable, Literal, Protocol, Sequence
 import torch
 
 from daliload.failures import Failure, FailureKind
-from daliload.plan import OutputSpec, Sample
+from daliload.plan import OutputSpec, Sample, clamp_frame_indices
 from daliload.clips import TASKS_AHEAD_PER_WORKER, Decoded, LoadMeter, SourceLoad
-from daliload.runtime import TaskOutcome, WorkerPool
+from daliload.runtime import TaskOutcome, WithPrefetch, WorkerPool
 from fallback.decode import DecodeError, decode_window
+from daliload.stream import prefetch_window
 from daliload.stream.numbering import StreamHint
 from fallback.options import FallbackOptions
 from fallback.transform import apply_plan, clip_shape, output_dtype, pixel_spec
@@ -164,6 +165,15 @@ def decode_rows(task: _Task, fds: Sequence[int] = (), *, output: OutputSpec, dec
     except DecodeError as err:
         logger.info("%s", err)
         return [(0, (err.reason, err.kind))] * len(samples)
+
+
+def prefetch_rows(task: _Task) -> None:
+    """Start reading the window a :func:`decode_rows` task will decode, when it is a remote video with a byte
+    index (:func:`daliload.stream.prefetch_window`); returns at once."""
+    _, samples, hint, _, _, num_frames = task
+    if hint is not None and hint.reads is not None:
+        wanted = sorted({i for sample in samples for i in sample.frame_indices()})
+        prefetch_window(samples[0].path, hint, clamp_frame_indices(wanted, num_frames) if num_frames else wanted)
 
 
 def _with_hint(decode: FallbackOptions, samples: Sequence[Sample], hint: StreamHint) -> FallbackOptions:
@@ -286,7 +296,9 @@ class FallbackSource:
         self.hint_of = hint_of or decode.hint
         self._frames_of = frames_of
         self._limit = None if decode.timeout_s is None else hard_limit(decode.timeout_s)
-        self._task_fn = functools.partial(task_fn, output=self.written, decode=self.decode)
+        # A worker reads the task behind the one it runs ahead (a remote window's bytes) while it decodes.
+        self._task_fn = WithPrefetch(functools.partial(task_fn, output=self.written, decode=self.decode),
+                                     prefetch_rows)
         self._pool: WorkerPool | None = None
         self._groups: dict[int, _Group] = {}
         self._group_of: dict[int, int] = {}  # task id -> ticket

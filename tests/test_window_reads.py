@@ -173,6 +173,22 @@ def test_a_remote_window_decoded_by_the_fallback_reads_one_request_and_equals_th
         assert 1 <= requests <= most, (name, frames, requests)
 
 
+@pytest.mark.parametrize("name", sorted(FILES))
+def test_a_remote_window_from_the_first_keyframe_reads_the_files_start_only(store, files, name):
+    """Locally such a window decodes the file from its start; remotely the cut and the seek still save the rest
+    of the file: DALI gets a cut and the fallback reads the window's bytes, not the object."""
+    clear_header_cache()
+    local, remote = hint_of(files / name, reads=False), hint_of(files / name)
+    uri, frames = f"s3://{BUCKET}/{name}", list(range(2, 66, 4))
+    assert cut_window(files / name, frames[0], frames[-1], local) is None  # nothing to gain locally
+    cut, _, received = counted(lambda: cut_window(uri, frames[0], frames[-1], remote))
+    assert cut is not None and cut.first_frame == 0 and cut.frames == 63 and received < 0.5 * remote.reads.size
+    clear_header_cache()
+    got, _, received = counted(lambda: decode_window(uri, frames, hint=remote, num_frames=300))
+    assert np.array_equal(got.frames, decode_window(files / name, frames, hint=local, num_frames=300).frames)
+    assert received < 0.5 * remote.reads.size
+
+
 def test_a_wrong_byte_index_costs_requests_never_a_frame(store, files):
     """Offsets shifted into the previous GOP and ends cut short: the reads outside are fetched when asked."""
     clear_header_cache()
@@ -200,6 +216,24 @@ def test_an_object_replaced_by_a_shorter_one_fails_the_read_naming_it(store, fil
     store.put_object(Bucket=BUCKET, Key="short.webm", Body=(files / "vp9.webm").read_bytes()[:20000])
     with pytest.raises(RemoteReadError, match=r"short\.webm.*shorter than when scanned"):
         open_window(f"s3://{BUCKET}/short.webm", remote, WINDOWS[2])
+
+
+def test_a_window_read_ahead_is_taken_over_by_its_open_and_read_once(store, files):
+    """What a worker does for the task behind the one it runs: the reads start at once, in a thread, and the
+    task's own open takes them over (the same bytes, no second request)."""
+    from daliload.stream import prefetch_window
+    from daliload.stream._window import _ahead
+    clear_header_cache()
+    name, frames = "h264.mp4", WINDOWS[1]
+    local, remote = hint_of(files / name, reads=False), hint_of(files / name)
+    uri = f"s3://{BUCKET}/{name}"
+    _, requests, _ = counted(lambda: prefetch_window(uri, remote, frames))
+    assert len(_ahead) == 1
+    got, more, _ = counted(lambda: decode_window(uri, frames, hint=remote, num_frames=300))
+    assert not _ahead and np.array_equal(got.frames, decode_window(files / name, frames, hint=local).frames)
+    assert 1 <= requests + more <= len(remote.reads.header()) + 1  # the prefetch's reads, counted once
+    prefetch_window(files / name, remote, frames)  # a local file: nothing to read ahead
+    assert not _ahead
 
 
 def test_a_local_file_or_a_hint_without_index_is_read_as_before(files):

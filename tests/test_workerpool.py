@@ -266,3 +266,51 @@ def test_idle_workers_that_keep_dying_end_the_pool_with_the_reason(monkeypatch):
                 pid = drain(pool)[0].value
                 os.kill(pid, signal.SIGKILL)
                 time.sleep(0.2)
+
+
+def seen_ahead(item):
+    """Whether ``item``'s marker file was made (by :func:`mark_ahead`) before this task started; then sleeps."""
+    path, pause, fd_task = item
+    found = os.path.exists(path)
+    time.sleep(pause)
+    return found
+
+
+def mark_ahead(item):
+    """The look-ahead of :func:`seen_ahead`: makes the marker; an item named ``raise`` raises."""
+    if "raise" in item[0]:
+        raise RuntimeError("a failing look-ahead is ignored")
+    open(item[0], "w").close()
+
+
+def test_a_worker_starts_the_queued_tasks_look_ahead_while_it_runs_the_one_before(tmp_path):
+    """How a fallback worker reads a remote window ahead: the task behind the running one gets its prefetch call
+    first; every task still runs once, in order, with its own descriptors, and a look-ahead that raises is
+    ignored."""
+    from daliload.runtime import WithPrefetch
+
+    items = [(str(tmp_path / f"{'raise' if i == 3 else 'ok'}{i}"), 0.3, i) for i in range(6)]
+    # three per worker: when a task starts, the one behind it has been sent (with two, it is often on its way)
+    with WorkerPool(WithPrefetch(seen_ahead, mark_ahead), workers=1, timeout_s=30.0, tasks_per_worker=3) as pool:
+        for item in items:
+            pool.submit(item)
+        outcomes = _by_item(drain(pool))
+    assert all(o.ok for o in outcomes.values()) and len(outcomes) == 6
+    assert outcomes[items[0]].value is False  # the first task had nothing before it
+    assert outcomes[items[3]].value is False  # its look-ahead raised: it ran anyway
+    assert sum(outcomes[item].value for item in items[1:]) >= 3  # the others were marked while one ran
+
+
+def test_a_task_taken_ahead_keeps_its_file_descriptors():
+    read_end, write_end = os.pipe()
+    try:
+        from daliload.runtime import WithPrefetch
+
+        with WorkerPool(WithPrefetch(write_to, len), workers=1, timeout_s=30.0, tasks_per_worker=3) as pool:
+            for word in ("one", "two", "three"):
+                pool.submit(word, fds=(write_end,))
+            assert sorted(o.value for o in drain(pool)) == [3, 3, 5]
+        assert sorted(os.read(read_end, 11).decode()) == sorted("onetwothree")
+    finally:
+        os.close(read_end)
+        os.close(write_end)

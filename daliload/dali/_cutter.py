@@ -53,7 +53,9 @@ class WindowCutter:
             raise ValueError(f"workers must be an integer >= 0, got {workers!r}")
         self._fn = task_fn
         self._item_of = item_of
-        self._pool = WorkerPool(task_fn, workers=workers, timeout_s=timeout_s) if workers else None
+        # Three tasks per worker: while one runs, the one behind it is there for the worker's look-ahead
+        # (a remote window read ahead, daliload.runtime.WithPrefetch) and a third keeps the pipe from running dry.
+        self._pool = WorkerPool(task_fn, workers=workers, timeout_s=timeout_s, tasks_per_worker=3) if workers else None
         self._groups: dict[int, _Group] = {}
         self._task_group: dict[int, int] = {}
         self._next = 0

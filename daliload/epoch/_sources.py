@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Callable, Literal, Sequence
 
 from daliload.dataset import VideoIndex, VideoRow
 from daliload.plan import OutputSpec
-from daliload.stream import is_remote, member_of
+from daliload.stream import is_remote, member_of, remote_window
 from daliload.stream.byteindex import ByteIndex
-from daliload.stream.cut import cut_task
+from daliload.runtime import WithPrefetch
+from daliload.stream.cut import cut_task, prefetch_cut
 from daliload.stream.numbering import StreamHint
 from fallback.options import FallbackOptions
 from fallback.source import FallbackSource, NormalizeOn
@@ -116,7 +117,8 @@ class ClipSources:
                                       num_frames=self.frames_of)
             cutter = None
             if setup.cut_windows:
-                cutter = WindowCutter(cut_task, item_of=cut_item(self._hint_of), workers=self._workers,
+                cutter = WindowCutter(WithPrefetch(cut_task, prefetch_cut), item_of=cut_item(self._hint_of),
+                                      workers=self._workers,
                                       timeout_s=self._timeout_s)
             self._dali = DaliSource(decoder, clip_timeout_s=self._timeout_s, cutter=cutter)
         return self._dali
@@ -181,8 +183,8 @@ def cut_item(hint_of: Callable[[str], StreamHint | None]) -> Callable[[str, Sequ
         if hint is None or hint.unsafe_seek:
             return None
         keys = hint.keyframe_indices
-        if keys[bisect.bisect_right(keys, min(frames)) - 1] == 0:
-            return None
+        if keys[bisect.bisect_right(keys, min(frames)) - 1] == 0 and not remote_window(path, hint):
+            return None  # a local file read from its start anyway (a remote one: the cut saves the file's rest)
         return path, tuple(frames), hint
     return item_of
 

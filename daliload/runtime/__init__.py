@@ -8,7 +8,9 @@ Modules, by concept:
   encoders), and :class:`TaskOutcome`, what it says about a task;
 * :mod:`._processes`: how those processes start (forkserver, never fork,
   never re-running the user's main script): :func:`mp_context`,
-  :func:`usable_cores`, :func:`refuse_bootstrapping_main`;
+  :func:`usable_cores`, :func:`refuse_bootstrapping_main`; and
+  :class:`WithPrefetch`, a task function whose worker starts the next task's
+  reads while it runs this one;
 * :mod:`._forkserver`: preloaded by daliload's forkserver, which then removes
   the training process's ``$TMPDIR/pymp-*`` folder when a signal ended that
   process (no finalizer of its own ran);
@@ -37,7 +39,8 @@ _EXPORTS = {
                                "local_cuda_device", "local_rank", "patient_group", "rank", "require_cuda",
                                "resolve_device", "world_size"),
     "daliload.runtime._native_logs": ("NATIVE_LOGS_ENV", "StderrFilter", "quiet_dali"),
-    "daliload.runtime._processes": ("main_script_hidden", "mp_context", "refuse_bootstrapping_main", "usable_cores"),
+    "daliload.runtime._processes": ("WithPrefetch", "main_script_hidden", "mp_context", "refuse_bootstrapping_main",
+                                    "usable_cores"),
     "daliload.runtime._workerpool": ("TaskOutcome", "WorkerPool"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
@@ -48,7 +51,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports
                                         local_cuda_device, local_rank, patient_group, rank, require_cuda,
                                         resolve_device, world_size)
     from daliload.runtime._native_logs import NATIVE_LOGS_ENV, StderrFilter, quiet_dali
-    from daliload.runtime._processes import main_script_hidden, mp_context, refuse_bootstrapping_main, usable_cores
+    from daliload.runtime._processes import (WithPrefetch, main_script_hidden, mp_context, refuse_bootstrapping_main,
+                                             usable_cores)
     from daliload.runtime._workerpool import TaskOutcome, WorkerPool
 
 

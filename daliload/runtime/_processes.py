@@ -47,7 +47,7 @@ import socket
 import sys
 from multiprocessing.connection import Connection
 from types import FrameType
-from typing import Iterator, Literal
+from typing import Callable, Iterator, Literal
 
 from daliload.runtime._native_logs import configure_worker
 from daliload.stream import transfer_counts
@@ -197,6 +197,27 @@ def worker_main(conn: Connection) -> None:
         _serve(conn)
 
 
+class WithPrefetch:
+    """A worker's task function that looks ahead: ``prefetch(item)`` for a task already sent behind the one running.
+
+    The worker takes that task off its pipe early and calls ``prefetch`` on
+    it (which must return at once: it starts reads in threads, say a remote
+    window's, so they overlap this task's decoding), then runs both in order.
+    A task taken early is not started: if the worker dies, the pool sends it
+    again, as every task queued behind the one that died.
+
+    Args:
+        fn: the task function (module-level, or a ``functools.partial`` of one).
+        prefetch: a module-level function of one item; what it raises is ignored (the task meets it itself).
+    """
+
+    def __init__(self, fn: Callable, prefetch: Callable) -> None:
+        self.fn, self.prefetch = fn, prefetch
+
+    def __call__(self, *args):
+        return self.fn(*args)
+
+
 def _serve(conn: Connection) -> None:
     """:func:`worker_main`'s work, until a ``None`` message or the end of the pipe (``EOFError``)."""
     try:
@@ -207,16 +228,18 @@ def _serve(conn: Connection) -> None:
         conn.send((FAILED, _first_line(err)))
         return
     conn.send(READY)
-    sock = None
+    prefetch = getattr(fn, "prefetch", None)
+    ahead: list = []  # a task taken off the pipe early, with its descriptors (or None: the end)
     while True:
-        message = conn.recv()
+        message, fds = ahead.pop() if ahead else _receive(conn)
         if message is None:
             return
         task_id, item, num_fds = message
-        fds: list[int] = []
-        if num_fds:
-            sock = sock or socket.fromfd(conn.fileno(), socket.AF_UNIX, socket.SOCK_STREAM)
-            _, fds, _, _ = socket.recv_fds(sock, 1, num_fds)
+        if prefetch is not None and conn.poll():  # the next task is here: start its reads now
+            ahead.append(_receive(conn))
+            if ahead[0][0] is not None:
+                with contextlib.suppress(Exception):
+                    prefetch(ahead[0][0][1])
         conn.send((STARTED, task_id))  # so that a death from now on is this task's, and its time runs
         before = transfer_counts()
         try:
@@ -234,6 +257,19 @@ def _serve(conn: Connection) -> None:
         except (TypeError, AttributeError, ValueError) as err:  # result not picklable
             conn.send((task_id, "error", None, f"result could not be sent back: {type(err).__name__}: {err}",
                        reply[-1]))
+
+
+def _receive(conn: Connection) -> tuple:
+    """The next message and the file descriptors that travel with it (over the same socket)."""
+    message = conn.recv()
+    if message is None or not message[2]:
+        return message, []
+    sock = socket.fromfd(conn.fileno(), socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        _, fds, _, _ = socket.recv_fds(sock, 1, message[2])
+    finally:
+        sock.close()
+    return message, fds
 
 
 def _let_go_of_the_forkserver() -> None:

@@ -41,11 +41,13 @@ from daliload.stream._remote import (RangeFile, ReadPolicy, RemoteObject, Remote
 from daliload.stream._tar import (NotAnUncompressedTar, TarMember, is_compressed_name, read_member, shard_paths,
                                   tar_members)
 from daliload.stream._uri import SecretInURIError, is_remote, redact, refuse_secrets
-from daliload.stream._window import PacketsUntil, WindowFile, clear_header_cache, open_window
+from daliload.stream._window import (PacketsUntil, WindowFile, clear_header_cache, open_window, prefetch_window,
+                                     remote_window)
 
 __all__ = ["MemberAddress", "NotARegularFile", "NotAnUncompressedTar", "PacketsUntil", "RangeFile", "ReadPolicy",
            "RemoteObject", "RemoteReadError", "SecretInURIError", "TarMember", "TransferCounts", "WindowFile",
            "add_transfer_counts", "clear_header_cache",
            "check_stores", "fetch", "is_compressed_name", "is_remote", "list_objects", "member_address", "member_of",
            "open_video", "read_member", "read_video_file", "redact", "refuse_secrets", "require_regular_file",
-           "open_window", "shard_paths", "stat_video", "tar_members", "transfer_counts"]
+           "open_window", "prefetch_window", "remote_window", "shard_paths", "stat_video", "tar_members",
+           "transfer_counts"]

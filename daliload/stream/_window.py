@@ -20,31 +20,39 @@ import bisect
 import errno
 import os
 import threading
+import time
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 
 from daliload.stream._members import member_of
 from daliload.stream._remote import (DEFAULT_POLICY, RANGE_BLOCK_BYTES, RangeReader, ReadPolicy, RemoteReadError,
                                      fetch)
 from daliload.stream._uri import is_remote
+from daliload.stream.byteindex import ByteIndex
 
 #: Bytes of headers a process keeps (about 30-60 KB a Kinetics clip: its index and first packet).
 HEADER_CACHE_BYTES = 32 * 1024 * 1024
 #: Bytes after the position FFmpeg reaches opening a file over which its I/O layer reads on rather than seek
 #: (its buffer, 32 KiB, and its short-seek threshold, 32 KiB).
 READ_FORWARD = 64 * 1024
-#: Requests of one window fetched at once (the header's ranges and the window's).
+#: Requests of one window fetched at once (the header's ranges and the window's), and windows read ahead.
 _FETCH_THREADS = 4
+#: Windows read ahead (:func:`prefetch_window`) and not yet opened, at most.
+_AHEAD = 4
 
 _headers: OrderedDict[tuple, tuple[tuple[int, bytes], ...]] = OrderedDict()
 _headers_bytes = 0
 _lock = threading.Lock()
 _pool: tuple[int, ThreadPoolExecutor] | None = None
+_ahead: OrderedDict[tuple, Future] = OrderedDict()
 
 
 def open_window(uri: str | os.PathLike, hint, frames, *, policy: ReadPolicy = DEFAULT_POLICY,
                 deadline: float | None = None) -> WindowFile | None:
     """A :class:`WindowFile` holding what ``frames`` of the remote ``uri`` need, or ``None``.
+
+    What :func:`prefetch_window` started for the same window is taken over (waited for up to ``deadline``).
 
     Args:
         uri: the video (a URI, or a member of a shard in a store).
@@ -59,6 +67,50 @@ def open_window(uri: str | os.PathLike, hint, frames, *, policy: ReadPolicy = DE
     Raises:
         RemoteReadError: a range cannot be read, or the object is shorter than when scanned.
     """
+    plan = _plan(uri, hint, frames)
+    if plan is None:
+        return None
+    with _lock:
+        started = _ahead.pop(plan[0], None)
+    if started is None:
+        return _fetch_window(*plan, policy=policy, deadline=deadline)
+    try:
+        window = started.result(timeout=None if deadline is None else max(deadline - time.monotonic(), 0))
+    except FutureTimeout:
+        raise RemoteReadError(plan[0][0], "read failed: the time limit passed while the window was being read "
+                                          "ahead", number=errno.ETIMEDOUT, transient=True) from None
+    window.deadline = deadline
+    return window
+
+
+def prefetch_window(uri: str | os.PathLike, hint, frames, *, policy: ReadPolicy = DEFAULT_POLICY) -> None:
+    """Start reading what :func:`open_window` will need for ``frames`` of ``uri``, in a thread; return at once.
+
+    A worker calls this for the task queued behind the one it runs
+    (:class:`daliload.runtime.WithPrefetch`), so a store's latency overlaps
+    decoding. At most :data:`_AHEAD` windows are kept waiting; an error is
+    raised when the window is opened, as it would be without this.
+    """
+    plan = _plan(uri, hint, frames)
+    if plan is None:
+        return
+    executor = _executor()
+    with _lock:
+        if plan[0] in _ahead:
+            return
+        _ahead[plan[0]] = executor.submit(_fetch_window, *plan, policy=policy, deadline=None)
+        while len(_ahead) > _AHEAD:
+            _ahead.popitem(last=False)[1].cancel()
+
+
+def remote_window(uri: str | os.PathLike, hint) -> bool:
+    """Whether a window of ``uri`` is read by :func:`open_window` (a remote video with a byte index): then even a
+    window that starts at the file's first keyframe is worth a cut or a seek, which save the rest of the file."""
+    return _plan(uri, hint, (0,)) is not None
+
+
+def _plan(uri, hint, frames):
+    """``(key, index, start, end, stop_at)`` of a remote window with a byte index, else ``None``."""
     index = None if hint is None or hint.unsafe_seek else hint.reads
     if index is None:
         return None
@@ -69,14 +121,20 @@ def open_window(uri: str | os.PathLike, hint, frames, *, policy: ReadPolicy = DE
     start, end = index.window(hint.keyframe_indices, min(frames), max(frames))
     if 0 < start - index.head_end <= READ_FORWARD:
         start = index.head_end  # FFmpeg reads this gap rather than seek over it: fetch it with the window
-    key = (obj, base, index.size)
-    held = list(_cached_header(key) or ())
+    return (obj, base, start, end), index, index.last_packet_end(max(frames))
+
+
+def _fetch_window(key: tuple, index: ByteIndex, stop_at: int, *, policy: ReadPolicy,
+                  deadline: float | None) -> WindowFile:
+    obj, base, start, end = key
+    header = (obj, base, index.size)
+    held = list(_cached_header(header) or ())
     wanted = _missing([(s, e) for s, e in index.header()] + [(start, end)], held)
     if wanted:
         fetched = _fetch_all(obj, base, wanted, policy, deadline)
         held += list(zip((s for s, _ in wanted), fetched))
-    return WindowFile(obj, base, index.size, held, policy=policy, deadline=deadline,
-                      stop_at=index.last_packet_end(max(frames)), header=(key, index))
+    return WindowFile(obj, base, index.size, held, policy=policy, deadline=deadline, stop_at=stop_at,
+                      header=(header, index))
 
 
 class WindowFile(RangeReader):

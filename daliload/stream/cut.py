@@ -60,7 +60,7 @@ from typing import Sequence
 import av
 
 from daliload.stream._files import open_video
-from daliload.stream._window import PacketsUntil, open_window
+from daliload.stream._window import PacketsUntil, open_window, prefetch_window, remote_window
 from daliload.stream.numbering import (StreamHint, first_output_pts, is_random_access, nal_length_size, seek_target,
                                        shows_frame,
                                 timestamps_rank_frames, with_parameter_sets)
@@ -96,8 +96,8 @@ def cut_window(path: str | os.PathLike, first: int, last: int, hint: StreamHint 
             variable frame rate, no keyframe index) gives ``None``.
 
     Returns:
-        ``None`` when there is nothing to gain (the entry is frame 0) or the
-        cut cannot be proven exact: the caller decodes the whole file.
+        ``None`` when there is nothing to gain (the entry is frame 0 of a local
+        file) or the cut cannot be proven exact: the caller decodes the whole file.
 
     Raises:
         av.FFmpegError, OSError: the file cannot be opened or read.
@@ -105,8 +105,9 @@ def cut_window(path: str | os.PathLike, first: int, last: int, hint: StreamHint 
     if hint is None or hint.unsafe_seek or not 0 <= first <= last:
         return None
     keys = hint.keyframe_indices
-    if keys[bisect.bisect_right(keys, first) - 1] == 0:
-        return None  # decoding starts at the file's start anyway
+    from_start = keys[bisect.bisect_right(keys, first) - 1] == 0
+    if from_start and not remote_window(path, hint):
+        return None  # decoding starts at the file's start anyway (remote: the cut still saves the file's rest)
     # A remote video with a byte index: its header (cached) and the window's bytes, fetched at once. Else a
     # local path, checked (a FIFO put in its place would block the open), or a URI read in ranges.
     window = open_window(path, hint, (first, last))
@@ -134,7 +135,7 @@ def cut_window(path: str | os.PathLike, first: int, last: int, hint: StreamHint 
         if not kept:
             return None
         base = kept[0][0]
-        if base == 0 or sorted(i for i, _ in kept if i <= last) != list(range(base, last + 1)):
+        if (base == 0 and window is None) or sorted(i for i, _ in kept if i <= last) != list(range(base, last + 1)):
             return None  # a frame missing or twice: timestamps do not number this stream
         if not all(shows_frame(codec, packet) for _, packet in kept):
             return None  # DALI would number the packet that shows nothing as a frame
@@ -213,6 +214,12 @@ def _window_packets(src, stream, codec: str, length_size: int | None, index_of, 
     while kept and kept[-1][0] > last:
         kept.pop()  # after the last packet the window needs, in decode order
     return kept
+
+
+def prefetch_cut(item: tuple[str, Sequence[int], StreamHint | None]) -> None:
+    """Start reading the window :func:`cut_task` will cut from a remote video with a byte index; returns at once."""
+    path, frames, hint = item
+    prefetch_window(path, hint, (min(frames), max(frames)))
 
 
 def cut_task(item: tuple[str, Sequence[int], StreamHint | None], fds: Sequence[int] = ()) -> WindowCut | None:
