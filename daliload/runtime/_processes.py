@@ -214,8 +214,8 @@ class WithPrefetch:
     def __init__(self, fn: Callable, prefetch: Callable) -> None:
         self.fn, self.prefetch = fn, prefetch
 
-    def __call__(self, *args):
-        return self.fn(*args)
+    def __call__(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
 
 
 def _serve(conn: Connection) -> None:

@@ -44,7 +44,7 @@ _AHEAD = 4
 _headers: OrderedDict[tuple, tuple[tuple[int, bytes], ...]] = OrderedDict()
 _headers_bytes = 0
 _lock = threading.Lock()
-_pool: tuple[int, ThreadPoolExecutor] | None = None
+_pools: dict[str, tuple[int, ThreadPoolExecutor]] = {}
 _ahead: OrderedDict[tuple, Future] = OrderedDict()
 
 
@@ -72,13 +72,13 @@ def open_window(uri: str | os.PathLike, hint, frames, *, policy: ReadPolicy = DE
         return None
     with _lock:
         started = _ahead.pop(plan[0], None)
-    if started is None:
+    if started is None or started.cancel():  # none, or not begun (its threads busy): read it now, timed
         return _fetch_window(*plan, policy=policy, deadline=deadline)
     try:
         window = started.result(timeout=None if deadline is None else max(deadline - time.monotonic(), 0))
     except FutureTimeout:
-        raise RemoteReadError(plan[0][0], "read failed: the time limit passed while the window was being read "
-                                          "ahead", number=errno.ETIMEDOUT, transient=True) from None
+        raise RemoteReadError(plan[0][0], "read failed: the store did not answer in time (the window was being "
+                                          "read ahead)", number=errno.ETIMEDOUT, transient=True) from None
     window.deadline = deadline
     return window
 
@@ -94,7 +94,7 @@ def prefetch_window(uri: str | os.PathLike, hint, frames, *, policy: ReadPolicy 
     plan = _plan(uri, hint, frames)
     if plan is None:
         return
-    executor = _executor()
+    executor = _executor("ahead")
     with _lock:
         if plan[0] in _ahead:
             return
@@ -274,12 +274,15 @@ def _fetch_all(uri: str, base: int, ranges, policy: ReadPolicy, deadline: float 
     return results
 
 
-def _executor() -> ThreadPoolExecutor:
-    global _pool
+def _executor(kind: str = "ranges") -> ThreadPoolExecutor:
+    """This process's threads for ``"ranges"`` (one window's requests at once) or ``"ahead"`` (windows read
+    ahead, each of which waits on range threads: two pools, so that one never waits on itself)."""
     with _lock:
-        if _pool is None or _pool[0] != os.getpid():  # a forked child has no threads of its parent's pool
-            _pool = (os.getpid(), ThreadPoolExecutor(_FETCH_THREADS, thread_name_prefix="daliload-fetch"))
-        return _pool[1]
+        pool = _pools.get(kind)
+        if pool is None or pool[0] != os.getpid():  # a forked child has no threads of its parent's pool
+            threads = _FETCH_THREADS if kind == "ranges" else _AHEAD
+            pool = _pools[kind] = (os.getpid(), ThreadPoolExecutor(threads, thread_name_prefix=f"daliload-{kind}"))
+        return pool[1]
 
 
 def _cached_header(key: tuple):
