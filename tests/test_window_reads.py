@@ -189,6 +189,27 @@ def test_a_remote_window_from_the_first_keyframe_reads_the_files_start_only(stor
     assert received < 0.5 * remote.reads.size
 
 
+@pytest.mark.parametrize("name", sorted(FILES))
+def test_random_windows_after_the_first_cost_one_request_and_about_the_least(store, files, name):
+    """With the header kept, any window (from the file's start too: it is fetched with the header's range
+    inside it) is one request of about its packets' bytes."""
+    import random
+
+    clear_header_cache()
+    remote = hint_of(files / name)
+    index, keys, uri = remote.reads, remote.keyframe_indices, f"s3://{BUCKET}/{name}"
+    decode_window(uri, WINDOWS[1], hint=remote, num_frames=300)  # the header, kept
+    rng = random.Random(0)
+    total = least = 0
+    for first in [2] + [rng.randrange(0, 240) for _ in range(8)]:
+        frames = list(range(first, first + 61, 4))
+        _, requests, received = counted(lambda f=frames: decode_window(uri, f, hint=remote, num_frames=300))
+        assert requests <= (2 if name.endswith(".mkv") else 1), (name, first)  # Matroska: see above
+        total += received
+        least += index.last_packet_end(frames[-1]) - index.key_offsets[bisect.bisect_right(keys, first) - 1]
+    assert total <= 1.1 * least, (name, total / least)
+
+
 def test_a_wrong_byte_index_costs_requests_never_a_frame(store, files):
     """Offsets shifted into the previous GOP and ends cut short: the reads outside are fetched when asked."""
     clear_header_cache()

@@ -161,9 +161,15 @@ class WindowFile(RangeReader):
             self._hold(start, data)
 
     def _hold(self, start: int, data: bytes) -> None:
-        i = bisect.bisect_left(self._starts, start)
-        self._starts.insert(i, start)
-        self._spans.insert(i, (start, data))
+        """Hold ``data`` at ``start``; a range inside another held one is dropped (a header kept, and a window
+        fetched from the file's start with it)."""
+        end = start + len(data)
+        if any(s <= start and end <= s + len(d) for s, d in self._spans):
+            return
+        kept = [(s, d) for s, d in self._spans if not (start <= s and s + len(d) <= end)]
+        i = bisect.bisect_left([s for s, _ in kept], start)
+        kept.insert(i, (start, data))
+        self._spans, self._starts = kept, [s for s, _ in kept]
 
     def opened(self) -> None:
         """Keep what opening the file read (at least the index's head, and its tail) as its header, once per
