@@ -325,3 +325,55 @@ def test_a_root_in_s3_reads_each_window_in_about_one_request_and_gives_the_local
         # whole); without the byte index this epoch made 37 requests and read 0.82x the files (measured once)
         assert requests <= 3 * clips, (where, requests, clips)
         assert received < 0.6 * size, (where, received, size)
+
+
+@pytest.mark.slow
+def test_the_real_clips_from_s3_http_and_shards_give_the_local_batches_on_both_routes(
+        store, realclips, tmp_path, monkeypatch):
+    """The real clips of the test data (every container and codec they hold; the scan rejects the broken ones
+    wherever they are read from) as a class-folder root: from a root in S3, from a manifest of HTTP URIs and
+    from tar shards, the batches equal the local files', bit for bit, with DALI (VP9) and the fallback."""
+    import shutil
+
+    import torch
+
+    from daliload.commands.pack import pack_dataset
+    from daliload.loader import DecodeSpec, KineticsDALILoader
+    from daliload.plan import AugmentSpec, OutputSpec
+    from daliload.prescreen import ScanSpec
+    from helpers.range_server import RangeServer
+    from helpers.s3_store import upload, uri_manifest
+
+    root = tmp_path / "real"
+    for clip in sorted(realclips.rglob("*")):
+        if clip.is_file() and clip.name != "MANIFEST.tsv":
+            target = root / "train" / clip.parent.name / clip.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(clip, target)
+    shards = tmp_path / "real-shards"
+    pack_dataset(root, shards, progress=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    upload(store, root, "real")
+
+    def run(where, **options):
+        loader = KineticsDALILoader(where, "train", batch_size=3, clip_len=8, frame_stride=2, device="cpu",
+                                    augment=AugmentSpec(crop_size=(48, 64), crop_mode="center", flip_prob=0.5),
+                                    output=OutputSpec(size=(48, 64), mean=(0, 0, 0), std=(1, 1, 1)),
+                                    decode=DecodeSpec(routing="static", dali_threads=1, fallback_workers=1),
+                                    **options)
+        try:
+            return [(v.clone(), y.clone()) for v, y in loader], loader.stats(), loader.manifest_path
+        finally:
+            loader.close()
+
+    want, local, manifest = run(root)
+    assert local.clips_dali > 0 and local.clips_fallback > 0
+    with RangeServer(root) as server:
+        http = uri_manifest(manifest, root, server.url(""), tmp_path / "http.sqlite")
+        sources = [("s3://real", {}), (http, {"scan": ScanSpec(check=False)}), (shards, {})]
+        for where, options in sources:
+            got, stats, _ = run(where, **options)
+            assert len(got) == len(want) and all(torch.equal(a, b) and torch.equal(s, t)
+                                                 for (a, s), (b, t) in zip(got, want)), where
+            assert (stats.clips_dali, stats.clips_fallback) == (local.clips_dali, local.clips_fallback), where
+            assert len(stats.failures) == len(local.failures), where
