@@ -50,7 +50,7 @@ def _plot_loaders(plt, result: dict, main: list[dict], caption: str, path: Path)
     ax.set_title(f"Loaders on the same plan, {result['settings']['device']} run\n{caption}", fontsize=8)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(str(path), dpi=110)
+    fig.savefig(str(path), dpi=90)  # the checkout travels with every GPU visit call: keep it light
     plt.close(fig)
 
 
@@ -102,7 +102,7 @@ def _plot_scaling(plt, result: dict, ok: list[dict], main: list[dict], caption: 
         axes[0].legend(fontsize=7)
     fig.suptitle(f"Scaling, {result['settings']['device']} run — {caption}", fontsize=8)
     fig.tight_layout()
-    fig.savefig(str(path), dpi=110)
+    fig.savefig(str(path), dpi=90)  # the checkout travels with every GPU visit call: keep it light
     plt.close(fig)
 
 
