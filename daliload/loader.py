@@ -271,12 +271,14 @@ class KineticsDALILoader(LoaderState):
                               explicit=explicit_choice(self.decode.decoder, self.decode.routing))
         # Both sources live as long as the loader (workers start at the fallback's first group, DALI at its first).
         self._sources = ClipSources(
-            index, self.output, FallbackOptions(threads=self.decode.fallback_threads, timeout_s=self.decode.timeout_s),
+            index, self.output, FallbackOptions(threads=self.decode.fallback_threads, timeout_s=self.decode.timeout_s,
+                                                read_policy=self.decode.read_policy),
             workers=self.decode.fallback_workers, timeout_s=self.decode.timeout_s, device=self.torch_device,
             dali=DaliSetup(batch_size=self.clips_per_batch, device=self.device, device_id=self.device_id,
                            num_threads=self.decode.dali_threads_for(self.device, self.clips_per_batch),
                            prefetch=prefetch, pipelines=self.dali_pipelines,
-                           cut_windows=self.decode.dali_feed == "window") if self.dali_enabled else None,
+                           cut_windows=self.decode.dali_feed == "window",
+                           read_policy=self.decode.read_policy) if self.dali_enabled else None,
             keep_buffers=prefetch + 2,  # the batches ahead, and about two whose copies to the GPU still run
             reads_of=ByteIndexes(self.manifest_path))
         # A loader dropped without close() (a rebuilt evaluation loader, a `del`) stops its workers and threads

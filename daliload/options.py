@@ -22,6 +22,7 @@ from daliload.clips import TASKS_AHEAD_PER_WORKER
 from daliload.failures import DEFAULT_MAX_FAILURE_FRACTION
 from daliload.plan import AugmentSpec, ClipSpec, OutputSpec, check_last_batch, check_views
 from daliload.runtime import usable_cores
+from daliload.stream import DEFAULT_POLICY, ReadPolicy
 
 logger = logging.getLogger("daliload.loader")  # where the loader's messages always came from
 DecoderChoice = Literal["auto", "fallback"]
@@ -98,6 +99,12 @@ class DecodeSpec:
             videos failed to decode (their samples are replaced until then; at
             least one failed video is allowed; a video is one however many of
             its samples failed). Default 0.05.
+        read_timeout_s: time limit of one request to an object store or web
+            server, seconds (connect and body). Default 20. A transient error
+            (5xx, throttling, a reset connection, this limit) is retried.
+        read_attempts: requests per read, at most (1: no retry). Default 4.
+            Retries wait 0.25 s, 0.5 s, 1 s, ...; a fallback decode's reads
+            also end at its ``timeout_s``. See ``docs/remote.md``.
     """
 
     decoder: DecoderChoice = "auto"
@@ -111,6 +118,8 @@ class DecodeSpec:
     fallback_threads: int = 1
     timeout_s: float = 60.0
     max_failure_fraction: float = DEFAULT_MAX_FAILURE_FRACTION
+    read_timeout_s: float = DEFAULT_POLICY.timeout_s
+    read_attempts: int = DEFAULT_POLICY.attempts
 
     def __post_init__(self) -> None:
         if self.decoder not in ("auto", "fallback"):
@@ -137,6 +146,15 @@ class DecodeSpec:
             raise ValueError(f"timeout_s must be > 0 seconds, got {self.timeout_s!r}")
         if not 0 <= self.max_failure_fraction <= 1:
             raise ValueError(f"max_failure_fraction must be in [0, 1], got {self.max_failure_fraction!r}")
+        if not isinstance(self.read_attempts, int) or isinstance(self.read_attempts, bool) or self.read_attempts < 1:
+            raise ValueError(f"read_attempts must be an integer >= 1, got {self.read_attempts!r}")
+        if not self.read_timeout_s > 0:
+            raise ValueError(f"read_timeout_s must be > 0 seconds, got {self.read_timeout_s!r}")
+
+    @property
+    def read_policy(self) -> ReadPolicy:
+        """The time limit and retries of every remote read (:class:`daliload.stream.ReadPolicy`)."""
+        return ReadPolicy(timeout_s=self.read_timeout_s, attempts=self.read_attempts)
 
     def batches_ahead(self, clips_per_batch: int, *, clips_per_video: int = 1, pipelines: int | None = None
                       ) -> int:  # fmt: skip

@@ -42,11 +42,9 @@ Worked example, a 300-frame H.264 file with keyframes at frames 0 and 250 and
 
 Without timestamps that rank frames (raw streams, AVI): a sequential decode from the start, counting frames.
 
-Given the file's frame count from the scan (``num_frames``, the count the plan was made from), a window
-that runs past what the file decodes *now* fails instead of being padded: the same request to a 300-frame
-file truncated since the scan to 120 frames raises ``DecodeError`` ("decoded only 120 of 300 frames"),
-where without the count it would give 16 copies of frame 119. Padding past the scan's count stays the plan's
-own (``[292, 296, 300, 304] -> 292, 296, 299, 299``).
+Given the scan's frame count (``num_frames``), a window past what the file decodes *now* fails instead of
+being padded: a 300-frame file truncated since to 120 frames raises ``DecodeError`` ("decoded only 120 of 300
+frames"), not 16 copies of frame 119; padding past the scan's count stays the plan's (``[296, 300] -> 296, 299``).
 
 A :class:`StreamHint` (keyframes and frame rate, from the pre-screen) enters a long constant-rate file by a
 seek; with a byte index (a remote video) the header and the window's bytes come in one go
@@ -73,7 +71,8 @@ import numpy as np
 from av.video.reformatter import Colorspace, VideoReformatter
 
 from daliload.plan import clamp_frame_indices
-from daliload.stream import PacketsUntil, WindowFile, open_video, open_window, remote_window
+from daliload.stream import (DEFAULT_POLICY, PacketsUntil, ReadPolicy, WindowFile, open_video, open_window,
+                             remote_window)
 from daliload.stream.errors import DecodeError, describe
 from daliload.stream.numbering import FrameTable, StreamHint, first_output_pts, seek_target, timestamps_rank_frames
 
@@ -127,6 +126,7 @@ def decode_window(
     timeout_s: float | None = None,
     hint: StreamHint | None = None,
     num_frames: int | None = None,
+    policy: ReadPolicy = DEFAULT_POLICY,
 ) -> DecodedClip:
     """Decode the frames ``frame_indices`` of the first video stream of ``path``.
 
@@ -151,6 +151,7 @@ def decode_window(
             past it repeat its last frame (the plan's own padding); an index
             below it that the file no longer has is an error, not padding with
             whatever frame is last now.
+        policy: time limit and retries of each request, for a video in a store.
 
     Returns:
         :class:`DecodedClip` with ``len(frame_indices)`` frames.
@@ -180,7 +181,7 @@ def decode_window(
                   deadline=None if timeout_s is None else time.monotonic() + timeout_s,
                   timeout_s=timeout_s,
                   unsafe_seek=(hint is not None and hint.unsafe_seek) or path_str in _UNSAFE_SEEK,
-                  scanned_frames=num_frames, reads=hint)
+                  scanned_frames=num_frames, reads=hint, policy=policy)
     # Each strategy gets a fresh container: a seek back to the start is not exact with edit lists. A hint that
     # cannot skip anything (the window's keyframe is the first of a local file, or the file is unsafe to seek)
     # opens none: an open costs a few milliseconds, as much as RGB-converting a whole clip.
@@ -215,15 +216,11 @@ class _Window:
     def __init__(self, path: str, wanted: list[int], *, threads: int = 1, skip_nonref: bool = True,
                  deadline: float | None = None, timeout_s: float | None = None,
                  unsafe_seek: bool = False, scanned_frames: int | None = None,
-                 reads: StreamHint | None = None) -> None:  # fmt: skip
-        self.path = path
+                 reads: StreamHint | None = None, policy: ReadPolicy = DEFAULT_POLICY) -> None:  # fmt: skip
+        self.path, self.policy = path, policy
         self.reads, self.window_file = None if unsafe_seek else reads, None  # a remote window: read in one go
-        self.wanted = wanted
-        self.threads = threads
-        self.skip_nonref = skip_nonref
-        self.deadline = deadline
-        self.timeout_s = timeout_s
-        self.unsafe_seek = unsafe_seek
+        self.wanted, self.threads, self.skip_nonref = wanted, threads, skip_nonref
+        self.deadline, self.timeout_s, self.unsafe_seek = deadline, timeout_s, unsafe_seek
         self.scanned_frames = scanned_frames
         self.decoded = 0
         self.rotation = 0  # the display rotation of the frames converted (FFmpeg's sign)
@@ -233,8 +230,8 @@ class _Window:
         try:
             # A local path is checked first (a FIFO would block the open); a URI is read in ranges, timed.
             window = self._window_file()
-            container = av.open(window or open_video(self.path, deadline=self.deadline), metadata_errors="ignore",
-                                timeout=self.timeout_s)
+            source = window or open_video(self.path, policy=self.policy, deadline=self.deadline)
+            container = av.open(source, metadata_errors="ignore", timeout=self.timeout_s)
             if window is not None:
                 window.opened()
         except av.error.ExitError as err:
@@ -254,7 +251,8 @@ class _Window:
     def _window_file(self) -> WindowFile | None:
         """A remote video with a byte index: its header and window, fetched once for every strategy; else None."""
         if self.window_file is None and self.reads is not None:
-            self.window_file = open_window(self.path, self.reads, self.wanted, deadline=self.deadline)
+            self.window_file = open_window(self.path, self.reads, self.wanted, policy=self.policy,
+                                           deadline=self.deadline)
         if self.window_file is not None:
             self.window_file.seek(0)
         return self.window_file

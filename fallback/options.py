@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from daliload.stream import DEFAULT_POLICY, ReadPolicy
 from daliload.stream.numbering import StreamHint
 
 
@@ -25,12 +26,14 @@ class FallbackOptions:
         hints: optional ``path -> StreamHint`` from the pre-screen (for
             :func:`~fallback.source.decode_sample`; a
             :class:`~fallback.source.FallbackSource` takes ``hint_of``).
+        read_policy: time limit and retries of each request, for videos in a store.
     """
 
     threads: int = 1
     skip_nonref: bool = True
     timeout_s: float | None = None
     hints: dict[str, StreamHint] | None = field(default=None, compare=False)
+    read_policy: ReadPolicy = DEFAULT_POLICY
 
     def __post_init__(self) -> None:
         if self.threads < 1:

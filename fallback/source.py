@@ -48,6 +48,7 @@ chooses ``"device"`` when its batches go to a GPU
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -66,7 +67,7 @@ from daliload.plan import OutputSpec, Sample, clamp_frame_indices
 from daliload.clips import TASKS_AHEAD_PER_WORKER, Decoded, LoadMeter, SourceLoad
 from daliload.runtime import TaskOutcome, WithPrefetch, WorkerPool
 from fallback.decode import DecodeError, decode_window
-from daliload.stream import prefetch_window
+from daliload.stream import DEFAULT_POLICY, ReadPolicy, prefetch_window
 from daliload.stream.numbering import StreamHint
 from fallback.options import FallbackOptions
 from fallback.transform import apply_plan, clip_shape, output_dtype, pixel_spec
@@ -130,7 +131,7 @@ def _decode_one(sample: Sample, output: OutputSpec, decode: FallbackOptions, hin
                 out: torch.Tensor | None = None, num_frames: int | None = None) -> tuple[torch.Tensor, int]:
     clip = decode_window(sample.path, sample.frame_indices(), threads=decode.threads,
                          skip_nonref=decode.skip_nonref, timeout_s=decode.timeout_s, hint=hint,
-                         num_frames=num_frames)
+                         num_frames=num_frames, policy=decode.read_policy)
     return apply_plan(clip.frames, sample, output, out=out), clip.num_frames_decoded
 
 
@@ -167,17 +168,18 @@ def decode_rows(task: _Task, fds: Sequence[int] = (), *, output: OutputSpec, dec
         return [(0, (err.reason, err.kind))] * len(samples)
 
 
-def prefetch_rows(task: _Task) -> None:
+def prefetch_rows(task: _Task, policy: ReadPolicy = DEFAULT_POLICY) -> None:
     """Start reading the window a :func:`decode_rows` task will decode, when it is a remote video with a byte
     index (:func:`daliload.stream.prefetch_window`); returns at once."""
     _, samples, hint, _, _, num_frames = task
     if hint is not None and hint.reads is not None:
         wanted = sorted({i for sample in samples for i in sample.frame_indices()})
-        prefetch_window(samples[0].path, hint, clamp_frame_indices(wanted, num_frames) if num_frames else wanted)
+        prefetch_window(samples[0].path, hint, clamp_frame_indices(wanted, num_frames) if num_frames else wanted,
+                        policy=policy)
 
 
 def _with_hint(decode: FallbackOptions, samples: Sequence[Sample], hint: StreamHint) -> FallbackOptions:
-    return FallbackOptions(decode.threads, decode.skip_nonref, decode.timeout_s, {samples[0].path: hint})
+    return dataclasses.replace(decode, hints={samples[0].path: hint})
 
 
 def map_buffer(fd: int, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -290,7 +292,7 @@ class FallbackSource:
         self.normalize_on: NormalizeOn = "worker" if self.output.dtype == "uint8" else normalize_on
         #: what the workers write: ``output``, or its uint8 pixels when the merge normalises
         self.written = self.output if self.normalize_on == "worker" else pixel_spec(self.output)
-        self.decode = FallbackOptions(decode.threads, decode.skip_nonref, decode.timeout_s)  # hints: hint_of
+        self.decode = dataclasses.replace(decode, hints=None)  # hints: hint_of
         self.workers = workers
         #: ``path -> StreamHint | None``: the seek hint a video's task carries (looked up when it is sent)
         self.hint_of = hint_of or decode.hint
@@ -298,7 +300,7 @@ class FallbackSource:
         self._limit = None if decode.timeout_s is None else hard_limit(decode.timeout_s)
         # A worker reads the task behind the one it runs ahead (a remote window's bytes) while it decodes.
         self._task_fn = WithPrefetch(functools.partial(task_fn, output=self.written, decode=self.decode),
-                                     prefetch_rows)
+                                     functools.partial(prefetch_rows, policy=self.decode.read_policy))
         self._pool: WorkerPool | None = None
         self._groups: dict[int, _Group] = {}
         self._group_of: dict[int, int] = {}  # task id -> ticket

@@ -64,7 +64,7 @@ def decode_views(samples: Sequence[Sample], output: OutputSpec, decode: Fallback
     # Frames come back one per index asked for, in order, so the rows below hold even when indices past
     # num_frames are clamped to its last frame.
     clip = decode_window(path, wanted, threads=decode.threads, skip_nonref=decode.skip_nonref,
-                         timeout_s=decode.timeout_s, hint=hint, num_frames=num_frames)
+                         timeout_s=decode.timeout_s, hint=hint, num_frames=num_frames, policy=decode.read_policy)
     row = {index: k for k, index in enumerate(wanted)}
     frames = clip.frames
     targets = out if out is not None else [None] * len(samples)

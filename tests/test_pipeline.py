@@ -615,9 +615,9 @@ def test_the_views_of_a_video_share_one_read_of_its_file(vp9, raw_decoder, monke
     """Multi-view evaluation gives DALI one entry per view; the file is read once per batch, not per view."""
     reads = []
 
-    def counted(path):
+    def counted(path, **options):
         reads.append(path)
-        return real_read(path)
+        return real_read(path, **options)
 
     real_read = pipeline.read_video_file
     monkeypatch.setattr(pipeline, "read_video_file", counted)

@@ -290,6 +290,38 @@ def test_a_server_slower_than_the_time_limit_fails_the_sample_named_and_nothing_
     assert failure.path == slow and "did not answer in time" in failure.describe()
 
 
+@pytest.mark.parametrize("decoder", ["fallback", "auto"])
+def test_the_loaders_read_time_limit_and_attempts_apply_to_every_read(local, small_kinetics, tmp_path, decoder):
+    """``DecodeSpec(read_timeout_s=, read_attempts=)``: a server 3 s slow for one file passes the default limit
+    (20 s) but not 0.5 s, and with one attempt nothing is retried; on both routes (the fallback's workers, and the
+    cutters' and DALI's reads of a VP9 file)."""
+    manifest, expected = local
+    with RangeServer(small_kinetics) as server:
+        source = uri_manifest(manifest, small_kinetics, server.url(""), tmp_path / "m.sqlite")
+        loader = make_loader(source, scan=UNCHECKED, decoder=decoder, read_timeout_s=0.5, read_attempts=1)
+        try:
+            slow = next(v.path for v in loader.videos if v.path.endswith(".webm"))
+            server.delay_s[slow.rsplit("/", 1)[1]] = 3.0
+            before = transfer_counts()
+            batches = epoch(loader)
+            stats = loader.stats()
+        finally:
+            loader.close()
+    assert [v.shape for v, _ in batches] == [v.shape for v, _ in expected]
+    (failure,) = stats.failures
+    assert failure.path == slow
+    assert stats.remote_retries == before.remote_retries and stats.remote_failed_reads > before.remote_failed_reads
+
+
+@pytest.mark.parametrize("field, value, message", [("read_timeout_s", 0, "read_timeout_s must be > 0 seconds"),
+                                                   ("read_attempts", 0, "read_attempts must be an integer >= 1"),
+                                                   ("read_attempts", 1.5, "read_attempts must be an integer >= 1")])
+def test_bad_read_settings_are_refused_naming_them(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        DecodeSpec(**{field: value})
+    assert DecodeSpec(read_timeout_s=3, read_attempts=2).read_policy == ReadPolicy(timeout_s=3, attempts=2)
+
+
 def test_a_bucket_that_does_not_exist_is_one_error_at_construction(s3, local, small_kinetics, tmp_path):
     manifest, _ = local
     source = uri_manifest(manifest, small_kinetics, "s3://no-such-bucket/", tmp_path / "m.sqlite")

@@ -55,7 +55,7 @@ from daliload.dali._graph import build, feed, videos_to_torch
 from daliload.dali._wait import Waiter, exit_without_waiting_for
 from daliload.plan import OutputSpec, Sample, clamp_frame_indices
 from daliload.runtime import quiet_dali, require_cuda
-from daliload.stream import read_video_file
+from daliload.stream import DEFAULT_POLICY, ReadPolicy, read_video_file
 
 if TYPE_CHECKING:
     import torch
@@ -121,6 +121,7 @@ class DaliClipDecoder:
         num_threads: DALI worker threads: clips decoded at once. Default 4.
         prefetch_queue_depth: most batches submitted and not yet collected. Default 2.
         read_threads: threads that read file bytes for :meth:`submit`. Default 4.
+        read_policy: time limit and retries of each request, for videos in a store.
         pipelines: DALI pipelines, each with ``num_threads`` threads, taking
             the batches in turn (results still come in submission order), for
             more NVDEC sessions at once; at most ``prefetch_queue_depth``. Default 1.
@@ -151,6 +152,7 @@ class DaliClipDecoder:
         read_threads: int = 4,
         pipelines: int = 1,
         num_frames: Mapping[str, int] | Callable[[str], int | None] | None = None,
+        read_policy: ReadPolicy = DEFAULT_POLICY,
     ) -> None:
         if not isinstance(output, OutputSpec):
             raise TypeError(f"output must be an OutputSpec, got {type(output).__name__}")
@@ -183,6 +185,7 @@ class DaliClipDecoder:
         self.prefetch_queue_depth = prefetch_queue_depth
         self.num_frames = num_frames
         self._frames_of = num_frames.get if isinstance(num_frames, Mapping) else num_frames
+        self._read_policy = read_policy
         self._pending: collections.deque[_Pending] = collections.deque()
         self._reader = ThreadPoolExecutor(max_workers=read_threads,
                                           thread_name_prefix="daliload-read")
@@ -193,6 +196,9 @@ class DaliClipDecoder:
                              device=device, device_id=device_id, frames_given=num_frames is not None)
                        for _ in range(pipelines)]
         self._next_pipe = 0
+
+    def _read(self, path: str):
+        return read_video_file(path, policy=self._read_policy)
 
     @property
     def pipelines(self) -> int:
@@ -251,7 +257,7 @@ class DaliClipDecoder:
         # One read per whole file: a video's views share it.
         paths = list(dict.fromkeys(s.path for s, cut in zip(samples, cuts) if cut is None))
         try:
-            by_path = dict(zip(paths, self._reader.map(read_video_file, paths)))
+            by_path = dict(zip(paths, self._reader.map(self._read, paths)))
         except OSError as err:
             bad = next((s for s in samples if s.path == getattr(err, "filename", None)), None)
             error = DaliBatchError(samples, f"cannot read file: {err}", culprit=bad)

@@ -16,12 +16,13 @@ each group (``Decoded.normalized``).
 from __future__ import annotations
 
 import bisect
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Literal, Sequence
 
 from daliload.dataset import VideoIndex, VideoRow
 from daliload.plan import OutputSpec
-from daliload.stream import is_remote, member_of, remote_window
+from daliload.stream import DEFAULT_POLICY, ReadPolicy, is_remote, member_of, remote_window
 from daliload.stream.byteindex import ByteIndex
 from daliload.runtime import WithPrefetch
 from daliload.stream.cut import cut_task, prefetch_cut
@@ -49,6 +50,7 @@ class DaliSetup:
         pipelines: DALI pipelines taking the batches in turn.
         cut_windows: feed DALI the packets each window needs (made by a
             :class:`~daliload.dali.WindowCutter`) instead of whole files.
+        read_policy: time limit and retries of each request, for videos in a store.
     """
 
     batch_size: int
@@ -58,6 +60,7 @@ class DaliSetup:
     prefetch: int
     pipelines: int
     cut_windows: bool
+    read_policy: ReadPolicy = DEFAULT_POLICY
 
 
 class ClipSources:
@@ -114,10 +117,13 @@ class ClipSources:
             decoder = DaliClipDecoder(self._output, batch_size=setup.batch_size, device=setup.device,
                                       device_id=setup.device_id, num_threads=setup.num_threads,
                                       prefetch_queue_depth=setup.prefetch, pipelines=setup.pipelines,
-                                      num_frames=self.frames_of)
+                                      num_frames=self.frames_of, read_policy=setup.read_policy)
             cutter = None
             if setup.cut_windows:
-                cutter = WindowCutter(WithPrefetch(cut_task, prefetch_cut), item_of=cut_item(self._hint_of),
+                policy = setup.read_policy
+                cutter = WindowCutter(WithPrefetch(functools.partial(cut_task, policy=policy),
+                                                   functools.partial(prefetch_cut, policy=policy)),
+                                      item_of=cut_item(self._hint_of),
                                       workers=self._workers,
                                       timeout_s=self._timeout_s)
             self._dali = DaliSource(decoder, clip_timeout_s=self._timeout_s, cutter=cutter)

@@ -60,6 +60,7 @@ from typing import Sequence
 import av
 
 from daliload.stream._files import open_video
+from daliload.stream._remote import DEFAULT_POLICY, ReadPolicy
 from daliload.stream._window import PacketsUntil, open_window, prefetch_window, remote_window
 from daliload.stream.numbering import (StreamHint, first_output_pts, is_random_access, nal_length_size, seek_target,
                                        shows_frame,
@@ -85,7 +86,8 @@ class WindowCut:
     frames: int
 
 
-def cut_window(path: str | os.PathLike, first: int, last: int, hint: StreamHint | None) -> WindowCut | None:
+def cut_window(path: str | os.PathLike, first: int, last: int, hint: StreamHint | None, *,
+               policy: ReadPolicy = DEFAULT_POLICY) -> WindowCut | None:
     """The packets frames ``first .. last`` of ``path`` need, as a :class:`WindowCut` (see the module doc).
 
     Args:
@@ -94,6 +96,7 @@ def cut_window(path: str | os.PathLike, first: int, last: int, hint: StreamHint 
             order, :mod:`daliload.stream.numbering`'s numbers), ``0 <= first <= last``.
         hint: the pre-screen's keyframes and frame rate; ``None`` (no hint: a
             variable frame rate, no keyframe index) gives ``None``.
+        policy: time limit and retries of each request, for a video in a store.
 
     Returns:
         ``None`` when there is nothing to gain (the entry is frame 0 of a local
@@ -110,9 +113,9 @@ def cut_window(path: str | os.PathLike, first: int, last: int, hint: StreamHint 
         return None  # decoding starts at the file's start anyway (remote: the cut still saves the file's rest)
     # A remote video with a byte index: its header (cached) and the window's bytes, fetched at once. Else a
     # local path, checked (a FIFO put in its place would block the open), or a URI read in ranges.
-    window = open_window(path, hint, (first, last))
+    window = open_window(path, hint, (first, last), policy=policy)
     stop_at = window.stop_at if window is not None else None
-    with av.open(window or open_video(path), metadata_errors="ignore") as src:
+    with av.open(window or open_video(path, policy=policy), metadata_errors="ignore") as src:
         if window is not None:
             window.opened()
         stream = src.streams.video[0]
@@ -216,20 +219,21 @@ def _window_packets(src, stream, codec: str, length_size: int | None, index_of, 
     return kept
 
 
-def prefetch_cut(item: tuple[str, Sequence[int], StreamHint | None]) -> None:
+def prefetch_cut(item: tuple[str, Sequence[int], StreamHint | None], policy: ReadPolicy = DEFAULT_POLICY) -> None:
     """Start reading the window :func:`cut_task` will cut from a remote video with a byte index; returns at once."""
     path, frames, hint = item
-    prefetch_window(path, hint, (min(frames), max(frames)))
+    prefetch_window(path, hint, (min(frames), max(frames)), policy=policy)
 
 
-def cut_task(item: tuple[str, Sequence[int], StreamHint | None], fds: Sequence[int] = ()) -> WindowCut | None:
-    """:func:`cut_window` for a worker process: ``item`` is ``(path, frames, hint)``.
+def cut_task(item: tuple[str, Sequence[int], StreamHint | None], fds: Sequence[int] = (), *,
+             policy: ReadPolicy = DEFAULT_POLICY) -> WindowCut | None:
+    """:func:`cut_window` for a worker process: ``item`` is ``(path, frames, hint)``; ``policy`` as there.
 
     A file that cannot be cut (or read) gives ``None``: the caller hands DALI
     the whole file and DALI's own errors decide what happens to it.
     """
     path, frames, hint = item
     try:
-        return cut_window(path, min(frames), max(frames), hint)
+        return cut_window(path, min(frames), max(frames), hint, policy=policy)
     except (av.FFmpegError, OSError, IndexError, ValueError):
         return None
