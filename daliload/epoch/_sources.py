@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Callable, Literal, Sequence
 
 from daliload.dataset import VideoIndex, VideoRow
 from daliload.plan import OutputSpec
-from daliload.stream import DEFAULT_POLICY, ReadPolicy, is_remote, member_of, remote_window
+from daliload.stream import DEFAULT_POLICY, ReadPolicy, is_remote, object_of, remote_window
 from daliload.stream.byteindex import ByteIndex
 from daliload.runtime import WithPrefetch
 from daliload.stream.cut import cut_task, prefetch_cut
@@ -176,7 +176,7 @@ def hint_lookup(index: VideoIndex, reads_of: Callable[[str], ByteIndex | None] |
         i = index.find(path)
         if i < 0:
             return None
-        reads = reads_of(path) if reads_of is not None and is_remote_video(path) else None
+        reads = reads_of(path) if reads_of is not None and is_remote(object_of(path)[0]) else None
         return stream_hint(index[i], reads)
     return hint_of
 
@@ -193,12 +193,6 @@ def cut_item(hint_of: Callable[[str], StreamHint | None]) -> Callable[[str, Sequ
             return None  # a local file read from its start anyway (a remote one: the cut saves the file's rest)
         return path, tuple(frames), hint
     return item_of
-
-
-def is_remote_video(path: str) -> bool:
-    """Whether ``path`` names a video in a store (a URI, or a member of a shard in one)."""
-    member = member_of(path) if "#" in path else None
-    return is_remote(member.shard if member is not None else path)
 
 
 def stream_hint(entry: VideoRow, reads: ByteIndex | None = None) -> StreamHint | None:

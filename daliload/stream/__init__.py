@@ -35,7 +35,7 @@ PyAV, so they are imported by name, not here.
 
 from daliload.stream._files import (NotARegularFile, check_stores, open_video, read_video_file, require_regular_file,
                                     stat_video)
-from daliload.stream._members import MemberAddress, member_address, member_of
+from daliload.stream._members import MemberAddress, member_address, member_of, object_of
 from daliload.stream._remote import (DEFAULT_POLICY, RangeFile, ReadPolicy, RemoteObject, RemoteReadError,
                                      TransferCounts, add_transfer_counts, fetch, list_objects, transfer_counts)
 from daliload.stream._tar import (NotAnUncompressedTar, TarMember, is_compressed_name, read_member, shard_paths,
@@ -47,6 +47,6 @@ from daliload.stream._window import (PacketsUntil, WindowFile, clear_header_cach
 __all__ = ["DEFAULT_POLICY", "MemberAddress", "NotARegularFile", "NotAnUncompressedTar", "PacketsUntil", "RangeFile",
            "ReadPolicy", "RemoteObject", "RemoteReadError", "SecretInURIError", "TarMember", "TransferCounts",
            "WindowFile", "add_transfer_counts", "check_stores", "clear_header_cache", "fetch", "is_compressed_name",
-           "is_remote", "list_objects", "member_address", "member_of", "open_video", "open_window",
+           "is_remote", "list_objects", "member_address", "member_of", "object_of", "open_video", "open_window",
            "prefetch_window", "read_member", "read_video_file", "redact", "refuse_secrets", "remote_window",
            "require_regular_file", "shard_paths", "stat_video", "tar_members", "transfer_counts"]

@@ -26,7 +26,7 @@ import stat
 
 import numpy as np
 
-from daliload.stream._members import LocalSlice, MemberAddress, member_of, shard_stat
+from daliload.stream._members import LocalSlice, MemberAddress, member_of, object_of, shard_stat
 from daliload.stream._remote import DEFAULT_POLICY, RangeFile, ReadPolicy, RemoteReadError, fetch, size_of
 from daliload.stream._uri import SecretInURIError, is_remote, local_path, refuse_secrets
 
@@ -199,8 +199,7 @@ def check_stores(uris, *, policy: ReadPolicy = DEFAULT_POLICY) -> int:
     for uri in uris:
         if not is_remote(uri):
             continue
-        member = member_of(uri)
-        uri = member.shard if member is not None else uri  # a shard's member: the shard is the object
+        uri = object_of(uri)[0]  # a shard's member: the shard is the object
         if may_hold_secrets:
             refuse_secrets(uri)
         rest = uri.split("://", 1)[1]

@@ -61,6 +61,13 @@ def member_of(uri: str | os.PathLike) -> MemberAddress | None:
     return MemberAddress(found["shard"], int(found["offset"]), int(found["size"]), found["name"])
 
 
+def object_of(uri: str | os.PathLike) -> tuple[str, int]:
+    """``(object, offset)``: the file or object holding the video ``uri`` names, and where its bytes start in it
+    (a shard's member: the shard and the member's offset; else ``uri`` itself and 0)."""
+    member = member_of(uri)
+    return (member.shard, member.offset) if member is not None else (os.fspath(uri), 0)
+
+
 class LocalSlice(RangeReader):
     """A member of a local shard as a seekable binary file: reads are ``pread`` s within its range.
 
