@@ -173,7 +173,7 @@ def prefetch_rows(task: _Task, policy: ReadPolicy = DEFAULT_POLICY) -> None:
     index (:func:`daliload.stream.prefetch_window`); returns at once."""
     _, samples, hint, _, _, num_frames = task
     if hint is not None and hint.reads is not None:
-        wanted = sorted({i for sample in samples for i in sample.frame_indices()})
+        wanted = [i for sample in samples for i in sample.frame_indices()]  # only its first and last count
         prefetch_window(samples[0].path, hint, clamp_frame_indices(wanted, num_frames) if num_frames else wanted,
                         policy=policy)
 

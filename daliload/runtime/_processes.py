@@ -230,13 +230,14 @@ def _serve(conn: Connection) -> None:
     conn.send(READY)
     prefetch = getattr(fn, "prefetch", None)
     ahead: list = []  # a task taken off the pipe early, with its descriptors (or None: the end)
+    sock: list[socket.socket] = []  # the pipe as a socket, made for the first task with descriptors
     while True:
-        message, fds = ahead.pop() if ahead else _receive(conn)
+        message, fds = ahead.pop() if ahead else _receive(conn, sock)
         if message is None:
             return
         task_id, item, num_fds = message
         if prefetch is not None and conn.poll():  # the next task is here: start its reads now
-            ahead.append(_receive(conn))
+            ahead.append(_receive(conn, sock))
             if ahead[0][0] is not None:
                 with contextlib.suppress(Exception):
                     prefetch(ahead[0][0][1])
@@ -259,16 +260,15 @@ def _serve(conn: Connection) -> None:
                        reply[-1]))
 
 
-def _receive(conn: Connection) -> tuple:
-    """The next message and the file descriptors that travel with it (over the same socket)."""
+def _receive(conn: Connection, sock: list[socket.socket]) -> tuple:
+    """The next message and the file descriptors that travel with it (over the same socket, ``sock[0]``,
+    made once)."""
     message = conn.recv()
     if message is None or not message[2]:
         return message, []
-    sock = socket.fromfd(conn.fileno(), socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        _, fds, _, _ = socket.recv_fds(sock, 1, message[2])
-    finally:
-        sock.close()
+    if not sock:
+        sock.append(socket.fromfd(conn.fileno(), socket.AF_UNIX, socket.SOCK_STREAM))
+    _, fds, _, _ = socket.recv_fds(sock[0], 1, message[2])
     return message, fds
 
 

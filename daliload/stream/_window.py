@@ -144,7 +144,6 @@ class WindowFile(RangeReader):
 
     Attributes:
         stop_at: where the window's last packet ends: a reader may stop demuxing at a packet ending there.
-        fetched_later: requests made for reads outside the ranges held (0 when the index was right).
     """
 
     def __init__(self, uri: str, base: int, size: int, spans, *, policy: ReadPolicy = DEFAULT_POLICY,
@@ -152,7 +151,6 @@ class WindowFile(RangeReader):
         super().__init__()
         self.uri, self.base, self.size = uri, base, size
         self.policy, self.deadline, self.stop_at = policy, deadline, stop_at
-        self.fetched_later = 0
         self._header = header  # (cache key, byte index): what opened() keeps
         self._reach = 0  # how far into the file reads went
         self._starts: list[int] = []
@@ -223,7 +221,6 @@ class WindowFile(RangeReader):
         except RemoteReadError:
             self._failed = True
             raise
-        self.fetched_later += 1
         if not data:
             return b""
         self._hold(pos, data)

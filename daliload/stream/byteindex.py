@@ -185,15 +185,10 @@ def _get(data: bytes, pos: int) -> tuple[int, int]:
 
 
 def _deltas(values: Sequence[int]) -> list[int]:
-    out, previous = [], 0
-    for value in values:
-        out.append(value - previous if value >= previous else _raise_unsorted(values))
-        previous = value
+    out = [b - a for a, b in zip((0, *values), values)]
+    if any(d < 0 for d in out):
+        raise ValueError(f"byte offsets must not fall, got {list(values[:8])}...")
     return out
-
-
-def _raise_unsorted(values: Sequence[int]) -> int:
-    raise ValueError(f"byte offsets must not fall, got {list(values[:8])}...")
 
 
 def _sums(deltas: Sequence[int]) -> list[int]:
