@@ -29,6 +29,7 @@ from daliload.synth.content import render_clip
 from daliload.synth.encode import default_spec, write_video
 from fallback.decode import decode_window
 from helpers.s3_store import s3_server
+from test_dali_cut import codes_of, nvdec_codes
 
 BUCKET = "windows"
 #: name -> (codec, container options)
@@ -183,6 +184,8 @@ def test_a_remote_window_from_the_first_keyframe_reads_the_files_start_only(stor
     assert cut_window(files / name, frames[0], frames[-1], local) is None  # nothing to gain locally
     cut, _, received = counted(lambda: cut_window(uri, frames[0], frames[-1], remote))
     assert cut is not None and cut.first_frame == 0 and cut.frames == 63 and received < 0.5 * remote.reads.size
+    want = codes_of(files / name)[:63]  # the file's frames 0 .. 62, decoded whole and as NVDEC sees the cut
+    assert codes_of(cut.data)[:63] == want and nvdec_codes(cut.data)[:63] == want
     clear_header_cache()
     got, _, received = counted(lambda: decode_window(uri, frames, hint=remote, num_frames=300))
     assert np.array_equal(got.frames, decode_window(files / name, frames, hint=local, num_frames=300).frames)
