@@ -14,11 +14,12 @@ one clip after another on one core, as one fallback worker decodes them
     normalise      (pixel - mean) / std, the cast to the output dtype and the layout,
                    written straight into the clip's row of the group's shared buffer
                    (as :func:`fallback.source.decode_rows` does in a worker; the first
-                   touch of that memory is paid here)
-    transfer       the clip's share of allocating that buffer (one per ``batch_size``
-                   clips, in the training process) and the worker's mapping of it; the
-                   training process copies nothing when a batch is one group, as it is
-                   when every file of the batch is the fallback's
+                   touch of a new buffer's memory is paid here)
+    transfer       the clip's share of taking that buffer from the ring (one per
+                   ``batch_size`` clips, in the training process: a reused one is
+                   mapped with its pages) and the worker's mapping of its row with
+                   its pages; the training process copies nothing when a batch is
+                   one group, as it is when every file of the batch is the fallback's
 
 Opening, demux/index and RGB conversion are timed by wrapping the fallback's
 own functions (:mod:`fallback.decode`) while the profile runs; decode is the
@@ -137,33 +138,36 @@ def _exact_span(path: str, first_key: int, last: int, fps: float) -> tuple[float
 class _Transfers:
     """The fallback's shared buffers: one per ``batch_size`` clips (a group), mapped by the worker per clip.
 
-    As :class:`fallback.source.FallbackSource` does: the training process
-    allocates a group's buffer (an anonymous memfd), and the worker decoding a
-    clip maps it and writes the clip into its row.
+    As :class:`fallback.source.FallbackSource` does on the CPU: the training
+    process takes a group's buffer from its ring
+    (:class:`fallback.buffers.ReusedBuffers`, the loader's ``keep``: 4), the
+    worker decoding a clip maps its row (:func:`fallback.source.map_rows`) and
+    writes the clip there, and the batch, dropped once the group is full,
+    brings the buffer back for a later group.
     """
 
     def __init__(self, output, batch_size: int) -> None:
+        from fallback.buffers import ReusedBuffers
+
         self.output, self.batch_size = output, batch_size
-        self.group: tuple | None = None  # (fd, shape, dtype, rows left)
+        self.ring = ReusedBuffers(keep=4)
+        self.group: tuple | None = None  # (the batch, fd, shape, dtype, rows left)
         self.seconds = 0.0
 
     def next_row(self, clip_len: int):
-        import os
-
-        from fallback.source import map_buffer, shared_buffer
+        from fallback.source import map_rows
         from fallback.transform import clip_shape, output_dtype
 
         start = time.perf_counter()
-        if self.group is None or self.group[3] == 0:
-            if self.group is not None:
-                os.close(self.group[0])
+        if self.group is None or self.group[4] == 0:
+            self.group = None  # the batch goes, and its buffer back to the ring
             shape = (self.batch_size, *clip_shape(clip_len, self.output))
             dtype = output_dtype(self.output)
-            _, fd = shared_buffer(shape, dtype)
-            self.group = (fd, shape, dtype, self.batch_size)
-        fd, shape, dtype, left = self.group
-        self.group = (fd, shape, dtype, left - 1)
-        row = map_buffer(fd, shape, dtype)[self.batch_size - left]  # what the worker writes into
+            batch, fd, _ = self.ring.take(shape, dtype)
+            self.group = (batch, fd, shape, dtype, self.batch_size)
+        batch, fd, shape, dtype, left = self.group
+        self.group = (batch, fd, shape, dtype, left - 1)
+        row = map_rows(fd, shape, dtype, [self.batch_size - left])[self.batch_size - left]  # the worker's row
         self.seconds += time.perf_counter() - start
         return row
 
@@ -215,6 +219,8 @@ def profile_clips(samples: Sequence, videos: Sequence, output, *, hints: dict | 
                              f"{frames} frames: its seek landed after the keyframe")
         exact_s, exact_frames = exact_s + seconds, exact_frames + frames
     clock.seconds["transfer"] = transfers.seconds
+    transfers.group = None
+    transfers.ring.close()
     inside = sum(clock.seconds[s] for s in ("opening", "demux/index", "RGB conversion"))
     clock.seconds["decode"] = max(0.0, whole - inside)
     n = len(samples)

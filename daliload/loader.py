@@ -279,7 +279,7 @@ class KineticsDALILoader(LoaderState):
                            prefetch=prefetch, pipelines=self.dali_pipelines,
                            cut_windows=self.decode.dali_feed == "window",
                            read_policy=self.decode.read_policy) if self.dali_enabled else None,
-            keep_buffers=prefetch + 2,  # the batches ahead, and about two whose copies to the GPU still run
+            keep_buffers=prefetch + 2,  # the batches ahead, and about two held (copies to the GPU, the loop's batch)
             reads_of=ByteIndexes(self.manifest_path))
         # A loader dropped without close() (a rebuilt evaluation loader, a `del`) stops its workers and threads
         # and releases its pipelines as it goes: at once, as the loader is in no reference cycle. Not at

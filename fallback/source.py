@@ -54,6 +54,7 @@ import logging
 import math
 import mmap
 import os
+import sys
 import tempfile
 import time
 import weakref
@@ -182,25 +183,41 @@ def _with_hint(decode: FallbackOptions, samples: Sequence[Sample], hint: StreamH
     return dataclasses.replace(decode, hints={samples[0].path: hint})
 
 
+#: madvise's MADV_POPULATE_WRITE: 23 in Linux's uapi ``mman-common.h`` (5.14 and later), which Python 3.11's
+#: mmap module does not name; elsewhere none (the number may mean something else there)
+_MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23 if sys.platform.startswith("linux") else None)
+
+
 def map_buffer(fd: int, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     """A tensor over the shared buffer ``fd`` (it keeps the mapping alive; the fd may be closed after)."""
     return torch.frombuffer(mmap.mmap(fd, math.prod(shape) * dtype.itemsize), dtype=dtype).view(shape)
 
 
 def map_rows(fd: int, shape: tuple[int, ...], dtype: torch.dtype, rows: Sequence[int]) -> torch.Tensor:
-    """:func:`map_buffer` for a worker that writes ``rows`` (consecutive), their pages allocated first.
+    """:func:`map_buffer` for a worker that writes ``rows`` (consecutive), their pages mapped first, in one call.
 
-    One ``posix_fallocate`` instead of a page fault per 4 KiB as the clips are
-    written: on the 2-core VM the faults cost about 1.8 ms of system time per
-    224x224x16 float16 clip, the call about half of that. Where the system
-    cannot, the faults allocate the pages as before.
+    ``MADV_POPULATE_WRITE`` (Linux 5.14) on the rows' pages instead of a
+    fault per 4 KiB as the clips are written: it allocates the pages of a
+    fresh buffer and maps those of a reused one (:class:`fallback.buffers.ReusedBuffers`),
+    where it saves most. Only the rows' pages: another task's rows are left to
+    the worker that writes them. Where the kernel cannot, ``posix_fallocate``
+    allocates the rows' pages (faults map them), and failing that the faults
+    do both, as before.
     """
     row_bytes = math.prod(shape[1:]) * dtype.itemsize
+    start, end = rows[0] * row_bytes, (rows[-1] + 1) * row_bytes
+    mapping = mmap.mmap(fd, math.prod(shape) * dtype.itemsize)
+    page = start - start % mmap.PAGESIZE
     try:
-        os.posix_fallocate(fd, rows[0] * row_bytes, len(rows) * row_bytes)
-    except (AttributeError, OSError):
-        pass
-    return map_buffer(fd, shape, dtype)
+        if _MADV_POPULATE_WRITE is None:
+            raise OSError("no MADV_POPULATE_WRITE here")
+        mapping.madvise(_MADV_POPULATE_WRITE, page, end - page)
+    except (AttributeError, OSError, ValueError):
+        try:
+            os.posix_fallocate(fd, start, end - start)
+        except (AttributeError, OSError):
+            pass
+    return torch.frombuffer(mapping, dtype=dtype).view(shape)
 
 
 def shared_buffer(shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, int]:

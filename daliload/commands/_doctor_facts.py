@@ -241,9 +241,9 @@ def shared_bytes_per_rank(m: Machine, w: Workload) -> tuple[int, int, int]:
     decode = DecodeSpec(fallback_workers=w.fallback_workers)
     gpu = m.gpu
     pipelines = decode.dali_pipelines_for("gpu" if on_gpu else "cpu", gpu.nvdec_engines if gpu else None)
-    # Ahead, and the one handed out; on a GPU host the ring (RegisteredBuffers) also keeps about two whose copies
-    # to the device still run: the loader's keep_buffers.
-    held = decode.batches_ahead(w.batch_size, pipelines=pipelines) + (2 if on_gpu else 1)
+    # Ahead, and about two more: the ring of reused buffers (the loader's keep_buffers) keeps on a GPU host those
+    # whose copies to the device still run, on the CPU the one handed out and the one the loop just dropped.
+    held = decode.batches_ahead(w.batch_size, pipelines=pipelines) + 2
     return per_batch, held, per_batch * held
 
 

@@ -30,6 +30,7 @@ from daliload.stream.numbering import StreamHint
 from fallback.options import FallbackOptions
 from fallback.source import FallbackSource, NormalizeOn
 from daliload.epoch._merge import RegisteredBuffers
+from fallback.buffers import ReusedBuffers
 
 if TYPE_CHECKING:
     import torch
@@ -79,9 +80,11 @@ class ClipSources:
         device: where the batches go (``cuda:N`` or the CPU): it decides
             where the fallback normalises (:func:`fallback_normalizes_on`).
         dali: how DALI is built when first needed; ``None``: DALI is not used.
-        keep_buffers: on a GPU host, the fallback's page-locked buffers kept
-            for reuse (:class:`RegisteredBuffers`): the batches a pass has in
-            flight at once, ahead and held for their copies.
+        keep_buffers: the fallback's shared buffers kept for reuse: on a GPU
+            host page-locked (:class:`RegisteredBuffers`), the batches a pass
+            has in flight at once, ahead and held for their copies; on the CPU
+            (:class:`fallback.buffers.ReusedBuffers`), those ahead and the ones
+            the training loop holds.
         reads_of: ``path -> its byte index`` (the manifest's), for remote videos.
     """
 
@@ -93,9 +96,11 @@ class ClipSources:
         self._hint_of = hint_lookup(index, reads_of)
         self._reads_of = reads_of
         self._output, self._workers, self._timeout_s, self._dali_setup = output, workers, timeout_s, dali
-        #: on a GPU host, the fallback's shared buffers: page-locked once and reused (None on the CPU, where a
-        #: group that is the whole batch is handed out as the batch and so cannot be reused)
-        self.buffers = RegisteredBuffers(device, keep=keep_buffers) if device.type == "cuda" and workers else None
+        #: the fallback's shared buffers, reused: on a GPU host page-locked once and given back after the batch's
+        #: copies; on the CPU, where a group that is the whole batch is handed out as the batch, given back when
+        #: the last tensor over it goes (None with no workers: the clips are then decoded into torch's memory)
+        self.buffers = (RegisteredBuffers(device, keep=keep_buffers) if device.type == "cuda"
+                        else ReusedBuffers(keep=keep_buffers)) if workers else None
         #: the PyAV fallback: what a truncated file is checked against is the manifest's frame count
         self.fallback = FallbackSource(output, options, workers=workers, hint_of=self._hint_of,
                                        frames_of=self.frames_of, normalize_on=fallback_normalizes_on(device),
@@ -132,7 +137,7 @@ class ClipSources:
     @property
     def pinned(self) -> dict[int, int] | None:
         """The addresses and sizes of the fallback's page-locked buffers (``None`` on the CPU)."""
-        return self.buffers.pinned if self.buffers is not None else None
+        return self.buffers.pinned if isinstance(self.buffers, RegisteredBuffers) else None
 
     def close(self) -> None:
         """Stop the fallback's workers and release DALI's pipelines (the next pass starts them again)."""
