@@ -41,7 +41,8 @@ class ReusedBuffers:
     A buffer holds the largest group asked for so far, so a smaller group fits
     any; up to ``keep`` wait for reuse, the rest are freed when they come back.
     The finalizers that bring buffers back may run in any thread (garbage
-    collection), so they only append to a queue that :meth:`take` drains.
+    collection), so they only append to a queue that :meth:`take` drains (and, once the ring is closed, free
+    what they bring).
 
     Args:
         keep: buffers kept for reuse (the batches a pass has ahead, and the one
@@ -55,7 +56,9 @@ class ReusedBuffers:
         if keep < 1:
             raise ValueError(f"keep must be >= 1, got {keep!r}")
         self._keep = keep
-        self._lock = threading.Lock()
+        # Re-entrant: a finalizer that brings a buffer back after close() takes it, and garbage collection may
+        # run one in this thread while the lock is held (an unrelated cycle holding a batch).
+        self._lock = threading.RLock()
         self._free: list[tuple[int, int]] = []  # (descriptor, bytes), for take only
         self._back: collections.deque[tuple[int, int]] = collections.deque()  # from finalizers, any thread
         self._bytes = 0  # the largest group asked for so far
