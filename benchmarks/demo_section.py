@@ -60,9 +60,12 @@ def readme_section(report: dict) -> str:
     views = (f"; multi-view top-1 {multiview['top1']:.3f} ({multiview['views'][0]} x {multiview['views'][1]} "
              f"views, each of {multiview['videos']} val videos once)" if multiview else "")
     failed = len(loader["run_time_failures"])
+    package = machine.get("package") or {}
+    code = (f"daliload {package.get('version')} at `{package['commit']}`" if package.get("commit")
+            else "a daliload with no commit recorded")
     return (
         f"Written by `python -m benchmarks.demo_section` from one run's `metrics.json` "
-        f"(`benchmarks/results/demo.json`): `daliload demo` with its defaults on "
+        f"(`benchmarks/results/demo.json`): `daliload demo` of {code}, with its defaults, on "
         f"{machine['cpus']} CPUs, {gpu} ({machine['date_utc']} UTC{busy}). It generated {dataset['files']} files "
         f"({len(dataset['classes'])} motion classes, {config['width']}x{config['height']}, "
         f"{config['duration_s']:g} s; {_counts(dataset['codecs'])}; broken or odd on purpose: "

@@ -39,7 +39,7 @@ def _demo_report(stopped: bool) -> dict:
     """A demo's metrics.json, as ``daliload.commands.demo.run_demo`` writes it (the fields the README section reads)."""
     return {
         "machine": {"cpus": 2, "device": "cpu", "date_utc": "2026-12-01 14:00", "load_average_start": [3.6, 3.2, 2.9],
-                    "load_average_end": [4.8, 3.6, 3.1]},
+                    "load_average_end": [4.8, 3.6, 3.1], "package": {"version": "0.1.0", "commit": "abc1234"}},
         "config": {"width": 170, "height": 128, "duration_s": 3.0, "model": "small3d"},
         "dataset": {"files": 192, "classes": ["a", "b", "c", "d", "e", "f"], "codecs": {"h264": 92, "vp9": 92},
                     "broken": {"garbage": 2, "zero_frames": 1}},
@@ -63,6 +63,10 @@ def test_the_demo_section_says_what_ran_and_whether_the_time_cap_cut_it(tmp_path
     assert "with the fallback in 2 worker processes" in finished
     assert "load average 3.6 3.2 2.9 at the start and 4.8 3.6 3.1 at the end" in finished
     assert "rejected 5 (no video stream (1); truncated (4))" in finished
+    assert "`daliload demo` of daliload 0.1.0 at `abc1234`, with its defaults" in finished
+    unnamed = _demo_report(stopped=False)
+    del unnamed["machine"]["package"]  # a report from before the demo named its code
+    assert "of a daliload with no commit recorded" in demo_section.readme_section(unnamed)
     cut = demo_section.readme_section(_demo_report(stopped=True))
     assert "**4 of the 15 planned epochs: training stopped at the 6-minute cap**" in cut
     readme = tmp_path / "README.md"

@@ -355,6 +355,14 @@ def test_demo_end_to_end_in_miniature(tmp_path):
     assert _read_png(report / "contact_sheet.png").shape[1] == PAD + 4 * (96 + PAD)
     assert _read_png(report / "training_curve.png").shape == (400, 700, 3)
     metrics = json.loads((report / "metrics.json").read_text())
+    from daliload.commands._demo_machine import package_commit
+
+    import daliload
+
+    assert metrics["machine"]["package"] == {"version": daliload.__version__, "commit": package_commit()}
+    assert package_commit() is None or package_commit().split()[0] in subprocess.run(
+        ["git", "-C", str(Path(daliload.__file__).parents[1]), "rev-parse", "HEAD"], capture_output=True,
+        text=True).stdout  # the checkout's own commit (CI runs in a clone: not None there)
     training = metrics["training"]
     assert training["epochs_run"] == training["epochs_planned"] == result.epochs == 1
     assert training["stopped_early"] is None and result.stopped_early is None

@@ -39,11 +39,9 @@ written from its ``metrics.json`` by ``python -m benchmarks.demo_section``.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import logging
 import os
-import platform
 import shlex
 import sys
 import time
@@ -51,6 +49,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+
+from daliload.commands._demo_machine import load_average, machine_facts
 
 logger = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ def run_demo(config: DemoConfig, *, echo: Callable[[str], None] = logger.info) -
     import torch
 
     started = time.perf_counter()
-    load_start = _load_average()
+    load_start = load_average()
     out = Path(config.out).absolute()
     data, run_dir, report_dir = out / "data", out / "run", out / "report"
     report_dir.mkdir(parents=True, exist_ok=True)
@@ -177,11 +177,7 @@ def run_demo(config: DemoConfig, *, echo: Callable[[str], None] = logger.info) -
     seconds["total"] = time.perf_counter() - started
 
     report = {
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                    "python": platform.python_version(), "torch": torch.__version__,
-                    "dali": _dali_version(), "device": device,
-                    "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
-                    "load_average_start": load_start, "load_average_end": _load_average()},
+        "machine": machine_facts(device, load_start),
         "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(config).items()},
         "dataset": dataset,
         "scan": {k: v for k, v in scanned.items() if k != "chance"},
@@ -423,22 +419,6 @@ def training_curve_figure(history: list[dict], *, chance: float | None = None, m
         plt.close(figure)
         raise
     return figure
-
-
-def _load_average() -> list[float] | None:
-    """1, 5 and 15-minute load averages, to tell a busy machine's run from a quiet one's."""
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
-
-
-def _dali_version() -> str | None:
-    try:
-        import nvidia.dali as dali
-    except ImportError:
-        return None
-    return dali.__version__
 
 
 def _codec_mix(text: str) -> tuple[tuple[str, float], ...]:
