@@ -141,6 +141,28 @@ def test_daliloads_own_rows_are_never_the_best_peer_and_the_headline_quotes_the_
     text = headline(result)
     assert "on the CPU (no GPU run yet)" in text and "run `t` of `python -m benchmarks`" in text
     assert "| `h264-gop250` | 40.0 (36.0-44.0) | `torchcodec-cpu`, 20.0 (18.0-22.0) | 2.00x (2.00-2.10) |" in text
-    assert "target >= 1.3: met" in text
+    assert "| 2.00x (2.00-2.10) | >= 1.3: met |" in text
     del result["round_ratios"]
     assert "(this run has no per-round figures)" in headline(result)
+
+
+def test_each_dataset_is_held_to_its_codecs_target_against_the_best_peer_on_every_round():
+    """H.264 datasets to 1.3x the best peer, VP9 ones to 1.1x, each met or missed only when every round agrees;
+    a dataset of another codec has no target."""
+    from benchmarks.summary import peer_judgments, peer_target_lines
+
+    def ratio(low, high):
+        return {"min": low, "median": (low + high) / 2, "max": high, "runs": [low, high]}
+
+    result = {"datasets": [{"name": "h", "codec": "h264"}, {"name": "v", "codec": "vp9"},
+                           {"name": "v2", "codec": "vp9"}, {"name": "a", "codec": "av1"}],
+              "round_ratios": {"h": {"best_peer": "p", "daliload_over_best_peer": ratio(1.2, 1.4)},
+                               "v": {"best_peer": "p", "daliload_over_best_peer": ratio(1.12, 1.2)},
+                               "v2": {"best_peer": "q", "daliload_over_best_peer": ratio(0.9, 1.0)},
+                               "a": {"best_peer": "p", "daliload_over_best_peer": ratio(2.0, 2.0)}}}
+    judged = {j["dataset"]: (j["target"], j["verdict"]) for j in peer_judgments(result)}
+    assert judged == {"h": (1.3, "not settled (the rounds straddle it)"), "v": (1.1, "met"),
+                      "v2": (1.1, "**missed**")}
+    lines = peer_target_lines(result)
+    assert "- daliload / the best peer (`q`) on `v2`, round by round: 0.95x (0.90-1.00) (target >= 1.1: **missed**)" \
+        in lines and len(lines) == 3
