@@ -36,9 +36,10 @@ what it measured. Per measurement it holds the timed epochs (``runs``) and
 their clips/s (``round_clips_per_s``), the median with min-max
 (``figures.clips_per_s``), the ratio to the ceiling per round
 (``figures.ratio_clips_rounds``); per dataset, daliload's rows over the best
-peer per round (``round_ratios``) and the target of 1.3x the best peer on
-``h264-gop250`` (``peer_target``: met or missed only when every round is on
-one side of it, else not settled); and each group's orders (``interleaved``).
+peer per round (``round_ratios``; the report judges each dataset against
+its codec's target, :data:`benchmarks.summary.PEER_TARGETS`, met or missed
+only when every round is on one side of it, else not settled; ``peer_target``
+keeps ``h264-gop250``'s judgment); and each group's orders (``interleaved``).
 
 Batch sizes: ``--batch-size`` sets the run's one batch size (default 2 on the
 CPU, 32 on a GPU). Runs of 8 and 32 are two runs with their own names, e.g.
