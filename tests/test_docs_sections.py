@@ -13,8 +13,8 @@ RESULTS = REPO / "benchmarks" / "results"
 
 
 def _writers():
-    from benchmarks import (bench_dali_window, bench_lean_fallback, bench_repeated, bench_routing, bench_transcode,
-                            bench_views, demo_section, remote_report, scale_report)
+    from benchmarks import (bench_dali_window, bench_lean_fallback, bench_repeated, bench_routing, bench_scan_ab,
+                            bench_transcode, bench_views, demo_section, remote_report, scale_report)
     from benchmarks import summary
 
     return [("demo.md", "demo", demo_section.readme_section, "demo.json"),
@@ -25,6 +25,7 @@ def _writers():
             ("performance.md", "lean-fallback", bench_lean_fallback.readme_figures, "lean_fallback.json"),
             ("remote.md", "remote", remote_report.readme_figures, "remote.json"),
             ("scale.md", "scale", scale_report.readme_figures, "scale-650000.json"),
+            ("scale.md", "scan-ab", bench_scan_ab.readme_figures, "scan-ab.json"),
             ("transcode.md", "transcode", bench_transcode.readme_figures, "transcode.json"),
             ("using.md", "repeated", bench_repeated.readme_figures, "repeated.json")]
 
