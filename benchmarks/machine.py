@@ -20,21 +20,32 @@ _PACKAGES = ("torch", "av", "numpy", "nvidia-dali-cuda130", "nvidia-dali-cuda120
              "spdl", "spdl_io", "spdl_core", "psutil")
 
 
+#: What a benchmark run writes (its results, its sections of the docs): changed, they leave the code measured
+#: the commit's, so they do not make a run "dirty" (a run after another in one checkout measures clean code).
+OUTPUTS = ("benchmarks/results", "benchmarks/RESULTS.md", "docs", "README.md")
+
+
 def package_commit() -> str:
     """The commit of the daliload checkout this process imports (``git rev-parse HEAD``), with ``" dirty"``
-    when its tracked files differ from it; ``"unknown (...)"`` outside a git checkout (an installed wheel)."""
+    when its tracked files other than benchmark outputs (:data:`OUTPUTS`) differ from it; ``"unknown (...)"``
+    outside a git checkout (an installed wheel)."""
     import daliload
 
-    folder = os.path.dirname(os.path.dirname(os.path.abspath(daliload.__file__)))
+    return commit_of(os.path.dirname(os.path.dirname(os.path.abspath(daliload.__file__))))
+
+
+def commit_of(folder: str | os.PathLike) -> str:
+    """:func:`package_commit` of the checkout at ``folder``."""
     git = shutil.which("git")
     if git is None:
         return "unknown (no git)"
     try:
-        head = subprocess.run([git, "-C", folder, "rev-parse", "HEAD"], capture_output=True, text=True,
+        head = subprocess.run([git, "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True,
                               timeout=30, check=False)
         if head.returncode != 0:
             return f"unknown (not a git checkout: {folder})"
-        status = subprocess.run([git, "-C", folder, "status", "--porcelain", "--untracked-files=no"],
+        status = subprocess.run([git, "-C", str(folder), "status", "--porcelain", "--untracked-files=no", "--",
+                                 ".", *(f":(top,exclude){path}" for path in OUTPUTS)],
                                 capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as err:
         return f"unknown ({err})"

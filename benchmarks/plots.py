@@ -107,7 +107,8 @@ def _plot_scaling(plt, result: dict, ok: list[dict], main: list[dict], caption: 
 
 
 def write_plots(result: dict, folder: str | os.PathLike) -> list[str]:
-    """PNG plots of the run (``NAME-loaders.png`` if any loader ran, ``NAME-scaling.png``); returns their paths.
+    """PNG plots of the run (``NAME-loaders.png`` if any loader ran, ``NAME-scaling.png`` if the workers sweep
+    did); returns their paths.
 
     Empty without matplotlib.
     """
@@ -127,6 +128,7 @@ def write_plots(result: dict, folder: str | os.PathLike) -> list[str]:
     if any(m["kind"] == "loader" for m in main):  # then there are datasets too
         paths.append(str(folder / f"{name}-loaders.png"))
         _plot_loaders(plt, result, main, caption, Path(paths[-1]))
-    paths.append(str(folder / f"{name}-scaling.png"))
-    _plot_scaling(plt, result, ok, main, caption, Path(paths[-1]))
+    if any(m["sweep"] != "main" for m in ok):  # a run without the workers sweep has the tables alone
+        paths.append(str(folder / f"{name}-scaling.png"))
+        _plot_scaling(plt, result, ok, main, caption, Path(paths[-1]))
     return paths
