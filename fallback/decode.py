@@ -78,15 +78,17 @@ from daliload.stream.numbering import FrameTable, StreamHint, first_output_pts, 
 
 logger = logging.getLogger(__name__)
 
-#: Files of this process whose keyframes once failed to start a decode: their later
-#: windows go straight to the start (what ``StreamHint.unsafe_seek`` says across runs).
+#: Files whose keyframes once failed to start a decode here: later windows start at the start (as unsafe_seek).
 _UNSAFE_SEEK: set[str] = set()
 _UNSAFE_SEEK_MAX = 100_000
 
-#: Decoders for which switching ``skip_frame`` packet by packet is checked to
-#: skip exactly the packet's own frame. AV1 is not among them: libdav1d applies
-#: it to whichever frame it outputs next (and AV1 packets may carry hidden
-#: frames), so a wanted frame went missing; AV1 files decode every frame.
+#: ``av.open``'s probe decoders for a file the scan found unrotated: keyframes only. The probe otherwise decodes first
+#: frames (23 of a 1280x720 H.264 open's 23.3 ms on the 2-core VM); skipping them drops the display matrix.
+_SKIM = [{"skip_frame": "nonkey"}] * 64  # one entry a stream; a stream past the list is probed as before
+
+#: Decoders for which switching ``skip_frame`` packet by packet is checked to skip exactly the packet's own frame.
+#: Not AV1: libdav1d applies it to whichever frame it outputs next (and AV1 packets may carry hidden frames), so a
+#: wanted frame went missing; AV1 files decode every frame.
 SKIP_NONREF_DECODERS = frozenset({"h264", "hevc", "mpeg4", "vp8", "vp9"})
 
 
@@ -95,16 +97,15 @@ class DecodedClip:
     """The frames of one window.
 
     Attributes:
-        frames: ``(T, H, W, 3)`` uint8 RGB, upright (a display rotation applied),
-            one per requested index, in order; indices past the last frame repeat it.
-        num_frames_decoded: frames the decoder actually produced for this
-            window (window frames plus GOP waste; skipped frames not counted).
-        video_num_frames: frames in the video, or ``None`` when the decode
-            stopped before the end was known (hint path on a long file).
-        seek_unsafe: the window was decoded from an earlier entry point than
-            the nearest keyframe (or from the start), because that keyframe
-            gave wrong or no frames, or the file is known to (the hint, or an
-            earlier window in this process).
+        frames: ``(T, H, W, 3)`` uint8 RGB, upright (a display rotation applied), one per requested
+            index, in order; indices past the last frame repeat it.
+        num_frames_decoded: frames the decoder actually produced for this window (window frames plus
+            GOP waste; skipped frames not counted).
+        video_num_frames: frames in the video, or ``None`` when the decode stopped before the end was
+            known (hint path on a long file).
+        seek_unsafe: the window was decoded from an earlier entry point than the nearest keyframe (or
+            from the start), because that keyframe gave wrong or no frames, or the file is known to
+            (the hint, or an earlier window in this process).
     """
 
     frames: np.ndarray = field(repr=False)
@@ -209,7 +210,6 @@ def decode_window(
 # internals
 
 
-
 class _Window:
     """One window request and the three ways to serve it (see the module docstring)."""
 
@@ -218,6 +218,7 @@ class _Window:
                  unsafe_seek: bool = False, scanned_frames: int | None = None,
                  reads: StreamHint | None = None, policy: ReadPolicy = DEFAULT_POLICY) -> None:  # fmt: skip
         self.path, self.policy = path, policy
+        self.skim = reads is not None and reads.rotation == 0  # the scan says unrotated: probe keyframes only
         self.reads, self.window_file = None if unsafe_seek else reads, None  # a remote window: read in one go
         self.wanted, self.threads, self.skip_nonref = wanted, threads, skip_nonref
         self.deadline, self.timeout_s, self.unsafe_seek = deadline, timeout_s, unsafe_seek
@@ -231,7 +232,8 @@ class _Window:
             # A local path is checked first (a FIFO would block the open); a URI is read in ranges, timed.
             window = self._window_file()
             source = window or open_video(self.path, policy=self.policy, deadline=self.deadline)
-            container = av.open(source, metadata_errors="ignore", timeout=self.timeout_s)
+            container = av.open(source, metadata_errors="ignore", timeout=self.timeout_s,
+                                stream_options=_SKIM if self.skim else None)
             if window is not None:
                 window.opened()
         except av.error.ExitError as err:

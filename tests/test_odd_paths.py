@@ -94,6 +94,11 @@ def test_a_root_whose_name_is_not_utf8_is_scanned_and_trained_on_through_dali_an
             assert {s.path for s in check_passes(loader)} == odd
             stats = loader.stats()
             assert stats.clips_dali > 0 and stats.clips_fallback > 0 and stats.failures == ()
+            from daliload.prescreen.byte_indexes import ByteIndexes
+
+            indexes = ByteIndexes(loader.manifest_path)  # the fallback's hints ask it for each file's rotation
+            assert {indexes.rotation(path) for path in odd} == {0}
+            indexes.close()
         finally:
             loader.close()
     for warning in caught:

@@ -76,14 +76,15 @@ def _batches(samples: Sequence, batch_size: int) -> list[list]:
 def loader_hints(dataset) -> dict:
     """The fallback's seek hints for ``dataset``, as the loader builds them from its scan's manifest.
 
-    The scan records each file's keyframes, frame rate and frame count (the
-    generated clips are constant-frame-rate), and the loader turns them into
+    The scan records each file's keyframes, frame rate, frame count and
+    rotation (the generated clips are constant-frame-rate and unrotated), and the loader turns them into
     :class:`fallback.StreamHint` s; the benchmark's own metadata holds the same
     facts, probed the same way (:func:`benchmarks.datasets.probe_keyframes`).
     """
     from fallback import StreamHint
 
-    return {v.path: StreamHint(keyframe_indices=tuple(v.keyframes), fps=v.fps, num_frames=v.num_frames)
+    return {v.path: StreamHint(keyframe_indices=tuple(v.keyframes), fps=v.fps, num_frames=v.num_frames,
+                               rotation=0)  # generated clips are unrotated, as the loader's scan records them
             for v in dataset.videos}
 
 

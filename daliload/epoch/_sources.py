@@ -182,7 +182,8 @@ def hint_lookup(index: VideoIndex, reads_of: Callable[[str], ByteIndex | None] |
         if i < 0:
             return None
         reads = reads_of(path) if reads_of is not None and is_remote(object_of(path)[0]) else None
-        return stream_hint(index[i], reads)
+        rotation = getattr(reads_of, "rotation", None)
+        return stream_hint(index[i], reads, rotation(path) if rotation is not None else None)
     return hint_of
 
 
@@ -200,16 +201,16 @@ def cut_item(hint_of: Callable[[str], StreamHint | None]) -> Callable[[str, Sequ
     return item_of
 
 
-def stream_hint(entry: VideoRow, reads: ByteIndex | None = None) -> StreamHint | None:
+def stream_hint(entry: VideoRow, reads: ByteIndex | None = None, rotation: int | None = None) -> StreamHint | None:
     """A seek hint for the fallback from the manifest: constant-frame-rate files with keyframes,
-    and every file the deep check found unsafe to seek (decoded from its start)."""
+    and every file the deep check found unsafe to seek (decoded from its start); ``rotation``: the scan's."""
     if entry.unsafe_seek:
         return StreamHint(keyframe_indices=(0,), fps=entry.fps or 1.0,
-                          num_frames=entry.num_frames or None, unsafe_seek=True)
+                          num_frames=entry.num_frames or None, unsafe_seek=True, rotation=rotation)
     if entry.vfr or not entry.keyframes or entry.keyframes[0] != 0 or not entry.fps:
         return None
     try:
         return StreamHint(keyframe_indices=entry.keyframes, fps=entry.fps, num_frames=entry.num_frames or None,
-                          reads=reads)
+                          reads=reads, rotation=rotation)
     except ValueError:
         return None

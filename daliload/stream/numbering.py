@@ -401,6 +401,10 @@ class StreamHint:
         reads: where the packets lie (:class:`~daliload.stream.byteindex.ByteIndex`,
             from the manifest), so a remote window is read in one request;
             ``None``: none was recorded, or the video is local.
+        rotation: the display rotation the scan found (degrees); ``None``:
+            unknown. With 0 the fallback opens the file without decoding its
+            first frames to probe it (``fallback.decode``: such an open loses
+            the display matrix, so only an unrotated file is opened so).
     """
 
     keyframe_indices: tuple[int, ...]
@@ -408,6 +412,7 @@ class StreamHint:
     num_frames: int | None = None
     unsafe_seek: bool = False
     reads: ByteIndex | None = None
+    rotation: int | None = None
 
     def __post_init__(self) -> None:
         keys = tuple(int(k) for k in self.keyframe_indices)
