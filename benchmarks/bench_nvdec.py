@@ -345,7 +345,7 @@ def run(args: argparse.Namespace) -> dict:
 
 def _write(result: dict, args: argparse.Namespace) -> None:
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(result, indent=1), encoding="utf-8")
+    Path(args.json).write_text(json.dumps(result), encoding="utf-8")  # one line, as every run kept here
 
 
 def _fmt(value: float | None, digits: int = 0, suffix: str = "") -> str:

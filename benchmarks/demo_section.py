@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     report = json.loads(source.read_text(encoding="utf-8"))
     if args.report_from is None:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=1), encoding="utf-8")
+        Path(args.json).write_text(json.dumps(report), encoding="utf-8")  # one line, as every run kept here
     text = readme_section(report)
     print(text)
     if not write_marked(args.readme, "demo", text):

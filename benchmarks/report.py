@@ -266,7 +266,7 @@ def publish(result: dict, json_path: str | os.PathLike, text: str, results_md: s
             *, write_md=None) -> None:
     """A run's outputs, from its one ``result``: the JSON, then :func:`record_section`."""
     Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-    Path(json_path).write_text(json.dumps(result, indent=1))
+    Path(json_path).write_text(json.dumps(result))  # one line: the runs are kept in the repository
     record_section(text, results_md, write_md=write_md)
 
 
