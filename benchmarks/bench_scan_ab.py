@@ -29,7 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.machine import machine_info, machine_line
+from benchmarks.machine import commit_of, machine_info, machine_line
 from benchmarks.options import int_at_least
 from benchmarks.report import add_output_options, load_average, publish_run
 from benchmarks.scale_tree import build_tree, source_clips
@@ -81,17 +81,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if len(set(names)) != len(names):
         parser.error(f"--checkout names must differ, got {names}")
     return args
-
-
-def commit_of(folder: Path) -> str:
-    """``git rev-parse --short HEAD`` of ``folder``, with ``" dirty"`` when its tracked files differ."""
-    def git(*words: str) -> str:
-        return subprocess.run(["git", "-C", str(folder), *words], capture_output=True, text=True, timeout=30,
-                              check=False).stdout.strip()
-    head = git("rev-parse", "--short", "HEAD")
-    if not head:
-        return f"unknown (not a git checkout: {folder})"
-    return head + (" dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def scan_once(folder: Path, root: Path, manifest: Path, workers: int) -> dict:
@@ -168,9 +157,15 @@ def summary_lines(result: dict) -> list[str]:
         rate, ratio = g["files_per_s"], g["over_first"]
         vs = "–" if c["name"] == names[0] else \
             f"{ratio['median']:.2f}x ({ratio['min']:.2f}-{ratio['max']:.2f}): {verdict(ratio)}"
-        lines.append(f"| `{c['name']}` | `{c['commit']}` | {rate['median']:.0f} ({rate['min']:.0f}-{rate['max']:.0f}) "
-                     f"| {vs} | {g['parent_ms_per_file']:.3f} |")
+        lines.append(f"| `{c['name']}` | `{_short(c['commit'])}` | {rate['median']:.0f} "
+                     f"({rate['min']:.0f}-{rate['max']:.0f}) | {vs} | {g['parent_ms_per_file']:.3f} |")
     return lines
+
+
+def _short(commit: str) -> str:
+    """A recorded commit as the table shows it: the hash's first 7 digits, and whether the code was dirty."""
+    head, _, rest = commit.partition(" ")
+    return head[:7] + (f" {rest}" if rest else "") if not commit.startswith("unknown") else commit
 
 
 def readme_figures(result: dict) -> str:

@@ -24,7 +24,9 @@ def test_two_checkouts_scan_the_same_files_in_rotated_order_and_the_run_writes_i
     rounds = result["measurements"]["rounds"]
     assert [r["order"] for r in rounds] == [["a", "b"], ["b", "a"]]
     assert all(s["probed"] == 12 for r in rounds for s in r["scans"].values()), "every scan probes every file"
-    assert [c["commit"] for c in result["checkouts"]] == [bench_scan_ab.commit_of(REPO)] * 2
+    from benchmarks.machine import commit_of
+
+    assert [c["commit"] for c in result["checkouts"]] == [commit_of(REPO)] * 2
     figures = result["figures"]
     assert figures["a"]["over_first"]["runs"] == [1.0, 1.0]
     assert len(figures["b"]["files_per_s"]["runs"]) == 2 and figures["b"]["files_per_s"]["median"] > 0
@@ -34,6 +36,7 @@ def test_two_checkouts_scan_the_same_files_in_rotated_order_and_the_run_writes_i
     assert "old" not in text and text.startswith("intro\n") and text.endswith("rest\n")
     row = next(line for line in text.splitlines() if line.startswith("| `b` |"))
     assert bench_scan_ab.verdict(figures["b"]["over_first"]) in row
+    assert f"| `{commit_of(REPO)[:7]}" in row  # the hash shortened in the table
 
 
 @pytest.mark.parametrize("ratio, words", [
