@@ -169,7 +169,6 @@ def peer_ratios(result: dict) -> tuple[dict, dict | None]:
     per-round figures: ``({}, None)``.
     """
     from benchmarks.interleave import round_ratio
-    from benchmarks.metrics import verdict
 
     out = {}
     for dataset in result["datasets"]:
@@ -187,14 +186,17 @@ def peer_ratios(result: dict) -> tuple[dict, dict | None]:
             row[f"{own.replace('-', '_')}_over_best_peer"] = (round_ratio(rounds, _rounds(result, best, name))
                                                               if rounds else None)
         out[name] = row
-    loader, dataset, target = PEER_TARGET
-    row = out.get(dataset)
-    ratio = row and row[f"{loader}_over_best_peer"]
-    judged = None
-    if row is not None:
-        judged = {"loader": loader, "dataset": dataset, "target": target, "best_peer": row["best_peer"],
-                  "ratio": ratio, "verdict": verdict(ratio, target) if ratio else "not measured"}
-    return out, judged
+    _, dataset, target = PEER_TARGET
+    return out, (_judge(dataset, out[dataset], target) if dataset in out else None)
+
+
+def _judge(dataset: str, row: dict, target: float) -> dict:
+    """daliload over the best peer on ``dataset`` (its ``round_ratios`` row) against ``target``, every round."""
+    from benchmarks.metrics import verdict
+
+    ratio = row.get("daliload_over_best_peer")
+    return {"loader": "daliload", "dataset": dataset, "target": target, "best_peer": row["best_peer"],
+            "ratio": ratio, "verdict": verdict(ratio, target) if ratio else "not measured"}
 
 
 def _spread_x(ratio: dict | None) -> str:
@@ -209,17 +211,9 @@ PEER_TARGETS = {"h264": 1.3, "vp9": 1.1}
 def peer_judgments(result: dict) -> list[dict]:
     """:data:`PEER_TARGETS` judged on each dataset of the run, from its ``round_ratios`` (met or missed only
     when every round is on one side); a run whose datasets name no codec keeps its one ``peer_target``."""
-    from benchmarks.metrics import verdict
-
     codecs = {d["name"]: d.get("codec") for d in result.get("datasets", [])}
-    judged = []
-    for name, row in (result.get("round_ratios") or {}).items():
-        target = PEER_TARGETS.get(codecs.get(name))
-        if target is None:
-            continue
-        ratio = row.get("daliload_over_best_peer")
-        judged.append({"loader": "daliload", "dataset": name, "target": target, "best_peer": row["best_peer"],
-                       "ratio": ratio, "verdict": verdict(ratio, target) if ratio else "not measured"})
+    judged = [_judge(name, row, PEER_TARGETS[codecs.get(name)])
+              for name, row in (result.get("round_ratios") or {}).items() if codecs.get(name) in PEER_TARGETS]
     if not judged and result.get("peer_target"):
         judged.append(result["peer_target"])
     return judged
