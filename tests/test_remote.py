@@ -275,19 +275,26 @@ def test_a_server_answering_503_is_retried_counted_and_gives_the_same_batches(lo
 def test_a_server_slower_than_the_time_limit_fails_the_sample_named_and_nothing_hangs(
         local, small_kinetics, tmp_path):
     manifest, expected = local
-    with RangeServer(small_kinetics) as server:
-        source = uri_manifest(manifest, small_kinetics, server.url(""), tmp_path / "m.sqlite")
-        loader = make_loader(source, scan=UNCHECKED, decoder="fallback", timeout_s=5.0)
-        try:
-            slow = loader.videos[0].path
-            server.delay_s[slow.rsplit("/", 1)[1]] = 60.0
-            batches = epoch(loader)
-            stats = loader.stats()
-        finally:
-            loader.close()
+    slow, batches, stats, _ = _epoch_with_a_slow_file(manifest, small_kinetics, tmp_path, lambda videos: videos[0],
+                                                      60.0, decoder="fallback", timeout_s=5.0)
     assert [v.shape for v, _ in batches] == [v.shape for v, _ in expected]
     (failure,) = stats.failures
     assert failure.path == slow and "did not answer in time" in failure.describe()
+
+
+def _epoch_with_a_slow_file(manifest, root, tmp_path, pick, delay_s, **options):
+    """An epoch of a loader over ``root`` served by HTTP, the file ``pick(videos)`` answering ``delay_s`` late;
+    returns that file's URI, the batches, the loader's stats and the transfer counts before the epoch."""
+    with RangeServer(root) as server:
+        source = uri_manifest(manifest, root, server.url(""), tmp_path / "m.sqlite")
+        loader = make_loader(source, scan=UNCHECKED, **options)
+        try:
+            slow = pick(loader.videos).path
+            server.delay_s[slow.rsplit("/", 1)[1]] = delay_s
+            before = transfer_counts()
+            return slow, epoch(loader), loader.stats(), before
+        finally:
+            loader.close()
 
 
 @pytest.mark.parametrize("decoder", ["fallback", "auto"])
@@ -296,17 +303,9 @@ def test_the_loaders_read_time_limit_and_attempts_apply_to_every_read(local, sma
     (20 s) but not 0.5 s, and with one attempt nothing is retried; on both routes (the fallback's workers, and the
     cutters' and DALI's reads of a VP9 file)."""
     manifest, expected = local
-    with RangeServer(small_kinetics) as server:
-        source = uri_manifest(manifest, small_kinetics, server.url(""), tmp_path / "m.sqlite")
-        loader = make_loader(source, scan=UNCHECKED, decoder=decoder, read_timeout_s=0.5, read_attempts=1)
-        try:
-            slow = next(v.path for v in loader.videos if v.path.endswith(".webm"))
-            server.delay_s[slow.rsplit("/", 1)[1]] = 3.0
-            before = transfer_counts()
-            batches = epoch(loader)
-            stats = loader.stats()
-        finally:
-            loader.close()
+    slow, batches, stats, before = _epoch_with_a_slow_file(
+        manifest, small_kinetics, tmp_path, lambda videos: next(v for v in videos if v.path.endswith(".webm")),
+        3.0, decoder=decoder, read_timeout_s=0.5, read_attempts=1)
     assert [v.shape for v, _ in batches] == [v.shape for v, _ in expected]
     (failure,) = stats.failures
     assert failure.path == slow
