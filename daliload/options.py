@@ -40,7 +40,8 @@ class DecodeSpec:
         dali_threads: DALI worker threads: clips decoded at once. Default
             ``None``: on a GPU ``min(batch_size, 16)`` (at least twice the 7
             NVDEC engines of an H100/H200, so every engine has a session
-            decoding while another demuxes), on the CPU one per core.
+            decoding while another demuxes: a design choice the first GPU
+            visit is to measure), on the CPU one per core.
         prefetch_batches: batches in flight ahead of the one consumed. Default 2;
             at least ``dali_pipelines``, and at least enough batches for
             ``daliload.clips.TASKS_AHEAD_PER_WORKER`` (4) videos per fallback
@@ -72,9 +73,10 @@ class DecodeSpec:
         routing: which decoder takes a file DALI can decode, batch by batch.
             ``"adaptive"``: the fallback's workers take a share of them,
             steered away from whichever decoder the pass has to wait for, so
-            neither idles while the other is the bottleneck (NVDEC saturated:
-            the CPU cores help; the fallback faster, as for VP9 on a CPU host:
-            it takes most). ``"static"``: DALI always, as the pre-screen routed
+            that neither idles while the other is the bottleneck (NVDEC
+            saturated: the CPU cores help; the fallback faster, as for VP9 on a
+            CPU host: it takes most; simulated with decoders at set speeds in
+            ``tests/test_routing.py``, not yet run on a GPU). ``"static"``: DALI always, as the pre-screen routed
             it. ``"auto"`` (default), when the loader trains (shuffles or augments): ``"adaptive"``
             where the decoders do not share hardware (DALI on a GPU, or its CPU threads plus the workers
             no more than the cores), else each codec to the decoder measured faster in the run

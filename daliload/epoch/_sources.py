@@ -76,7 +76,8 @@ class ClipSources:
         output: what every clip is turned into.
         options: how the fallback decodes.
         workers: the fallback's worker processes (and the cutter's).
-        timeout_s: the time limit of one clip, in seconds.
+        timeout_s: the time limit, in seconds: of one video with all its clips on the fallback, of one
+            clip in a DALI batch's allowance (and of one cut).
         device: where the batches go (``cuda:N`` or the CPU): it decides
             where the fallback normalises (:func:`fallback_normalizes_on`).
         dali: how DALI is built when first needed; ``None``: DALI is not used.
