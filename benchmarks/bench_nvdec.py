@@ -51,7 +51,7 @@ from typing import Sequence
 
 from benchmarks.datasets import HD_DATASETS, STANDARD, Dataset, loader_order, prepare_dataset, standard_specs
 from benchmarks.options import REPO_ROOT, _int_list, _size, int_at_least
-from benchmarks.report import add_output_options, append_markdown, load_average
+from benchmarks.report import add_output_options, append_markdown, load_average, save_result
 from benchmarks.machine import machine_info, machine_line, versions_line
 from benchmarks.task import TaskSpec, from_start_decode_estimate
 from daliload.plan import Sample
@@ -344,8 +344,7 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def _write(result: dict, args: argparse.Namespace) -> None:
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(result), encoding="utf-8")  # one line, as every run kept here
+    save_result(result, args.json)
 
 
 def _fmt(value: float | None, digits: int = 0, suffix: str = "") -> str:

@@ -16,7 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
-from benchmarks.report import write_marked
+from benchmarks.report import save_result, write_marked
 
 HERE = Path(__file__).resolve().parent
 
@@ -83,8 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     source = Path(args.report_from or args.metrics)
     report = json.loads(source.read_text(encoding="utf-8"))
     if args.report_from is None:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report), encoding="utf-8")  # one line, as every run kept here
+        save_result(report, args.json)
     text = readme_section(report)
     print(text)
     if not write_marked(args.readme, "demo", text):

@@ -68,6 +68,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from benchmarks.datasets import STANDARD
 from benchmarks.options import REPO_ROOT, add_arguments
+from benchmarks.report import save_result
 from daliload.runtime import usable_cores
 
 if TYPE_CHECKING:
@@ -403,7 +404,7 @@ def _measure_all(jobs: Sequence[Job], result: dict, json_path: Path, state: RunS
         for m in pending:
             m.update(status="skipped", reason="not measured: the run was cut off before its timed epochs")
         _fill_ratios(result)
-        json_path.write_text(json.dumps(result), encoding="utf-8")  # one line: the runs are kept in the repository
+        save_result(result, json_path)
         for m in pending:
             m.update(status="ok", reason=None)
 
@@ -468,7 +469,7 @@ def _profile_all(result: dict, json_path: Path, state: RunState) -> None:
         result["profiles"][name] = profile
         total = "failed" if failure else f"{profile['total_ms']:.1f} ms per clip"
         print(f"  stage profile of the fallback on {name}: {total}", flush=True)
-        json_path.write_text(json.dumps(result), encoding="utf-8")  # one line: the runs are kept in the repository
+        save_result(result, json_path)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -515,7 +516,7 @@ def _finish(result: dict, args: argparse.Namespace, json_path: Path, results_dir
 
     if not args.no_plots:
         result["plots"] = write_plots(result, results_dir)
-    json_path.write_text(json.dumps(result), encoding="utf-8")  # one line: the runs are kept in the repository
+    save_result(result, json_path)
     text = markdown_report(result)
     print()
     print(text)

@@ -262,11 +262,16 @@ def record_section(text: str, results_md: str | os.PathLike | None, *, write_md=
         print(f"\n(section written to {results_md})")
 
 
+def save_result(result: dict, json_path: str | os.PathLike) -> None:
+    """Write a run's JSON on one line (the runs are kept in the repository, whose size is budgeted)."""
+    Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(json_path).write_text(json.dumps(result), encoding="utf-8")
+
+
 def publish(result: dict, json_path: str | os.PathLike, text: str, results_md: str | os.PathLike | None,
             *, write_md=None) -> None:
-    """A run's outputs, from its one ``result``: the JSON, then :func:`record_section`."""
-    Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-    Path(json_path).write_text(json.dumps(result))  # one line: the runs are kept in the repository
+    """A run's outputs, from its one ``result``: the JSON (:func:`save_result`), then :func:`record_section`."""
+    save_result(result, json_path)
     record_section(text, results_md, write_md=write_md)
 
 
