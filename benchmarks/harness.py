@@ -204,16 +204,10 @@ def _plan_frame_counts(dataset: Dataset, samples: Sequence[Sample]) -> dict[str,
 
 
 def decode_estimate(cls: type[LoaderAdapter], counts: dict[str, int]) -> int | None:
-    """Frames per epoch to credit ``cls`` with when it did not count them (``counts``: :func:`_plan_frame_counts`).
-
-    ``None`` (no decoded frames/s in the tables) for a loader that picks its own
-    windows, or one whose uncounted epochs no single estimate fits
-    (``estimate_uncounted = False``: daliload's whole loader, when DALI took
-    some of the epoch's clips).
-    """
-    if not cls.plan_windows or not cls.estimate_uncounted:
-        return None
-    return counts.get("from_start_estimate" if cls.decodes_from_start else "seek_estimate")
+    """Frames per epoch to credit ``cls`` with when it did not count them (``counts``: :func:`_plan_frame_counts`):
+    a decode from the keyframe before each window; ``None`` (no decoded frames/s in the tables) for a loader
+    that picks its own windows."""
+    return counts.get("seek_estimate") if cls.plan_windows else None
 
 
 def _prepare_datasets(args: argparse.Namespace, setup: RunSetup, work_dir: Path, started: float) -> RunState:

@@ -23,9 +23,7 @@ Rules that keep the comparison honest:
 - yield every sample once per epoch: the harness checks the clip count;
 - report ``frames_decoded`` per batch when the library can tell (then set
   ``counts_frames = True``); otherwise the harness credits the loader with
-  :func:`benchmarks.task.seek_decode_estimate` and marks the figure estimated,
-  unless ``estimate_uncounted = False`` (a loader that counts some epochs and
-  not others, whose estimate would mix two decoders), which leaves it out;
+  :func:`benchmarks.task.seek_decode_estimate` and marks the figure estimated;
 - import the library inside :meth:`probe` / ``__init__``, never at module
   import, so listing loaders stays cheap and one missing library only makes
   its own loader unavailable.
@@ -122,11 +120,6 @@ class LoaderAdapter(abc.ABC):
         counts_frames: reports ``frames_decoded``.
         uses_nvdec: decodes with NVDEC on a GPU: a GPU run whose decoder
             engines stayed idle (NVML) is reported failed, never as a figure.
-        decodes_from_start: has no frame index and decodes every frame from 0
-            to the window's end (DALI's ``fn.decoders.video``): an uncounted
-            figure is estimated that way instead of from the keyframe before.
-        estimate_uncounted: credit an estimate when an epoch's frames are not
-            counted (False: report no decoded frames/s for that measurement).
         knob: what ``LoaderConfig.workers`` means for it, or None when it has
             no such knob (the workers sweep then skips it).
         sweep_only: measured in the workers sweep only, not in the main table
@@ -139,8 +132,6 @@ class LoaderAdapter(abc.ABC):
     codecs: ClassVar[tuple[str, ...] | None] = None
     plan_windows: ClassVar[bool] = True
     counts_frames: ClassVar[bool] = False
-    decodes_from_start: ClassVar[bool] = False
-    estimate_uncounted: ClassVar[bool] = True
     uses_nvdec: ClassVar[bool] = False
     knob: ClassVar[str | None] = "DataLoader workers"
     sweep_only: ClassVar[bool] = False

@@ -6,10 +6,9 @@ their spread:
 - clips/s: clips delivered per second (files/s for a ceiling);
 - decoded frames/s: frames the decoder produced per second; counted by the
   loader where it can tell, otherwise credited as
-  :func:`benchmarks.task.seek_decode_estimate`, or for DALI's decoder (no
-  frame index) :func:`benchmarks.task.from_start_decode_estimate` (marked ``~``);
-  daliload's whole loader counts its fallback's frames and has no figure for
-  an epoch DALI took clips of (:func:`benchmarks.harness.decode_estimate`);
+  :func:`benchmarks.task.seek_decode_estimate` (marked ``~``); daliload's rows
+  count their fallback's frames and DALI's, as the loader counts them from
+  what it fed DALI (:mod:`benchmarks.peers.daliload_peer`);
 - waste/clip: frames decoded but not in the clip (GOP waste), per clip;
 - peak RSS: the process tree's summed resident memory, MiB (max over runs);
 - cores busy: process-tree CPU seconds per wall second;

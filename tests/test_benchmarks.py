@@ -254,13 +254,6 @@ def _assert_planned_frames(adapter_name, dataset, workers):
     return batches
 
 
-def test_daliload_dali_cpu_adapter_decodes_the_planned_frames(tiny_vp9):
-    if _available("daliload-dali-cpu"):
-        pytest.skip(_available("daliload-dali-cpu"))
-    batches = _assert_planned_frames("daliload-dali-cpu", tiny_vp9, workers=1)
-    assert all(b.frames_decoded is None for b in batches)  # DALI cannot tell: the report estimates
-
-
 @pytest.mark.parametrize("codec", ["h264", "vp9"])
 def test_daliload_fallback_adapter_decodes_the_planned_frames(tiny_dataset, tiny_vp9, codec):
     dataset = tiny_dataset if codec == "h264" else tiny_vp9
@@ -270,7 +263,7 @@ def test_daliload_fallback_adapter_decodes_the_planned_frames(tiny_dataset, tiny
     assert 3 * 16 <= decoded <= 3 * 63  # 2.1 s at 30 fps: 63 frames
 
 
-@pytest.mark.parametrize("name", ["daliload", "daliload-static"])
+@pytest.mark.parametrize("name", ["daliload", "daliload-static", "daliload-dali-cpu"])
 def test_daliload_adapter_runs_its_own_plan_which_is_the_runs(tiny_vp9, name):
     if _available(name):
         pytest.skip(_available(name))
@@ -281,17 +274,22 @@ def test_daliload_adapter_runs_its_own_plan_which_is_the_runs(tiny_vp9, name):
     try:
         # The row named daliload is the loader with its defaults and nothing else (the knob is not passed on);
         # a row with another setting says so in its name.
-        assert adapter._loader.decode == (DecodeSpec() if name == "daliload" else DecodeSpec(routing="static"))
+        # DALI's path alone is the loader pinned to DALI, DALI's threads and the cut processes the knob.
+        assert adapter._loader.decode == {
+            "daliload": DecodeSpec(), "daliload-static": DecodeSpec(routing="static"),
+            "daliload-dali-cpu": DecodeSpec(routing="static", dali_threads=1, fallback_workers=1)}[name]
         batches = list(adapter.epoch())
         stats = adapter.stats()
     finally:
         adapter.close()
     assert [b.num_clips for b in batches] == [2, 1]
-    if name == "daliload-static":
+    if name != "daliload":
         assert (stats.clips_dali, stats.clips_fallback) == (3, 0)  # VP9 routes to DALI on the CPU
     else:  # the defaults on the CPU: VP9 to the decoder measured faster (DALI, the table's, until measured)
         assert stats.routing == "measured" and stats.clips_dali + stats.clips_fallback == 3
-    assert all(b.frames_decoded is None for b in batches)  # DALI cannot count its frames
+    # Both decoders' frames, as the loader counts them: each window's span at least, never past the file's end.
+    assert sum(b.frames_decoded for b in batches) == stats.frames_decoded_dali + stats.frames_decoded_fallback
+    assert 3 * 16 <= stats.frames_decoded_dali + stats.frames_decoded_fallback <= 3 * 63
     # Another seed draws other windows: the adapter refuses to time them under the run's name.
     other = make_plan(tiny_vp9.videos, TaskSpec(batch_size=2, seed=6), loader_order(tiny_vp9))
     with pytest.raises(ValueError, match="daliload's own plan differs from the run's plan at position 0"):
@@ -442,22 +440,20 @@ def test_faults_benchmark_writes_memory_and_culprit_figures(tmp_path):
     assert "### Faults run `faults`" in text and "growth" in text and "bisects the batch" in text
 
 
-def test_the_whole_loader_is_never_credited_with_an_estimate():
-    """Its count is the fallback's; an epoch DALI took clips of has no figure rather than a mixed estimate."""
+def test_an_uncounted_loader_is_credited_with_a_decode_from_the_keyframe_before_its_windows():
+    """daliload's rows count their frames; a peer that cannot is credited with the seek estimate."""
     from benchmarks.harness import decode_estimate
 
     counts = {"frames_used": 10, "seek_estimate": 50, "from_start_estimate": 300}
-    assert decode_estimate(load_adapter("daliload"), counts) is None
-    assert decode_estimate(load_adapter("daliload-dali-cpu"), counts) == 300
     assert decode_estimate(load_adapter("torchcodec-cpu"), counts) == 50
+    assert all(load_adapter(name).counts_frames for name in ("daliload", "daliload-static", "daliload-dali-cpu"))
 
 
-def test_dali_rows_are_credited_with_decoding_from_frame_zero():
-    """fn.decoders.video has no frame index: a window at 252..299 costs 300 frames, not 50."""
+def test_a_decode_from_frame_zero_is_estimated_to_the_windows_end():
+    """fn.decoders.video fed a whole file has no frame index: a window at 252..299 costs 300 frames, not 50."""
     indices = [252, 256, 260, 264, 268, 272, 276, 280, 284, 288, 292, 296, 299, 299, 299, 299]
     assert from_start_decode_estimate(indices) == 300
     assert seek_decode_estimate(indices, [0, 250]) == 50
-    assert load_adapter("daliload-dali-cpu").decodes_from_start and not load_adapter("blog-pyav").decodes_from_start
 
 
 # --- the GPU run: NVDEC proof, the NVDEC ceiling ------------------------------------------

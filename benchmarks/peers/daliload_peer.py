@@ -19,11 +19,14 @@
 - ``daliload-workers``: the defaults but for DALI's threads and the fallback's
   workers, both the run's workers knob: the row of the workers sweep (it is
   measured in the sweep only).
-- ``daliload-dali-cpu`` / ``daliload-dali-gpu``: :class:`daliload.dali.DaliClipDecoder`
-  alone on the plan's batches (``fn.decoders.video`` + ``fn.resize`` +
-  ``fn.crop_mirror_normalize``), two batches in flight; the knob is DALI's
-  thread count. The CPU one decodes VP8, VP9 and MJPEG only (DALI's CPU
-  decoder has the rest compiled out).
+- ``daliload-dali-cpu`` / ``daliload-dali-gpu``: DALI's path alone, as the
+  loader runs it: the loader with ``DecodeSpec(routing="static")`` (every
+  file DALI can open goes to DALI, fed the cut of each window made by the
+  loader's cut processes), DALI's threads and the cut processes both the
+  run's workers knob. The CPU one runs on VP8, VP9 and MJPEG only (DALI's CPU
+  decoder has the rest compiled out), where every file is on DALI's route;
+  runs before 2026-12-04 fed :class:`daliload.dali.DaliClipDecoder` whole
+  files instead, which the loader has not done since it cuts windows.
 - ``daliload-fallback``: the fallback alone on the plan, as the whole loader
   runs it (:class:`fallback.FallbackSource` with the options of
   :class:`daliload.loader.DecodeSpec`: window-only PyAV decode, one FFmpeg
@@ -31,12 +34,11 @@
   hints, forkserver workers writing into shared memory; the loader's epoch
   pass and prefetch); it counts the frames it decodes.
 
-DALI does not say how many frames it decoded, so the DALI rows are credited
-with a decode from frame 0 to each window's end (``~`` in the tables). The
-whole loader reports the frames its fallback decoded
-(``loader.stats().frames_decoded_fallback``) for an epoch DALI took no clip
-of, and no figure (``–``) for one it did: an estimate of DALI's share mixed
-into the fallback's count would be neither. Every adapter raises if a sample
+Every daliload row counts the frames it decoded from the loader's own
+figures: the fallback's (``loader.stats().frames_decoded_fallback``) and
+DALI's (``frames_decoded_dali``, which the loader counts from what it fed DALI,
+each clip's cut or file from its first frame to the window's end: DALI reports
+none). Every adapter raises if a sample
 fails to decode: a benchmark that silently replaced samples would time other
 work than the plan's.
 """
@@ -44,7 +46,7 @@ work than the plan's.
 from __future__ import annotations
 
 import os
-from typing import ClassVar, Iterator, Literal, Sequence
+from typing import ClassVar, Iterator, Sequence
 
 from benchmarks.loaders import LoadedBatch, LoaderAdapter
 
@@ -148,59 +150,6 @@ class DaliloadFallback(LoaderAdapter):
         self._source.close()
 
 
-class DaliloadDali(LoaderAdapter):
-    """:class:`daliload.dali.DaliClipDecoder` on the plan's batches; subclasses pick the device."""
-
-    knob = "DALI threads"
-    decodes_from_start = True  # fn.decoders.video builds no frame index (daliload.dali._pipeline docstring)
-    device: ClassVar[Literal["cpu", "gpu"]]
-
-    @classmethod
-    def probe(cls, config) -> str | None:
-        return _probe_dali()
-
-    def __init__(self, dataset, samples: Sequence, config) -> None:
-        from daliload.dali import DaliClipDecoder
-
-        self._batches = _batches(samples, config.task.batch_size)
-        self._decoder = DaliClipDecoder(config.task.output, batch_size=config.task.batch_size, device=self.device,
-                                        num_threads=max(1, config.workers), prefetch_queue_depth=2)
-
-    def epoch(self) -> Iterator[LoadedBatch]:
-        import torch
-
-        decoder, batches = self._decoder, self._batches
-        submitted = 0
-        for i in range(len(batches)):
-            # Keep prefetch_queue_depth batches in flight, as KineticsDALILoader does.
-            while submitted < len(batches) and (submitted <= i or decoder.pending < decoder.prefetch_queue_depth):
-                decoder.submit(batches[submitted])
-                submitted += 1
-            decoded = decoder.result()  # DaliBatchError (naming the files) ends the measurement
-            labels = torch.tensor([s.label for s in decoded.samples], dtype=torch.int64)  # the plan's, as the loader's
-            yield LoadedBatch(decoded.videos, labels, len(decoded.samples), None)
-
-    def close(self) -> None:
-        self._decoder.close()
-
-
-class DaliloadDaliCPU(DaliloadDali):
-    name = "daliload-dali-cpu"
-    summary = ("daliload's DALI path alone on the CPU: DaliClipDecoder(device='cpu'), fn.decoders.video + "
-               "resize + crop_mirror_normalize, 2 batches in flight (VP8/VP9/MJPEG only)")
-    codecs = _DALI_CPU_CODECS
-    device = "cpu"
-
-
-class DaliloadDaliGPU(DaliloadDali):
-    name = "daliload-dali-gpu"
-    summary = ("daliload's DALI path alone on the GPU: DaliClipDecoder(device='gpu'), NVDEC "
-               "fn.decoders.video(device='mixed') + resize + crop_mirror_normalize, 2 batches in flight")
-    needs_cuda = True
-    uses_nvdec = True
-    device = "gpu"
-
-
 class Daliload(LoaderAdapter):
     name = "daliload"
     summary = ("KineticsDALILoader with its defaults (DecodeSpec()), as users run it: scans the Kinetics layout, "
@@ -208,8 +157,7 @@ class Daliload(LoaderAdapter):
                "VP8/VP9/MJPEG) and the rest with the fallback, by the default routing, merged in plan order")
     knob = None  # the defaults: the run's workers knob is not passed on (daliload-workers takes it)
     uses_nvdec = True  # on a GPU, route dali goes to NVDEC
-    counts_frames = True  # the fallback's frames; an epoch with DALI clips reports None (see the module docstring)
-    estimate_uncounted = False
+    counts_frames = True  # the fallback's frames and DALI's, as the loader counts them (the module docstring)
     #: the DecodeSpec fields this row sets; the defaults' row sets none
     settings: ClassVar[dict] = {}
 
@@ -248,12 +196,12 @@ class Daliload(LoaderAdapter):
 
     def epoch(self) -> Iterator[LoadedBatch]:
         self._loader.set_epoch(0)  # every epoch replays the run's plan, as for the other loaders
-        frames = dali_clips = 0
+        frames = 0
         for videos, labels in self._loader:
             stats = self._loader.stats()  # this epoch's counters so far, prefetched batches included
-            counted = stats.frames_decoded_fallback - frames if stats.clips_dali == dali_clips == 0 else None
-            frames, dali_clips = stats.frames_decoded_fallback, stats.clips_dali
-            yield LoadedBatch(videos, labels, int(labels.shape[0]), counted)
+            now = stats.frames_decoded_fallback + stats.frames_decoded_dali
+            yield LoadedBatch(videos, labels, int(labels.shape[0]), now - frames)
+            frames = now
         failures = self._loader.stats().failures
         if failures:
             raise ValueError(f"{self.name}: {len(failures)} sample(s) failed to decode, first "
@@ -272,6 +220,33 @@ class DaliloadStatic(Daliload):
     summary = ("KineticsDALILoader with its defaults but routing='static': every file DALI can open goes to DALI, "
                "however fast, the rest to the fallback (the routing before the decoders shared DALI's files)")
     settings: ClassVar[dict] = {"routing": "static"}
+
+
+class DaliloadDali(Daliload):
+    """DALI's path alone as the loader runs it: ``routing="static"`` sends every file DALI can open to DALI,
+    fed the cut of each window; DALI's threads and the cut processes are the run's workers knob."""
+
+    knob = "DALI threads (and the processes that cut its windows)"
+    settings: ClassVar[dict] = {"routing": "static"}
+
+    def decode_spec(self, workers: int):
+        from daliload.loader import DecodeSpec
+
+        return DecodeSpec(**self.settings, dali_threads=max(1, workers), fallback_workers=workers)
+
+
+class DaliloadDaliCPU(DaliloadDali):
+    name = "daliload-dali-cpu"
+    summary = ("daliload's DALI path alone on the CPU: KineticsDALILoader with routing='static' (every VP8/VP9/MJPEG "
+               "file to DALI's CPU decoder, fed the cut of each window), threads = cut processes = the knob")
+    codecs = _DALI_CPU_CODECS
+
+
+class DaliloadDaliGPU(DaliloadDali):
+    name = "daliload-dali-gpu"
+    summary = ("daliload's DALI path alone on the GPU: KineticsDALILoader with routing='static' (every file on route "
+               "dali to NVDEC, fed the cut of each window), threads = cut processes = the knob")
+    needs_cuda = True
 
 
 class DaliloadWorkers(Daliload):
