@@ -9,24 +9,17 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import importlib.util
 import inspect
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+from helpers.docs_modules import load_docs_module
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load_generator():
-    spec = importlib.util.spec_from_file_location("gen_api", ROOT / "docs" / "gen_api.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gen = _load_generator()
+gen = load_docs_module("gen_api.py")
 
 
 def test_committed_page_is_what_the_generator_writes():

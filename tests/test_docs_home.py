@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import types
 from pathlib import Path
+
+from helpers.docs_modules import load_docs_module
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _hooks():
-    spec = importlib.util.spec_from_file_location("docs_hooks", REPO / "docs" / "hooks.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_docs_module("hooks.py")
 
 
 def _page(src_uri: str):
