@@ -232,7 +232,7 @@ _DATALOADER_EQUIVALENTS = {
     "batch_sampler": "batch_size= and last_batch=",
     "persistent_workers": "nothing: the fallback's workers always persist across epochs",
     "prefetch_factor": "decode=DecodeSpec(prefetch_batches=N)",
-    "timeout": "decode=DecodeSpec(timeout_s=S) (a time limit per clip)",
+    "timeout": "decode=DecodeSpec(timeout_s=S) (a time limit on the decode of each video, all its clips together)",
     "worker_init_fn": "nothing: the workers are daliload's own",
     "multiprocessing_context": "nothing: the workers start with forkserver (spawn where it is missing)",
     "generator": "seed=",
