@@ -189,18 +189,16 @@ def _resolve_setup(args: argparse.Namespace) -> RunSetup:
 
 def _plan_frame_counts(dataset: Dataset, samples: Sequence[Sample]) -> dict[str, int]:
     """Distinct frames the plan's clips use, and the frames decoded by a decoder that seeks to the keyframe
-    before each window (``seek_estimate``) or that has no index and decodes from frame 0 (``from_start_estimate``).
-    """
-    from benchmarks.task import from_start_decode_estimate, seek_decode_estimate
+    before each window (``seek_estimate``)."""
+    from benchmarks.task import seek_decode_estimate
 
-    used = estimate = from_start = 0
+    used = estimate = 0
     for sample in samples:
         video = dataset.videos[sample.video_index]
         indices = sample.frame_indices(video.num_frames)
         used += len(set(indices))
         estimate += seek_decode_estimate(indices, video.keyframes)
-        from_start += from_start_decode_estimate(indices)
-    return {"frames_used": used, "seek_estimate": estimate, "from_start_estimate": from_start}
+    return {"frames_used": used, "seek_estimate": estimate}
 
 
 def decode_estimate(cls: type[LoaderAdapter], counts: dict[str, int]) -> int | None:

@@ -440,11 +440,22 @@ def test_faults_benchmark_writes_memory_and_culprit_figures(tmp_path):
     assert "### Faults run `faults`" in text and "growth" in text and "bisects the batch" in text
 
 
+def test_each_daliload_row_sets_what_its_name_says_and_the_knob_only_where_it_has_one():
+    def spec(name, workers=3):
+        return object.__new__(load_adapter(name)).decode_spec(workers)  # the spec alone, no loader built
+
+    assert spec("daliload") == DecodeSpec() and spec("daliload-static") == DecodeSpec(routing="static")
+    assert spec("daliload-workers") == DecodeSpec(dali_threads=3, fallback_workers=3)
+    for name in ("daliload-dali-cpu", "daliload-dali-gpu"):
+        assert spec(name) == DecodeSpec(routing="static", dali_threads=3, fallback_workers=3)
+    assert spec("daliload-workers", 0) == DecodeSpec(dali_threads=1, fallback_workers=0)
+
+
 def test_an_uncounted_loader_is_credited_with_a_decode_from_the_keyframe_before_its_windows():
     """daliload's rows count their frames; a peer that cannot is credited with the seek estimate."""
     from benchmarks.harness import decode_estimate
 
-    counts = {"frames_used": 10, "seek_estimate": 50, "from_start_estimate": 300}
+    counts = {"frames_used": 10, "seek_estimate": 50}
     assert decode_estimate(load_adapter("torchcodec-cpu"), counts) == 50
     assert all(load_adapter(name).counts_frames for name in ("daliload", "daliload-static", "daliload-dali-cpu"))
 

@@ -162,10 +162,12 @@ class Daliload(LoaderAdapter):
     settings: ClassVar[dict] = {}
 
     def decode_spec(self, workers: int):
-        """The row's ``DecodeSpec``: the defaults with :attr:`settings` (``workers``: the run's knob)."""
+        """The row's ``DecodeSpec``: the defaults with :attr:`settings`, and for a row with a :attr:`knob`, DALI's
+        threads and the fallback's workers (who also cut DALI's windows) both the run's ``workers``."""
         from daliload.loader import DecodeSpec
 
-        return DecodeSpec(**self.settings)
+        knob = {} if self.knob is None else {"dali_threads": max(1, workers), "fallback_workers": workers}
+        return DecodeSpec(**self.settings, **knob)
 
     @classmethod
     def probe(cls, config) -> str | None:
@@ -222,17 +224,11 @@ class DaliloadStatic(Daliload):
     settings: ClassVar[dict] = {"routing": "static"}
 
 
-class DaliloadDali(Daliload):
+class DaliloadDali(DaliloadStatic):
     """DALI's path alone as the loader runs it: ``routing="static"`` sends every file DALI can open to DALI,
     fed the cut of each window; DALI's threads and the cut processes are the run's workers knob."""
 
     knob = "DALI threads (and the processes that cut its windows)"
-    settings: ClassVar[dict] = {"routing": "static"}
-
-    def decode_spec(self, workers: int):
-        from daliload.loader import DecodeSpec
-
-        return DecodeSpec(**self.settings, dali_threads=max(1, workers), fallback_workers=workers)
 
 
 class DaliloadDaliCPU(DaliloadDali):
@@ -255,11 +251,6 @@ class DaliloadWorkers(Daliload):
                "the workers sweep")
     knob = "DALI threads and fallback workers"
     sweep_only = True  # the main table's row is daliload's own defaults
-
-    def decode_spec(self, workers: int):
-        from daliload.loader import DecodeSpec
-
-        return DecodeSpec(dali_threads=max(1, workers), fallback_workers=workers)
 
 
 def check_same_plan(loader_plan: Sequence, run_plan: Sequence) -> None:
