@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pytest
 from test_exits import EXIT_WITHIN_S, _no_process_left, _session_processes, _start, _until_marked
+from helpers.procs import running
 
 from daliload.synth import SynthSpec, generate_dataset
 
@@ -186,14 +187,6 @@ def _kill_session(sid: int) -> None:
             pass
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except FileNotFoundError:
-        return False
-
-
 def _no_worker_traceback(output: str) -> None:
     """No worker's traceback of its broken pipe, nothing multiprocessing's resource tracker says it cleaned."""
     for noise in ("Traceback", "BrokenPipeError", "ConnectionResetError", "Process daliload-worker", "leaked",
@@ -321,7 +314,7 @@ def test_stderr_outlives_its_relay(start, datasets, tmp_path):
     [relay] = [int(line.split()[0]) for line in _session_processes(run.proc.pid) if "_native_logs.py" in line]
     os.kill(relay, signal.SIGKILL)  # the OOM killer, a stray kill -9
     deadline = time.monotonic() + 10.0
-    while _alive(relay) and time.monotonic() < deadline:
+    while running(relay) and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.5)  # the script's watch puts stderr back as the relay's end of the pipe goes
     run.go.touch()

@@ -297,7 +297,7 @@ def test_a_source_dropped_in_a_reference_cycle_stops_its_workers_cleanly(files, 
             try:
                 with open(f"/proc/{{pid}}/stat") as stat:
                     return stat.read().rsplit(")", 1)[1].split()[0] not in "ZX"
-            except FileNotFoundError:
+            except OSError:  # ENOENT, or ESRCH when reaped between the open and the read
                 return False
         deadline = time.monotonic() + 10
         while any(map(running, pids)) and time.monotonic() < deadline:

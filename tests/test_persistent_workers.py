@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.procs import proc_state, running
 
 from daliload.failures import DecodeFailureWarning
 from daliload.framecode import read_code
@@ -33,15 +34,6 @@ def make_loader(root, **decode) -> KineticsDALILoader:
     decode.setdefault("routing", "static")  # loaders compared batch for batch: each clip's decoder pinned
     return KineticsDALILoader(root, "train", batch_size=4, clip_len=6, frame_stride=3, augment=WHOLE, output=RAW,
                               decode=DecodeSpec(**decode))
-
-
-def running(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie does not)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            return stat.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
-    except FileNotFoundError:
-        return False
 
 
 def wait_gone(pids: list[int], seconds: float = 15.0, *, collect: bool = False) -> list[int]:
@@ -257,20 +249,13 @@ def test_workers_killed_from_outside_at_random_cost_no_file_and_no_batch(busy_ro
                                 output=RAW, decode=DecodeSpec(routing="static"))
     stop, kills = threading.Event(), []
 
-    def decoding(pid: int) -> bool:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as stat:
-                return stat.read().rsplit(b")", 1)[1].split()[0] == b"R"
-        except FileNotFoundError:
-            return False
-
     def killer() -> None:
         rng = random.Random(7)
         while not stop.wait(rng.uniform(0.05, 0.2)):
             pids = workers_of(loader)
             if len(pids) < 2 or set(pids) & set(kills):
                 continue  # a replacement is starting
-            busy = [pid for pid in pids if decoding(pid)]
+            busy = [pid for pid in pids if proc_state(pid) == "R"]
             victim = rng.choice(busy or pids)
             try:
                 os.kill(victim, signal.SIGKILL)

@@ -14,6 +14,7 @@ import signal
 import time
 
 import pytest
+from helpers.procs import running
 
 from daliload.runtime import TaskOutcome, WorkerPool
 
@@ -58,15 +59,6 @@ def drain_within(pool: WorkerPool, bound_s: float = HANG_BOUND_S) -> list[TaskOu
     return outcomes
 
 
-def is_gone(pid: int) -> bool:
-    """Whether ``pid`` no longer runs (reaped, or a zombie nobody will wait for)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
-
-
 def test_a_worker_stopped_before_it_starts_its_task_is_killed_and_the_task_runs_on_a_fresh_one(caplog):
     with WorkerPool(task, workers=1, timeout_s=2.0, tasks_per_worker=2) as pool:
         pool.submit(("pid", 0))
@@ -78,11 +70,11 @@ def test_a_worker_stopped_before_it_starts_its_task_is_killed_and_the_task_runs_
                 ids = [pool.submit(("double", i)) for i in range(3)]  # two sent to the stopped worker, one unsent
                 outcomes = drain_within(pool)
         finally:
-            if not is_gone(stopped):
+            if running(stopped):
                 os.kill(stopped, signal.SIGCONT)
         assert sorted(o.task_id for o in outcomes) == ids  # nothing lost
         assert all(o.ok for o in outcomes) and sorted(o.value for o in outcomes) == [0, 2, 4]
-        assert is_gone(stopped) and stopped not in pool.pids and len(pool.pids) == 1
+        assert not running(stopped) and stopped not in pool.pids and len(pool.pids) == 1
     assert f"worker pid {stopped} did not start its task within 2 s" in caplog.text
 
 
@@ -101,11 +93,11 @@ def test_a_task_that_met_a_stopped_worker_on_its_one_more_try_is_reported_as_a_t
             crashing = pool.submit(("crash_once", str(tmp_path / "marker")))
             [outcome] = drain_within(pool)
         finally:
-            if not is_gone(stopped):
+            if running(stopped):
                 os.kill(stopped, signal.SIGCONT)
         assert outcome.task_id == crashing and outcome.status == "timeout"
         assert outcome.error == "no result after 2 s (its worker never started it)"
-        assert is_gone(stopped) and stopped not in pool.pids
+        assert not running(stopped) and stopped not in pool.pids
         pool.submit(("double", 21))
         assert [o.value for o in drain_within(pool)] == [42]
 
@@ -118,7 +110,7 @@ def test_a_worker_stopped_while_running_its_task_is_killed_and_the_task_retried_
             [outcome] = drain_within(pool)
     assert outcome.task_id == task_id and outcome.ok, outcome
     assert "had no result for its task after 2 s but was stopped" in caplog.text
-    assert is_gone(int(caplog.text.split("worker pid ")[1].split()[0]))
+    assert not running(int(caplog.text.split("worker pid ")[1].split()[0]))
 
 
 def test_a_task_blocked_in_its_worker_is_its_own_timeout(caplog):
