@@ -3,9 +3,7 @@
 ``python -m benchmarks.bench_nvdec`` (options: ``--help``) generates (or
 reuses) one dataset of :mod:`benchmarks.datasets` (default ``h264-gop250``:
 256 H.264 clips, 340x256, 10 s, a keyframe every 250 frames, as Kinetics
-downloads have), draws the run's windows, crops and flips the way the loader
-does (:func:`daliload.plan.make_train_plan`; once past every file, the next
-epoch's draws), then, in this one process:
+downloads have), then, in this one process:
 
 1. the ceiling: ``fn.decoders.video`` over whole files and nothing else
    (:class:`benchmarks.ceiling.DaliWholeFiles`), one pipeline per NVDEC
@@ -13,18 +11,19 @@ epoch's draws), then, in this one process:
    :data:`daliload.prescreen.gpus.NVDEC_ENGINES`), at least ``--min-clips``
    files, after a warm-up epoch;
 2. every setting of ``--threads`` x ``--pipelines`` (default {8, 16, 32} x
-   {1, 2, 4, 7}, most pipelines first): the loader's DALI path itself
-   (:class:`daliload.epoch.EpochPass` over :class:`daliload.dali.DaliSource`
-   over :class:`daliload.dali.DaliClipDecoder`, whole files fed, the
-   merge's copy into torch memory included) with the loader's prefetch rule
-   for that many pipelines (``DecodeSpec.batches_ahead``), a warm-up of a
-   few batches, then one timed epoch of at least ``--min-clips`` clips, a
-   multiple of ``pipelines x batch`` (each pipeline gets the same number of
-   batches, at least two).
+   {1, 2, 4, 7}, most pipelines first): the loader itself
+   (:class:`daliload.KineticsDALILoader` on the dataset's Kinetics layout)
+   pinned to DALI (``routing="static"``) with that many DALI threads and
+   pipelines, fed what the loader feeds DALI (``--feed``, default
+   ``window``: each window's packets, cut by ``--cut-workers`` of the
+   fallback's processes, as ``DecodeSpec`` does by default; ``file``: whole
+   files), its prefetch rule for that many pipelines, the merge into torch
+   memory included; a warm-up epoch, then whole epochs until at least
+   ``--min-clips`` clips and two batches per pipeline.
 
-Recorded per row: clips/s; decoded frames/s (DALI decodes from frame 0 to
-each window's end, ``~``: estimated, :func:`benchmarks.task.from_start_decode_estimate`;
-the ceiling's are counted); NVML's decoder utilisation and what it means in
+Recorded per row: clips/s; decoded frames/s (the loader's own count of what
+DALI decoded, ``stats().frames_decoded_dali``; the ceiling's are counted
+too); clips DALI got as a cut; NVML's decoder utilisation and what it means in
 engines: NVML reports the mean over the engines, so ``engines busy = util % x
 engines / 100`` (14 % of an H200's 7 is one engine); SM utilisation; peak
 device memory above what was in use at the start; DALI wait (host seconds the
@@ -41,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import dataclasses
 import json
 import math
 import time
@@ -49,12 +47,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Sequence
 
-from benchmarks.datasets import HD_DATASETS, STANDARD, Dataset, loader_order, prepare_dataset, standard_specs
+from benchmarks.datasets import HD_DATASETS, STANDARD, Dataset, prepare_dataset, standard_specs
 from benchmarks.options import REPO_ROOT, _int_list, _size, int_at_least
 from benchmarks.report import add_output_options, append_markdown, load_average, save_result
 from benchmarks.machine import machine_info, machine_line, versions_line
-from benchmarks.task import TaskSpec, from_start_decode_estimate
-from daliload.plan import Sample
+from benchmarks.task import TaskSpec
 from daliload.runtime import usable_cores
 
 CHAPTER = "## NVDEC sweep: `python -m benchmarks.bench_nvdec`"
@@ -81,6 +78,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="whole files per ceiling batch (default 32; 8 for h264-720p: 0.3 GB each decoded)")
     parser.add_argument("--engines", type=int_at_least(1), default=None,
                         help="NVDEC engines (default: the GPU model's, daliload.prescreen.gpus; 1 if unknown)")
+    parser.add_argument("--feed", choices=("window", "file"), default="window",
+                        help="what DALI is fed: each window's packets (the loader's default) or whole files")
+    parser.add_argument("--cut-workers", type=int_at_least(0), default=None,
+                        help="the fallback's processes, who cut the windows (default: DecodeSpec's fallback_workers)")
     parser.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
     parser.add_argument("--time-budget", type=float, default=None, metavar="S",
                         help="start no row that would not end within S seconds of the start")
@@ -94,6 +95,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.files = args.files or (128 if hd else 256)
     args.duration = args.duration or (4.0 if hd else 10.0)
     args.ceiling_batch = args.ceiling_batch or (8 if hd else 32)
+    if args.cut_workers is None:
+        from daliload.options import DecodeSpec
+
+        args.cut_workers = DecodeSpec().fallback_workers
     if args.json == parser.get_default("json"):
         args.json = str(Path(args.json).with_name(f"nvdec-{args.dataset}.json"))
     return args
@@ -104,23 +109,6 @@ def dataset_for(args: argparse.Namespace) -> Dataset:
     spec = standard_specs([args.dataset], num_clips=args.files, num_clips_hd=args.files, duration_s=args.duration,
                           duration_hd_s=args.duration, seed=args.seed, size=args.size)[0]
     return prepare_dataset(spec, args.data_dir, workers=usable_cores())
-
-
-def plan_clips(dataset: Dataset, task: TaskSpec, clips: int) -> list[Sample]:
-    """``clips`` samples as the loader plans them: epoch 0's draws over every file, then epoch 1's, ..."""
-    from daliload.plan import make_train_plan
-
-    order = loader_order(dataset)
-    listed = [dataset.videos[i] for i in order]
-    samples: list[Sample] = []
-    epoch = 0
-    while len(samples) < clips:
-        drawn = make_train_plan(listed, seed=task.seed, epoch=epoch, rank=0, world_size=1, clip=task.clip,
-                                augment=task.augment)
-        samples += [dataclasses.replace(s, position=len(samples) + k, video_index=order[s.video_index],
-                                        path=dataset.videos[order[s.video_index]].path) for k, s in enumerate(drawn)]
-        epoch += 1
-    return samples[:clips]
 
 
 def timed_clips(pipelines: int, batch_size: int, min_clips: int) -> int:
@@ -205,66 +193,81 @@ def measure_ceiling(dataset: Dataset, args: argparse.Namespace, engines: int, mo
             "clips_per_s": clips / wall, "frames_per_s": frames / wall, **_resources(resources, engines)}
 
 
-def measure_setting(threads: int, pipelines: int, samples: list[Sample], dataset: Dataset, args: argparse.Namespace,
-                    engines: int, monitor) -> dict:
-    """One setting through the loader's DALI path: build, warm up on a few batches, one timed epoch."""
-    import numpy as np
+def scan_once(dataset: Dataset, device: str) -> float:
+    """The loader's manifest of the dataset, written before any row (each setting's loader reuses it): seconds."""
+    from benchmarks.datasets import kinetics_layout
+    from daliload.prescreen import scan
+
+    started = time.perf_counter()
+    scan(kinetics_layout(dataset), device=device, splits=("train",), progress=False)
+    return round(time.perf_counter() - started, 2)
+
+
+def timed_epochs(pipelines: int, batch_size: int, min_clips: int, files: int) -> int:
+    """Epochs a setting times: enough for :func:`timed_clips` (each epoch is one clip of every file)."""
+    return math.ceil(timed_clips(pipelines, batch_size, min_clips) / files)
+
+
+def measure_setting(threads: int, pipelines: int, dataset: Dataset, args: argparse.Namespace, engines: int,
+                    monitor) -> dict:
+    """One setting through the loader itself, pinned to DALI: build, a warm-up epoch, then the timed epochs.
+
+    The loader is :class:`daliload.KineticsDALILoader` as a user builds it on the dataset's Kinetics layout,
+    with ``DecodeSpec(routing="static", dali_threads=threads, dali_pipelines=pipelines, dali_feed=--feed,
+    fallback_workers=--cut-workers)``: every clip to DALI (NVDEC is what is measured), fed what the loader
+    feeds it (by default each window's packets, cut by the fallback's workers), its prefetch rule for that many
+    pipelines, the merge into torch memory included. Clips and DALI's decoded frames are the loader's own
+    counts (``stats()``), summed over the timed epochs.
+    """
     import torch
 
-    from daliload.dali import DaliSource
-    from daliload.epoch import EpochCounters, EpochPass, PassSetup, Routes
-    from daliload.failures import FailureBudget
-    from daliload.options import DecodeSpec
-    from daliload.dali import DaliClipDecoder
-    from fallback.source import FallbackSource
+    from benchmarks.datasets import kinetics_layout
+    from daliload.loader import DecodeSpec, KineticsDALILoader
 
     task = TaskSpec(batch_size=args.batch_size, crop_size=args.crop_size, seed=args.seed)
-    frames_of = {v.path: v.num_frames for v in dataset.videos}
-    prefetch = DecodeSpec(dali_threads=threads, dali_pipelines=pipelines, fallback_workers=0).batches_ahead(
-        task.batch_size, pipelines=pipelines)
-    batches = [samples[i:i + task.batch_size] for i in range(0, len(samples), task.batch_size)]
+    decode = DecodeSpec(routing="static", dali_threads=threads, dali_pipelines=pipelines, dali_feed=args.feed,
+                        fallback_workers=args.cut_workers)
     gpu = args.device == "gpu"
-    setup = PassSetup(output=task.output, device=torch.device("cuda" if gpu else "cpu"), label_padding=False,
-                      mask_failed=False, prefetch=prefetch,
-                      num_frames=lambda video: dataset.videos[video].num_frames)
+    epochs = timed_epochs(pipelines, args.batch_size, args.min_clips, len(dataset.videos))
     started = time.perf_counter()
-    decoder = DaliClipDecoder(task.output, batch_size=task.batch_size, device=args.device, num_threads=threads,
-                              prefetch_queue_depth=prefetch, pipelines=pipelines, num_frames=frames_of)
-    source = DaliSource(decoder, clip_timeout_s=60.0)
-    fallback = FallbackSource(task.output, workers=0)  # decodes in this process what DALI fails on (counted)
+    loader = KineticsDALILoader(kinetics_layout(dataset), "train", batch_size=task.batch_size,
+                                clip_len=task.clip_len, frame_stride=task.frame_stride, seed=task.seed,
+                                augment=task.augment, output=task.output, device="gpu" if gpu else "cpu",
+                                decode=decode, last_batch="partial")
     setup_s = time.perf_counter() - started
-    on_dali = np.ones(len(dataset.videos), dtype=bool)
+    totals = {"clips": 0, "clips_dali": 0, "clips_dali_cut": 0, "frames": 0, "dali_wait_s": 0.0, "failures": 0}
 
-    def one_pass(chunk: list[list[Sample]]) -> tuple[EpochCounters, FailureBudget, int]:
-        plan = [s for batch in chunk for s in batch]
-        counters, budget = EpochCounters(), FailureBudget(len(dataset.videos), max_fraction=None)
+    def one_epoch(epoch: int) -> None:
+        loader.set_epoch(epoch)
         clips = 0
-        routes = Routes(on_dali, policy="static")  # NVDEC is what is measured: every clip to DALI
-        for _, labels, _ in EpochPass(setup, chunk, plan, routes=routes, budget=budget, counters=counters,
-                                      fallback=fallback, dali=source):
+        for _, labels in loader:
             clips += int(labels.shape[0])
         if gpu:
             torch.cuda.synchronize()
-        return counters, budget, clips
+        stats = loader.stats()
+        for key, value in (("clips", clips), ("clips_dali", stats.clips_dali), ("clips_dali_cut", stats.clips_dali_cut),
+                           ("frames", stats.frames_decoded_dali), ("dali_wait_s", stats.dali_wait_s),
+                           ("failures", len(stats.failures))):
+            totals[key] += value
 
     try:
         warm = time.perf_counter()
-        one_pass(batches[:2 * pipelines])
+        one_epoch(0)  # builds DALI's pipelines and the cutter's workers
         warmup_s = time.perf_counter() - warm
+        totals.update({key: type(value)() for key, value in totals.items()})
         monitor.begin_run()
         start = time.perf_counter()
-        counters, budget, clips = one_pass(batches)
+        for epoch in range(1, epochs + 1):
+            one_epoch(epoch)
         wall = time.perf_counter() - start
         resources = monitor.end_run()
     finally:
-        source.close()
-        fallback.close()
-    decoded = sum(from_start_decode_estimate(s.frame_indices(frames_of[s.path])) for s in samples)
-    return {"status": "ok", "threads": threads, "pipelines": pipelines, "prefetch": prefetch, "clips": clips,
-            "frames_estimated": decoded, "wall_s": wall, "setup_s": setup_s, "warmup_s": warmup_s,
-            "clips_per_s": clips / wall, "frames_per_s": decoded / wall, "dali_wait_s": counters.dali_wait_s,
-            "clips_dali": counters.clips_dali, "clips_redecoded": counters.clips_redecoded,
-            "failures": len(budget.failures), **_resources(resources, engines)}
+        loader.close()
+    return {"status": "ok", "threads": threads, "pipelines": pipelines, "feed": args.feed,
+            "cut_workers": args.cut_workers, "prefetch": decode.batches_ahead(task.batch_size, pipelines=pipelines),
+            "epochs": epochs, **totals, "wall_s": wall, "setup_s": setup_s, "warmup_s": warmup_s,
+            "clips_per_s": totals["clips"] / wall, "frames_per_s": totals["frames"] / wall,
+            **_resources(resources, engines)}
 
 
 def _estimate_s(rows: list[dict], pipelines: int, clips: int) -> float:
@@ -293,6 +296,7 @@ def run(args: argparse.Namespace) -> dict:
               "settings": {"dataset": args.dataset, "files": args.files, "duration_s": args.duration,
                            "min_clips": args.min_clips,
                            "batch_size": args.batch_size, "crop_size": args.crop_size, "device": args.device,
+                           "feed": args.feed, "cut_workers": args.cut_workers,
                            "threads": args.threads, "pipelines": args.pipelines, "ceiling_batch": args.ceiling_batch,
                            "time_budget_s": args.time_budget},
               "ceiling": None, "rows": []}
@@ -303,11 +307,10 @@ def run(args: argparse.Namespace) -> dict:
         return result
     dataset = dataset_for(args)
     result["settings"]["description"] = dataset.spec.description
+    result["settings"]["scan_s"] = scan_once(dataset, args.device)
     engines, source = engines_here(args)
     result["settings"].update(engines=engines, engines_from=source)
-    task = TaskSpec(batch_size=args.batch_size, crop_size=args.crop_size, seed=args.seed)
     settings = [(t, p) for p in sorted(args.pipelines, reverse=True) for t in sorted(args.threads)]
-    samples = plan_clips(dataset, task, max(timed_clips(p, args.batch_size, args.min_clips) for _, p in settings))
     monitor = ResourceMonitor(gpu=args.device == "gpu")
     try:
         try:
@@ -317,7 +320,8 @@ def run(args: argparse.Namespace) -> dict:
         _write(result, args)
         print(f"  ceiling: {_line(result['ceiling'])}", flush=True)
         for threads, pipelines in settings:
-            clips = timed_clips(pipelines, args.batch_size, args.min_clips)
+            clips = timed_epochs(pipelines, args.batch_size, args.min_clips, len(dataset.videos)) * \
+                len(dataset.videos)
             elapsed = time.monotonic() - started
             if args.time_budget is not None and elapsed + _estimate_s(result["rows"], pipelines, clips) > \
                     args.time_budget:
@@ -325,7 +329,7 @@ def run(args: argparse.Namespace) -> dict:
                        "reason": f"would end past the time budget of {args.time_budget:g} s"}
             else:
                 try:
-                    row = measure_setting(threads, pipelines, samples[:clips], dataset, args, engines, monitor)
+                    row = measure_setting(threads, pipelines, dataset, args, engines, monitor)
                 except Exception as err:  # noqa: BLE001 - as above
                     row = {"status": "failed", "threads": threads, "pipelines": pipelines,
                            "reason": f"{type(err).__name__}: {err}"[:500]}
@@ -359,37 +363,50 @@ def _line(row: dict | None) -> str:
             f"{_fmt(row['sm_util_pct'], 0, ' %')}, peak device memory +{_fmt(row['gpu_mem_peak_mb'], 0)} MiB")
 
 
+_FEEDS = {"window": "each window's packets", "file": "whole files"}
+
+
+def _cutters(settings: dict) -> str:
+    return f" (cut by {settings['cut_workers']} fallback processes)" if settings.get("feed") == "window" else ""
+
+
 def markdown(result: dict) -> str:
     s = result["settings"]
     command = f"python -m benchmarks.bench_nvdec --dataset {s['dataset']}"
     lines = [f"### NVDEC sweep `{result['name']}` — {machine_line(result['machine'])}", "",
              f"`{command}`; {versions_line(result['machine'])}; load average {result['load_average'][0]} at the "
              f"start. {s['files']} clips ({s.get('description', s['dataset'])}, {s['duration_s']:g} s each); "
-             f"batches of {s['batch_size']}, {s['crop_size']}x{s['crop_size']} float32 out, one timed epoch per row "
-             f"after a warm-up. Decoded frames/s of the settings are estimated (`~`: DALI decodes from frame 0 to each "
-             f"window's end); engines busy = NVML decoder % x {s.get('engines', '?')} engines / 100 "
+             f"batches of {s['batch_size']}, {s['crop_size']}x{s['crop_size']} float32 out. Each setting is the "
+             f"loader pinned to DALI, fed {_FEEDS.get(s.get('feed', 'file'))}"
+             f"{_cutters(s)}, timed over whole epochs after a warm-up epoch; decoded frames are the loader's count "
+             f"(the ceiling's: every frame of whole files); engines busy = NVML decoder % x "
+             f"{s.get('engines', '?')} engines / 100 "
              f"({s.get('engines_from', '')}).", ""]
     if result["status"] != "ok":
         return "\n".join(lines + [f"Not measured: {result['reason']}.", ""])
     ceiling = result["ceiling"] or {"status": "not run", "reason": None}
     ceiling_fps = ceiling.get("frames_per_s") if ceiling["status"] == "ok" else None
-    lines += ["| DALI threads | pipelines | clips/s | decoded frames/s | x ceiling (frames) | NVDEC % | engines busy "
-              "| SM % | peak device MiB | DALI wait s | status |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["| DALI threads | pipelines | clips/s | decoded frames/s | frames a clip | clips fed a cut "
+              "| x ceiling (frames) | NVDEC % | engines busy | SM % | peak device MiB | DALI wait s | status |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
-    def row_line(threads, pipelines, row, frames_mark):
+    def row_line(threads, pipelines, row):
         if row["status"] != "ok":
-            return f"| {threads} | {pipelines} | | | | | | | | | {row['status']}: {row.get('reason')} |"
+            return f"| {threads} | {pipelines} | | | | | | | | | | | {row['status']}: {row.get('reason')} |"
         ratio = _fmt(row["frames_per_s"] / ceiling_fps, 2) if ceiling_fps else "–"
-        return (f"| {threads} | {pipelines} | {row['clips_per_s']:.1f} | {frames_mark}{row['frames_per_s']:.0f} | "
+        clips = row.get("clips") or row.get("files") or 0
+        cut = f"{row['clips_dali_cut']} of {clips}" if "clips_dali_cut" in row else "–"
+        per_clip = _fmt(row["frames"] / clips if clips else None)
+        return (f"| {threads} | {pipelines} | {row['clips_per_s']:.1f} | {row['frames_per_s']:.0f} | {per_clip} | "
+                f"{cut} | "
                 f"{ratio} | {_fmt(row['nvdec_util_pct'])} | {_fmt(row['engines_busy'], 1)} | "
                 f"{_fmt(row['sm_util_pct'])} | {_fmt(row['gpu_mem_peak_mb'])} | {_fmt(row.get('dali_wait_s'), 1)} | "
                 f"ok |")
 
     lines.append(row_line(ceiling.get("threads", "–"), f"{ceiling.get('pipelines', '–')} (ceiling: whole files)",
-                          ceiling, ""))
+                          ceiling))
     for row in result["rows"]:
-        lines.append(row_line(row["threads"], row["pipelines"], row, "~"))
+        lines.append(row_line(row["threads"], row["pipelines"], row))
     best = result.get("best")
     lines += ["", f"Best setting: {best['threads']} DALI threads x {best['pipelines']} pipelines, "
                   f"{best['clips_per_s']:.1f} clips/s." if best else "", ""]

@@ -579,7 +579,7 @@ def _sweep(tmp_path, *extra: str) -> dict:
     from benchmarks import bench_nvdec
 
     out = tmp_path / "nvdec.json"
-    args = ["--device", "cpu", "--dataset", "vp9", "--files", "3", "--duration", "1", "--size", "128x96",
+    args = ["--device", "cpu", "--dataset", "vp9-gop16", "--files", "3", "--duration", "3", "--size", "128x96",
             "--min-clips", "8", "--threads", "1,2", "--pipelines", "1,2", "--batch-size", "2", "--crop-size", "32",
             "--data-dir", str(tmp_path / "data"), "--json", str(out), "--results-md", str(tmp_path / "RESULTS.md"),
             *extra]
@@ -592,16 +592,35 @@ def test_the_sweep_measures_every_setting_through_the_loaders_dali_path(tmp_path
     pytest.importorskip("nvidia.dali")
     result = _sweep(tmp_path)
     ceiling = result["ceiling"]
-    assert ceiling["status"] == "ok" and ceiling["files"] == 9 and ceiling["frames"] == 9 * 30  # 3 files, 3 rounds
+    assert ceiling["status"] == "ok" and ceiling["files"] == 9 and ceiling["frames"] == 9 * 90  # 3 files, 3 rounds
     assert [(r["pipelines"], r["threads"]) for r in result["rows"]] == [(2, 1), (2, 2), (1, 1), (1, 2)]
     for row in result["rows"]:
-        assert row["status"] == "ok" and row["clips"] == row["clips_dali"] == 8 and row["failures"] == 0
-        assert row["prefetch"] == 2 and row["frames_estimated"] > 0
+        # at least 8 clips and two batches of 2 per pipeline, in whole epochs of the 3 files: 3 epochs, 9 clips
+        assert row["status"] == "ok" and row["epochs"] == 3 and row["clips"] == row["clips_dali"] == 9
+        assert row["failures"] == 0 and row["feed"] == "window" and row["cut_workers"] == 2
+        assert row["prefetch"] == 4  # the loader's rule: 2 workers x 4 videos ahead each, in batches of 2
+        # the loader's default feed: windows cut from their file, but for those whose keyframe is frame 0
+        assert 0 < row["clips_dali_cut"] <= 9
+        # the loader's count: from the keyframe at or before each window (one every 16 frames) to its last frame
+        assert 9 * 61 <= row["frames"] < 9 * (61 + 16)
         assert row["engines_busy"] is None  # no NVML on a CPU run: no NVDEC figure, none made up
     assert result["best"]["clips_per_s"] == max(r["clips_per_s"] for r in result["rows"])
     text = (tmp_path / "RESULTS.md").read_text()
     assert "## NVDEC sweep: `python -m benchmarks.bench_nvdec`" in text and "| 1 (ceiling: whole files) |" in text
+    assert "fed each window's packets (cut by 2 fallback processes)" in text
+    assert f"| {result['rows'][0]['clips_dali_cut']} of 9 |" in text
     assert (tmp_path / "nvdec.md").read_text() in text
+
+
+@pytest.mark.dali
+def test_the_sweep_fed_whole_files_decodes_each_window_from_frame_0(tmp_path):
+    pytest.importorskip("nvidia.dali")
+    one = ("--pipelines", "1", "--threads", "1")
+    [cut] = _sweep(tmp_path / "window", *one)["rows"]
+    [row] = _sweep(tmp_path / "file", "--feed", "file", *one)["rows"]
+    assert row["status"] == "ok" and row["feed"] == "file" and row["clips_dali"] == 9 and row["clips_dali_cut"] == 0
+    assert row["frames"] > cut["frames"]  # the same windows (one seed), each decoded from frame 0
+    assert "fed whole files, timed" in (tmp_path / "file" / "nvdec.md").read_text()
 
 
 @pytest.mark.dali
