@@ -104,8 +104,8 @@ def test_the_plan_check_names_what_breaks_the_limits(plan):
     assert any(re.match(r"with every call at its timeout the visit takes \d+ s", p) for p in problems), problems
     longer = dataclasses.replace(plan, steps=plan.steps + (("a slower start", 61.0),))
     assert any("more than the 900 s of device time" in p for p in visit.check_plan(longer))
-    big = [dataclasses.replace(piece, size=63 * MIB), dataclasses.replace(piece, name="p2")]  # 63 + the 4 MiB checkout
-    assert any("carries 67.0 MiB, more than 64 MiB" in p for p in visit.check_plan(visit.make_plan(big)))
+    big = [dataclasses.replace(piece, size=63 * MIB), dataclasses.replace(piece, name="p2")]  # 63 + the 8 MiB checkout
+    assert any("carries 71.0 MiB, more than 64 MiB" in p for p in visit.check_plan(visit.make_plan(big)))
     slow = dataclasses.replace(plan, assumed=dataclasses.replace(plan.assumed, gap_s=31))
     assert any("loses the machine" in p for p in visit.check_plan(slow))
     with pytest.raises(ValueError, match="the transfer plan has no pieces"):
