@@ -916,3 +916,26 @@ def test_the_peers_json_keeps_each_loaders_row_and_says_which_a_cut_off_left_unm
     assert saved["a"]["status"] == "ok" and saved["a"]["figures"]["clips_per_s"]["median"] == 4.0
     assert saved["b"]["status"] == "skipped" and "cut off before its timed epochs" in saved["b"]["reason"]
 
+
+
+# --- the first visit's record ----------------------------------------------------------------------------------
+
+
+def test_the_first_visits_section_is_written_from_its_files_and_every_measurement_line_is_read(tmp_path):
+    folder = REPO / "benchmarks" / "results" / "gpu-visit-1"
+    script = REPO / "benchmarks" / "gpu" / "visit_record.py"
+    printed = subprocess.run([sys.executable, str(script), str(folder), "--print"], capture_output=True, text=True,
+                             check=True).stdout
+    assert printed.rstrip("\n") in (REPO / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8")
+    sys.path.insert(0, str(script.parent))
+    try:
+        import visit_record
+    finally:
+        sys.path.remove(str(script.parent))
+    loader, operator, unread = visit_record.parse_diagnostics((folder / "diagnostics.log").read_text())
+    assert len(loader) == 15 and len(operator) == 18 and all(u.startswith("readers.video") for u in unread)
+    fallback = next(r for r in loader if r["setting"] == "fallback 14 workers" and r["epoch"] == 1)
+    assert fallback["clips_per_s"] == 285.3 and fallback["fallback"] == 256 and fallback["dali"] == 0
+    # a line no pattern reads is named under the tables, not dropped
+    (tmp_path / "diagnostics.log").write_text("## call\nsomething else: 3 s\n")
+    assert "`something else: 3 s`" in visit_record.markdown(tmp_path)
