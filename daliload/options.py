@@ -76,13 +76,15 @@ class DecodeSpec:
             that neither idles while the other is the bottleneck (NVDEC
             saturated: the CPU cores help; the fallback faster, as for VP9 on a
             CPU host: it takes most; simulated with decoders at set speeds in
-            ``tests/test_routing.py``, not yet run on a GPU). ``"static"``: DALI always, as the pre-screen routed
-            it. ``"auto"`` (default), when the loader trains (shuffles or augments): ``"adaptive"``
-            where the decoders do not share hardware (DALI on a GPU, or its CPU threads plus the workers
-            no more than the cores), else each codec to the decoder measured faster in the run
-            (``stats().decoders`` says which and why); ``"static"`` when it evaluates (its figures
-            then come out the same, bit for bit, on every run and world size). Either way each clip is
-            the plan's (window, crop, flip) and batches keep plan order; except with
+            ``tests/test_routing.py``; on the first GPU visit its start, from the decoders' nominal
+            capacities, left the fallback all but idle). ``"static"``: DALI always, as the pre-screen routed
+            it. ``"auto"`` (default), when the loader trains (shuffles or augments): each codec to the
+            decoder measured faster in the run (``"measured"``; ``stats().decoders`` says which and why),
+            on a GPU too (``benchmarks/RESULTS.md``, "GPU visits": NVDEC through DALI 2.4 was the slower
+            of the two there), except ``"adaptive"`` where DALI on the CPU and the workers each have cores
+            of their own (its threads plus the workers no more than the cores); ``"static"`` when it
+            evaluates (its figures then come out the same, bit for bit, on every run and world size).
+            Either way each clip is the plan's (window, crop, flip) and batches keep plan order; except with
             ``"static"``, which decoder made a clip can differ between runs,
             and the two differ by a few levels in pixels (``docs/performance.md``,
             "Both decoders at once"). Files only the fallback can decode never
@@ -195,22 +197,27 @@ class DecodeSpec:
     def routing_for(self, training: bool | str, device: str,
                     batch_size: int) -> Literal["adaptive", "static", "measured"]:
         """The routing policy of a loader that trains (shuffles or augments; a split name: ``"train"`` trains)
-        with DALI on ``device``: as given, else (``"auto"``) for training adaptive where the two decoders have
-        hardware of their own, measured where they share the cores.
+        with DALI on ``device``: as given, else (``"auto"``) for training measured, except adaptive where DALI
+        on the CPU and the fallback each have cores of their own.
 
         Static without fallback workers (nothing to share with), and when evaluating (its figures
         then come out the same on every run). DALI on the CPU with more threads and workers than cores
         shares them with the fallback: moving clips between the two adds no decoder, and which is faster
         depends on the codec, batch, crop and machine, so each codec goes to the one measured faster
-        (``"measured"``: ``daliload.epoch.Routes``).
+        (``"measured"``: ``daliload.epoch.Routes``). On a GPU too: on the first GPU visit (H200, DALI 2.4.0,
+        ``benchmarks/RESULTS.md``, "GPU visits") NVDEC through DALI gave 10-13 clips/s of Kinetics-sized
+        H.264 where the fallback's 14 workers gave 241-285, and the adaptive share, which starts from the
+        decoders' nominal capacities (2 workers against 16 threads x 7 pipelines), left the fallback all
+        but idle: which decoder is faster is measured, not assumed.
         """
         if self.fallback_workers == 0:
             return "static"
         if self.routing != "auto":
             return self.routing
-        shared = device == "cpu" and self.dali_threads_for(device, batch_size) + self.fallback_workers > usable_cores()
+        threads = self.dali_threads_for(device, batch_size)
+        own_cores = device == "cpu" and threads + self.fallback_workers <= usable_cores()
         trains = training if isinstance(training, bool) else training == "train"
-        return "static" if not trains else "measured" if shared else "adaptive"
+        return "static" if not trains else "adaptive" if own_cores else "measured"
 
     def dali_threads_for(self, device: str, batch_size: int) -> int:
         """DALI threads: as given, else ``min(batch_size, 16)`` on a GPU and one per core on the CPU."""

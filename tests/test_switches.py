@@ -53,7 +53,7 @@ def test_shuffle_and_augment_follow_their_switches_whatever_the_split(dataset):
         assert centred(train_evaluates, 0)
         assert train_evaluates.stats().routing == "static"  # figures the same, bit for bit, on every run
         assert (DecodeSpec().routing_for(True, "gpu", 32), DecodeSpec().routing_for(False, "gpu", 32)) == (
-            "adaptive", "static")  # what "auto" gives a loader that trains, and one that evaluates
+            "measured", "static")  # what "auto" gives a loader that trains, and one that evaluates
 
         # Shuffle alone: a new order each epoch, the centred clips; the order a training epoch has.
         assert order(shuffled_only, 0) != order(shuffled_only, 1) and centred(shuffled_only, 1)

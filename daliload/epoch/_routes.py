@@ -8,11 +8,12 @@ DALI can), any other only to the fallback. The *policy*
 that may go to either:
 
 - ``"static"``: DALI, always (the pre-screen's routes as they are);
-- ``"measured"`` (the default where DALI decodes on the CPU, sharing the
-  cores with the fallback's workers): each codec to the decoder the run
-  delivers more clips per second with, measured as it goes, the other tried
-  now and then (:mod:`._speed` has the schedule);
-- ``"adaptive"`` (the default on a GPU): the fallback takes a share of them, steered
+- ``"measured"`` (the default for training, on a GPU and where DALI decodes
+  on the CPU sharing the cores with the fallback's workers): each codec to
+  the decoder the run delivers more clips per second with, measured as it
+  goes, the other tried now and then (:mod:`._speed` has the schedule);
+- ``"adaptive"`` (the default only where DALI on the CPU and the fallback
+  each have cores of their own): the fallback takes a share of them, steered
   batch by batch away from the decoder the pass has to wait for. The share
   starts at the fallback's part of both capacities (workers against DALI's
   threads times pipelines) and moves by :data:`SHARE_STEP` towards the

@@ -6,6 +6,10 @@ what matters is which of the two is faster, and that depends on the codec,
 the batch size, the crop, the GOP and the machine (VP9 with DALI on the CPU
 was 0.85x the fallback on one set and 1.11x on another). So it is measured
 as the run goes, per codec, and each codec's clips go to the faster decoder.
+On a GPU the two have hardware of their own, but the first GPU visit (an
+H200, DALI 2.4.0) found NVDEC through DALI the slower of the two on
+Kinetics-sized H.264, against the fallback on the host's cores: there too the
+faster is measured, not assumed.
 
 What is measured: the run's clips per second while a setting holds (a
 setting: which decoder takes each codec). The pass reports each batch as it
