@@ -173,6 +173,19 @@ def test_too_few_cores_per_local_rank_for_the_workers_warns():
     assert crowded.status == "warn" and crowded.fix.startswith("more cores a rank")
 
 
+def test_a_gpu_host_whose_cores_the_default_workers_leave_idle_warns_with_the_workers_that_fill_them():
+    # the first GPU visit's host: 16 cores, one rank, the default 2 workers: 13 cores idle (one kept for the loop)
+    lone = doctor.check_cores(dataclasses.replace(H200, cores=16, gpus=1), Workload(local_ranks=1))
+    assert lone.status == "warn" and "13 core(s) a rank left idle" in lone.detail
+    assert lone.fix == "DecodeSpec(fallback_workers=15)"
+    assert doctor.check_cores(dataclasses.replace(H200, cores=16, gpus=1),
+                              Workload(local_ranks=1, fallback_workers=15)).status == "ok"
+    # 8 ranks on 32 cores: 4 a rank, 2 workers and the loop's core leave one: ok
+    assert doctor.check_cores(dataclasses.replace(H200, cores=32), Workload(local_ranks=8)).status == "ok"
+    # no GPU: DALI's CPU decoder takes the cores the workers leave (its threads default to one a core)
+    assert doctor.check_cores(dataclasses.replace(H200, cores=16, gpus=0), Workload(local_ranks=1)).status == "ok"
+
+
 def test_local_ranks_default_to_local_world_size_else_the_gpus(monkeypatch):
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     assert doctor.default_local_ranks(H200) == 8

@@ -300,4 +300,11 @@ def check_cores(m: Machine, w: Workload) -> Check:
             f"{more} or fewer ranks on this machine; DecodeSpec(fallback_workers=1) meanwhile"
         return Check("cores", "warn", detail + ": more workers than cores, so they share cores and the fallback "
                      "is slower, not faster", fix)
+    idle = math.floor(per_rank) - 1 - w.fallback_workers  # a core a rank kept for the training loop and DALI
+    if m.gpus and idle >= 2:
+        return Check("cores", "warn", detail + f": {idle} core(s) a rank left idle. On a GPU host the fallback can "
+                     "be the faster decoder (the first GPU visit: NVDEC through DALI 2.4 was the slower one on "
+                     "Kinetics-sized H.264; benchmarks/RESULTS.md, 'GPU visits'), and the default routing sends "
+                     "each codec to the decoder measured faster, so its workers are worth the cores",
+                     f"DecodeSpec(fallback_workers={math.floor(per_rank) - 1})")
     return Check("cores", "ok", detail)

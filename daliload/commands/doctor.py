@@ -47,7 +47,7 @@ pyav            PyAV and its FFmpeg, and that its FFmpeg decodes the codecs the
 shared memory   the fallback's batch buffers in flight (see below) against the
                 memory this machine (or container) may use
 /dev/shm        its size, for NCCL between the local ranks of one machine
-cores           CPU cores per local rank against ``fallback_workers``
+cores           CPU cores per local rank against ``fallback_workers`` (too many; on a GPU host, too few)
 start method    how daliload starts processes (forkserver or spawn, never fork)
 ==============  ==================================================================
 
