@@ -134,6 +134,28 @@ def test_a_change_of_speeds_is_followed():
     assert routes.decoders()[0].decoder == "dali"
 
 
+def test_a_chosen_decoder_that_drifts_below_the_others_rate_on_record_starts_a_trial_at_once():
+    """DALI a little faster, then a little slower than the fallback, by less than FALL: the rates on record
+    say the fallback is now faster, and it is tried at once rather than a gap of eight trial lengths later."""
+    clock = Clock()
+    samples = plan(1600)
+    dali, fallback = Decoder(clock, {"vp9": 0.020}), Decoder(clock, {"vp9": 0.022})
+    routes = make_routes(samples, clock, lag=2)
+    drift_at = 150
+
+    def drift(i: int) -> None:
+        if i == drift_at:
+            dali.clip_s["vp9"] = 0.025  # 0.8x its rate when chosen: above FALL, below the fallback's 1/0.022
+    given = run(routes, samples, dali, fallback, at_batch=drift)
+    assert settled_after(given[:drift_at], "dali") < drift_at - 20
+    trial = routes.speed.trial_batches
+    after = settled_after(given[drift_at:], "fallback")
+    # two measurements of the slowed DALI (its running mean crosses the record), a trial, the switch: well
+    # inside the eight trial lengths (MIN_GAP_TRIALS) the gap alone would have waited
+    assert after <= 3 * trial, given[drift_at:drift_at + 60]
+    assert routes.decoders()[0].decoder == "fallback"
+
+
 def test_two_codecs_each_find_their_own_decoder():
     """VP9 faster on the fallback, VP8 faster on DALI (half the clips each): each goes its own way."""
     clock = Clock()
@@ -214,10 +236,37 @@ def test_no_batch_of_a_pass_start_or_a_switch_is_counted():
     for _ in range(4):
         clock.now += 1.0
         speed.batch_done(4)
-    # its batches 1 and 2 complete the measurement (16 clips over two passes: 4 a second) and the fallback's
-    # trial begins, so its batch 3, submitted before, is of an older setting
-    assert speed.counted == 4 and speed.trial == (0, "fallback")
+    # its batches 1 and 2 complete a measurement (16 clips over two passes), DALI's first of the run: its start,
+    # dropped; batch 3 begins the next
+    assert speed.counted == 5 and speed.trial is None and speed.codecs[0].rates == {}
+    for _ in range(3):
+        speed.submitted({0})
+        clock.now += 1.0
+        speed.batch_done(4)
+    # 16 clips in 4 s: DALI's rate, and the fallback's trial begins
+    assert speed.counted == 8 and speed.trial == (0, "fallback")
     assert speed.codecs[0].rates == {"dali": pytest.approx(4.0)}
+
+
+def test_a_decoders_first_measurement_of_the_run_holds_its_start_and_is_dropped():
+    """DALI's pipelines decode their first clips slowly (their warm-up outlasts the run's first ``lag`` batches):
+    measured then, DALI would lose to a fallback it beats, and keep the warm-up's rate on record until a trial
+    a long gap away."""
+    clock = Clock()
+    samples = plan(600)
+
+    class WarmingUp(Decoder):
+        def submit(self, rows):
+            warm = sum(self.clips.values()) < 24  # the run's first 24 clips: three times as slow
+            self.clip_s["vp9"] = 0.060 if warm else 0.020
+            return super().submit(rows)
+    dali, fallback = WarmingUp(clock, {"vp9": 0.020}), Decoder(clock, {"vp9": 0.022})
+    routes = make_routes(samples, clock, lag=2)
+    given = run(routes, samples, dali, fallback)
+    (route,) = routes.decoders()
+    assert route.decoder == "dali" and route.rates["dali"] == pytest.approx(50.0, rel=0.05), route
+    assert settled_after(given, "dali") <= 4 * routes.speed.trial_batches, given[:40]
+
 
 
 

@@ -19,7 +19,11 @@ training step's when it does). A batch counts for its setting only when the
 ``lag`` batches before it and those in flight with it were routed the same,
 so that a measurement is of one setting and not of the switch between two;
 the first batch of a pass counts for none (its time holds the pass's start),
-nor do the first ``lag`` batches of the run (workers and pipelines start).
+nor do the first ``lag`` batches of the run, nor the first measurement of
+each decoder in the run (workers and pipelines start, lazily: the
+fallback's workers often at its first trial, and a measurement that holds
+their start would make the fallback look slower than it is until the next
+trial, a gap away).
 :data:`MEASURE_CLIPS` such clips make one measurement, which may span passes
 (so that small epochs are measured too; the time between passes is in none).
 
@@ -32,8 +36,11 @@ The schedule, per codec that both decoders can take:
    (a running mean, half the weight on the newest);
 3. a trial of the other decoder again: at once when a measurement of the
    chosen one falls below :data:`FALL` times its rate when it was chosen (the
-   speeds changed: the other may now be faster), else after a gap of batches
-   that keeps trials at about :data:`TRIAL_COST` of the run's time at the
+   speeds changed: the other may now be faster), or when the chosen one's
+   rate falls below the other's on record by more than :data:`SWITCH_MARGIN`
+   (a slower drift, or a record of the other taken in a good moment: the
+   trial measures it again, so a stale record costs one trial at most), else
+   after a gap of batches that keeps trials at about :data:`TRIAL_COST` of the run's time at the
    measured ratio (a trial on a decoder 1.15x slower costs more than on one
    1.01x slower), between :data:`MIN_GAP_TRIALS` and :data:`MAX_GAP_TRIALS`
    trial lengths. One trial at a time.
@@ -134,6 +141,7 @@ class SpeedRouter:
         self.counted = 0  # batches counted, the run's: the clock of the trial schedule
         self._batch_clips = 1  # clips of the largest batch yet
         self._passes = 0  # passes begun
+        self._warm: set[Decoder] = set()  # decoders measured once already (a decoder's first measurement is dropped)
 
     # -- at submission --------------------------------------------------------------------------
 
@@ -187,6 +195,11 @@ class SpeedRouter:
         return -(-MEASURE_CLIPS // self._batch_clips) + 2 * self.lag - 1
 
     def _measured(self, rate: float, groups: set[int]) -> None:
+        measured = {self.trial[1]} if self.trial is not None else {self.codecs.setdefault(g, _Codec()).choice
+                                                                   for g in groups}
+        if not measured <= self._warm:  # a decoder's first measurement of the run: its start (workers, pipelines)
+            self._warm |= measured
+            return
         if self.trial is not None:
             group, decoder = self.trial
             if group not in groups:
@@ -199,9 +212,12 @@ class SpeedRouter:
         for group in groups:
             codec = self.codecs.setdefault(group, _Codec())
             old = codec.rates.get(codec.choice)
-            codec.rates[codec.choice] = rate if old is None else 0.5 * (old + rate)
+            mine = codec.rates[codec.choice] = rate if old is None else 0.5 * (old + rate)
+            theirs = codec.rates.get(_other(codec.choice))
             if codec.chosen_rate is not None and rate < FALL * codec.chosen_rate:
                 codec.next_trial = self.counted  # the speeds changed: try the other now
+            elif theirs is not None and theirs > mine * (1 + SWITCH_MARGIN):
+                codec.next_trial = self.counted  # the other's rate on record beats this one's now: see if it holds
 
     def _decide(self, group: int) -> None:
         codec = self.codecs[group]
