@@ -382,7 +382,8 @@ def headline(result: dict) -> str:
 
     machine, settings = result["machine"], result["settings"]
     table = result.get("round_ratios") or {}
-    where = "on a GPU" if settings["device"] == "cuda" else "on the CPU (no GPU run yet)"
+    where = "on a GPU" if settings["device"] == "cuda" else \
+        'on the CPU (no GPU table yet: the one GPU visit is in benchmarks/RESULTS.md, "GPU visits")'
     lines = [f"Measured {where} by run `{result['name']}` of `python -m benchmarks` ({machine_line(machine)}; "
              f"load average {machine.get('load_avg_start')} to {machine.get('load_avg_end')}): every loader "
              f"decodes the same plan with the same transform, {settings['workers']} workers, batch "

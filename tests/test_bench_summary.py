@@ -139,7 +139,8 @@ def test_daliloads_own_rows_are_never_the_best_peer_and_the_headline_quotes_the_
     assert judged["verdict"] == "met" and judged["best_peer"] == "torchcodec-cpu"
     result["round_ratios"], result["peer_target"] = table, judged
     text = headline(result)
-    assert "on the CPU (no GPU run yet)" in text and "run `t` of `python -m benchmarks`" in text
+    assert 'on the CPU (no GPU table yet: the one GPU visit is in benchmarks/RESULTS.md, "GPU visits")' in text
+    assert "run `t` of `python -m benchmarks`" in text
     assert "| `h264-gop250` | 40.0 (36.0-44.0) | `torchcodec-cpu`, 20.0 (18.0-22.0) | 2.00x (2.00-2.10) |" in text
     assert "| 2.00x (2.00-2.10) | >= 1.3: met |" in text
     del result["round_ratios"]
