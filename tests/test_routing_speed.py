@@ -116,44 +116,28 @@ def test_the_codec_goes_to_the_faster_decoder_within_a_few_batches(faster):
     assert "vp9: " + faster in route.describe() and "measured" in route.describe()
 
 
-def test_a_change_of_speeds_is_followed():
-    """The fallback is faster, then DALI is (the speeds swap mid-pass): the clips follow each time."""
-    clock = Clock()
-    samples = plan(1200)
-    dali, fallback = Decoder(clock, {"vp9": 0.05}), Decoder(clock, {"vp9": 0.02})
-    routes = make_routes(samples, clock, lag=2)
-    swap_at = 150
-
-    def swap(i: int) -> None:
-        if i == swap_at:
-            dali.clip_s["vp9"], fallback.clip_s["vp9"] = 0.02, 0.05
-    given = run(routes, samples, dali, fallback, at_batch=swap)
-    assert settled_after(given[:swap_at], "fallback") < swap_at - 20
-    after = settled_after(given[swap_at:], "dali")
-    assert after <= 4 * routes.speed.trial_batches, given[swap_at:swap_at + 40]
-    assert routes.decoders()[0].decoder == "dali"
-
-
-def test_a_chosen_decoder_that_drifts_below_the_others_rate_on_record_starts_a_trial_at_once():
-    """DALI a little faster, then a little slower than the fallback, by less than FALL: the rates on record
-    say the fallback is now faster, and it is tried at once rather than a gap of eight trial lengths later."""
+@pytest.mark.parametrize("before, after, first, then, within", [
+    # the speeds swap mid-pass: the clips follow
+    ({"dali": 0.05, "fallback": 0.02}, {"dali": 0.02, "fallback": 0.05}, "fallback", "dali", 4),
+    # DALI drifts to 0.8x its rate when chosen (above FALL) and below the fallback's rate on record: the fallback
+    # is tried at once, not a gap of eight trial lengths (MIN_GAP_TRIALS) later
+    ({"dali": 0.020, "fallback": 0.022}, {"dali": 0.025, "fallback": 0.022}, "dali", "fallback", 3),
+], ids=["swap", "drift below the other's record"])
+def test_a_change_of_speeds_mid_run_is_followed(before, after, first, then, within):
     clock = Clock()
     samples = plan(1600)
-    dali, fallback = Decoder(clock, {"vp9": 0.020}), Decoder(clock, {"vp9": 0.022})
+    dali, fallback = Decoder(clock, {"vp9": before["dali"]}), Decoder(clock, {"vp9": before["fallback"]})
     routes = make_routes(samples, clock, lag=2)
-    drift_at = 150
+    change_at = 150
 
-    def drift(i: int) -> None:
-        if i == drift_at:
-            dali.clip_s["vp9"] = 0.025  # 0.8x its rate when chosen: above FALL, below the fallback's 1/0.022
-    given = run(routes, samples, dali, fallback, at_batch=drift)
-    assert settled_after(given[:drift_at], "dali") < drift_at - 20
-    trial = routes.speed.trial_batches
-    after = settled_after(given[drift_at:], "fallback")
-    # two measurements of the slowed DALI (its running mean crosses the record), a trial, the switch: well
-    # inside the eight trial lengths (MIN_GAP_TRIALS) the gap alone would have waited
-    assert after <= 3 * trial, given[drift_at:drift_at + 60]
-    assert routes.decoders()[0].decoder == "fallback"
+    def change(i: int) -> None:
+        if i == change_at:
+            dali.clip_s["vp9"], fallback.clip_s["vp9"] = after["dali"], after["fallback"]
+    given = run(routes, samples, dali, fallback, at_batch=change)
+    assert settled_after(given[:change_at], first) < change_at - 20
+    assert settled_after(given[change_at:], then) <= within * routes.speed.trial_batches, \
+        given[change_at:change_at + 60]
+    assert routes.decoders()[0].decoder == then
 
 
 def test_two_codecs_each_find_their_own_decoder():
