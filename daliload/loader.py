@@ -47,7 +47,7 @@ from daliload.plan import (AugmentSpec, ClipSpec, LastBatch, OutputSpec, Sample,
 from daliload.prescreen import ScanSpec, loader_source, split_codecs, split_videos
 from daliload.prescreen.byte_indexes import ByteIndexes
 from daliload.prescreen.gpus import detect_gpu
-from daliload.runtime import refuse_bootstrapping_main
+from daliload.runtime import keep_interrupts, refuse_bootstrapping_main
 from daliload.stats import LoaderStats
 from daliload.stream import transfer_counts
 from fallback.options import FallbackOptions
@@ -285,6 +285,7 @@ class KineticsDALILoader(LoaderState):
         # and releases its pipelines as it goes: at once, as the loader is in no reference cycle. Not at
         # interpreter exit, where the exit hooks of the waits for DALI order that themselves.
         self._closer = weakref.finalize(self, self._sources.close)
+        keep_interrupts()  # a Ctrl-C landing in a buffer's give-back (a finalizer) is not dropped
         self._closer.atexit = False
         self._setup = PassSetup(
             output=self.output, device=self.torch_device, label_padding=bool(self.label_padding),

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -81,3 +82,31 @@ def test_sigint_to_the_main_process_alone_ends_it_quietly_with_no_process_left(s
     while _session(proc.pid) and time.monotonic() < deadline:  # the workers end when they see their pipe close
         time.sleep(0.1)
     assert _session(proc.pid) == []
+
+
+def test_a_ctrl_c_that_lands_in_a_finalizer_is_delivered_again_not_dropped():
+    """CI saw one SIGINT land inside the give-back of a batch's buffer (a weakref.finalize callback): Python
+    reported it as unraisable and dropped it, and the loop ran on. With the loader's hook it is raised again in
+    the main thread once the finalizer returns."""
+    script = textwrap.dedent("""
+        import sys, time, weakref
+        if sys.argv[1] == "hooked":
+            from daliload.runtime import keep_interrupts
+            keep_interrupts()
+        class Batch: pass
+        def give_back():
+            raise KeyboardInterrupt  # as when SIGINT arrives while the finalizer runs
+        batch = Batch()
+        weakref.finalize(batch, give_back)
+        try:
+            del batch
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                time.sleep(0.01)
+            print("ran on")
+        except KeyboardInterrupt:
+            print("interrupted")
+    """)
+    outs = {how: subprocess.run([sys.executable, "-c", script, how], capture_output=True, text=True, timeout=60,
+                                cwd=Path(__file__).resolve().parents[1]).stdout.strip() for how in ("hooked", "plain")}
+    assert outs == {"hooked": "interrupted", "plain": "ran on"}

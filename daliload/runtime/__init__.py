@@ -19,6 +19,8 @@ Modules, by concept:
 * :mod:`._native_logs`: what FFmpeg and DALI print themselves, kept off the
   console (:func:`quiet_dali`); also run as a script by its file path, as the
   stderr relay (so it imports nothing of the package);
+* :mod:`._interrupts`: :func:`keep_interrupts`, a Ctrl-C that lands in a
+  finalizer (the buffers' give-back) delivered again rather than dropped;
 * :mod:`._lazy`: :func:`lazy_exports`, the PEP 562 re-exports of ``daliload``,
   ``fallback`` and :mod:`daliload.dali`.
 
@@ -38,6 +40,7 @@ _EXPORTS = {
     "daliload.runtime._dist": ("all_gather_object", "barrier", "broadcast_object", "gather_object", "is_distributed",
                                "local_cuda_device", "local_rank", "patient_group", "rank", "require_cuda",
                                "resolve_device", "world_size"),
+    "daliload.runtime._interrupts": ("keep_interrupts",),
     "daliload.runtime._native_logs": ("NATIVE_LOGS_ENV", "StderrFilter", "quiet_dali"),
     "daliload.runtime._processes": ("WithPrefetch", "main_script_hidden", "mp_context", "refuse_bootstrapping_main",
                                     "usable_cores"),
@@ -50,6 +53,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports
     from daliload.runtime._dist import (all_gather_object, barrier, broadcast_object, gather_object, is_distributed,
                                         local_cuda_device, local_rank, patient_group, rank, require_cuda,
                                         resolve_device, world_size)
+    from daliload.runtime._interrupts import keep_interrupts
     from daliload.runtime._native_logs import NATIVE_LOGS_ENV, StderrFilter, quiet_dali
     from daliload.runtime._processes import (WithPrefetch, main_script_hidden, mp_context, refuse_bootstrapping_main,
                                              usable_cores)
