@@ -235,9 +235,9 @@ def measure_setting(threads: int, pipelines: int, dataset: Dataset, args: argpar
                                 augment=task.augment, output=task.output, device="gpu" if gpu else "cpu",
                                 decode=decode, last_batch="partial")
     setup_s = time.perf_counter() - started
-    totals = {"clips": 0, "clips_dali": 0, "clips_dali_cut": 0, "frames": 0, "dali_wait_s": 0.0, "failures": 0}
 
-    def one_epoch(epoch: int) -> None:
+    def one_epoch(epoch: int) -> dict:
+        """The epoch's clips and the loader's counts of it."""
         loader.set_epoch(epoch)
         clips = 0
         for _, labels in loader:
@@ -245,24 +245,22 @@ def measure_setting(threads: int, pipelines: int, dataset: Dataset, args: argpar
         if gpu:
             torch.cuda.synchronize()
         stats = loader.stats()
-        for key, value in (("clips", clips), ("clips_dali", stats.clips_dali), ("clips_dali_cut", stats.clips_dali_cut),
-                           ("frames", stats.frames_decoded_dali), ("dali_wait_s", stats.dali_wait_s),
-                           ("failures", len(stats.failures))):
-            totals[key] += value
+        return {"clips": clips, "clips_dali": stats.clips_dali, "clips_dali_cut": stats.clips_dali_cut,
+                "frames": stats.frames_decoded_dali, "dali_wait_s": stats.dali_wait_s,
+                "failures": len(stats.failures)}
 
     try:
         warm = time.perf_counter()
         one_epoch(0)  # builds DALI's pipelines and the cutter's workers
         warmup_s = time.perf_counter() - warm
-        totals.update({key: type(value)() for key, value in totals.items()})
         monitor.begin_run()
         start = time.perf_counter()
-        for epoch in range(1, epochs + 1):
-            one_epoch(epoch)
+        timed = [one_epoch(epoch) for epoch in range(1, epochs + 1)]
         wall = time.perf_counter() - start
         resources = monitor.end_run()
     finally:
         loader.close()
+    totals = {key: sum(figures[key] for figures in timed) for key in timed[0]}
     return {"status": "ok", "threads": threads, "pipelines": pipelines, "feed": args.feed,
             "cut_workers": args.cut_workers, "prefetch": decode.batches_ahead(task.batch_size, pipelines=pipelines),
             "epochs": epochs, **totals, "wall_s": wall, "setup_s": setup_s, "warmup_s": warmup_s,

@@ -285,8 +285,8 @@ class KineticsDALILoader(LoaderState):
         # and releases its pipelines as it goes: at once, as the loader is in no reference cycle. Not at
         # interpreter exit, where the exit hooks of the waits for DALI order that themselves.
         self._closer = weakref.finalize(self, self._sources.close)
-        keep_interrupts()  # a Ctrl-C landing in a buffer's give-back (a finalizer) is not dropped
         self._closer.atexit = False
+        keep_interrupts()  # a Ctrl-C landing in a buffer's give-back (a finalizer) is not dropped
         self._setup = PassSetup(
             output=self.output, device=self.torch_device, label_padding=bool(self.label_padding),
             mask_failed=self.evaluating, prefetch=prefetch, num_frames=index.frames_of_video,

@@ -68,8 +68,9 @@ def markdown(folder: Path) -> str:
     preflight, smoke, merge = (_read(folder, n) for n in ("preflight.json", "smoke.json", "merge.json"))
     sweeps = sorted(folder.glob("nvdec-*.json"))
     machine = json.loads(sweeps[0].read_text("utf-8"))["machine"] if sweeps else {}
-    loader, operator, unread = parse_diagnostics(_read(folder, "diagnostics.log") or "")
-    header = (_read(folder, "diagnostics.log") or "").split("\n\n", 1)[0]
+    diagnostics = _read(folder, "diagnostics.log") or ""
+    loader, operator, unread = parse_diagnostics(diagnostics)
+    header = diagnostics.split("\n\n", 1)[0]
     lines = [f"### GPU visit `{folder.name}` — {machine.get('gpu', 'GPU')}, {machine.get('cpu_cores', '?')} cores, "
              f"{machine.get('date_utc', '')}", "",
              " ".join(line.lstrip("# ") for line in header.splitlines()), ""]
